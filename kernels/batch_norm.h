@@ -1,0 +1,39 @@
+// Batch normalisation over the rows of an NHWC tensor viewed as [rows = N*H*W, C].
+// x, y, dx, dy have `dtype`; gamma, beta, running statistics, saved statistics and parameter
+// gradients are acc_dtype(dtype) (f32, or f64 in gradient checks): statistics are never low
+// precision.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/context.h"
+
+namespace frugal::kernels {
+
+// Training: batch mean and biased variance per channel; y = (x - mean) * invstd * gamma + beta;
+// save_mean/save_invstd [C] for backward; running_mean/var (nullable) updated with momentum,
+// running_var with the unbiased variance, as PyTorch.
+FRUGAL_DECLARE_KERNEL(batch_norm_forward_train,
+                      (const Context& ctx, DType dtype, int64_t rows, int64_t c, const void* x,
+                       const void* gamma, const void* beta, double eps, double momentum, void* y,
+                       void* save_mean, void* save_invstd, void* running_mean,
+                       void* running_var),
+                      (ctx, dtype, rows, c, x, gamma, beta, eps, momentum, y, save_mean,
+                       save_invstd, running_mean, running_var))
+
+// Evaluation: y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta.
+FRUGAL_DECLARE_KERNEL(batch_norm_forward_eval,
+                      (const Context& ctx, DType dtype, int64_t rows, int64_t c, const void* x,
+                       const void* gamma, const void* beta, const void* running_mean,
+                       const void* running_var, double eps, void* y),
+                      (ctx, dtype, rows, c, x, gamma, beta, running_mean, running_var, eps, y))
+
+// Backward of the training forward. dx (nullable), dgamma and dbeta (nullable) are overwritten.
+FRUGAL_DECLARE_KERNEL(batch_norm_backward,
+                      (const Context& ctx, DType dtype, int64_t rows, int64_t c, const void* x,
+                       const void* dy, const void* gamma, const void* save_mean,
+                       const void* save_invstd, void* dx, void* dgamma, void* dbeta),
+                      (ctx, dtype, rows, c, x, dy, gamma, save_mean, save_invstd, dx, dgamma,
+                       dbeta))
+
+}  // namespace frugal::kernels

@@ -1,0 +1,44 @@
+// 2-D convolution in NHWC with OHWI weights ([Cout, kh, kw, Cin/groups]): forward, input
+// gradient and weight (+ bias) gradient. Groups and depthwise (groups == Cin) included.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/context.h"
+
+namespace frugal::kernels {
+
+struct Conv2dShape {
+  int64_t n = 0, h = 0, w = 0, c = 0;  // input  [N, H, W, C]
+  int64_t k = 0;                        // output channels
+  int64_t kh = 1, kw = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dil_h = 1, dil_w = 1;
+  int64_t groups = 1;
+
+  int64_t oh() const { return (h + 2 * pad_h - dil_h * (kh - 1) - 1) / stride_h + 1; }
+  int64_t ow() const { return (w + 2 * pad_w - dil_w * (kw - 1) - 1) / stride_w + 1; }
+  int64_t cin_per_group() const { return c / groups; }
+  int64_t cout_per_group() const { return k / groups; }
+  bool depthwise() const { return groups == c && groups == k; }
+  std::string str() const;  // for error messages and the algorithm cache key
+};
+
+// y[N, OH, OW, K] = conv(x, w) (+ bias[K] when bias is not null)
+FRUGAL_DECLARE_KERNEL(conv2d_forward, (const Context& ctx, DType dtype, const Conv2dShape& s,
+                                       const void* x, const void* w, const void* bias, void* y),
+                      (ctx, dtype, s, x, w, bias, y))
+// dx[N, H, W, C] from dy[N, OH, OW, K] (overwritten, not accumulated)
+FRUGAL_DECLARE_KERNEL(conv2d_backward_input, (const Context& ctx, DType dtype,
+                                              const Conv2dShape& s, const void* dy, const void* w,
+                                              void* dx),
+                      (ctx, dtype, s, dy, w, dx))
+// dw[K, kh, kw, C/groups] (and dbias[K] when not null) from x and dy (overwritten)
+FRUGAL_DECLARE_KERNEL(conv2d_backward_weight, (const Context& ctx, DType dtype,
+                                               const Conv2dShape& s, const void* x,
+                                               const void* dy, void* dw, void* dbias),
+                      (ctx, dtype, s, x, dy, dw, dbias))
+
+}  // namespace frugal::kernels

@@ -1,0 +1,17 @@
+// The CUDA runtime pieces the rest of kernels/ needs: per-device compute streams, handles,
+// copies and the error-check macros. Only compiled when FRUGAL_WITH_CUDA is defined.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/context.h"
+
+namespace frugal::kernels::cuda {
+
+int device_count();                  // 0 when no driver or device; never throws
+void* compute_stream(Device device); // the one compute stream of a device (cudaStream_t)
+void synchronize(Device device);
+void copy_bytes(const Context& ctx, Device dst_device, void* dst, Device src_device,
+                const void* src, size_t bytes);
+
+}  // namespace frugal::kernels::cuda

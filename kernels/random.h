@@ -1,0 +1,42 @@
+// Counter-based random numbers: element i of a draw with (seed, offset) is a pure function of
+// (seed, offset + i), so the CPU and CUDA produce the same values and a draw can be replayed
+// (dropout masks, activation-checkpoint recompute) from its seed and offset alone.
+#pragma once
+
+#include <cstdint>
+
+#include "base/half.h"
+#include "kernels/context.h"
+
+namespace frugal::kernels {
+
+FRUGAL_HD uint64_t mix64(uint64_t z) {  // splitmix64 finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+// Uniform in [0, 1) with 24 random bits.
+FRUGAL_HD float uniform01(uint64_t seed, uint64_t index) {
+  uint64_t r = mix64(mix64(seed) ^ (index * 0x9e3779b97f4a7c15ull));
+  return static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+}
+
+// y[i] = lo + (hi - lo) * U(seed, offset + i)
+FRUGAL_DECLARE_KERNEL(fill_uniform, (const Context& ctx, DType dtype, int64_t n, void* y,
+                                     uint64_t seed, uint64_t offset, double lo, double hi),
+                      (ctx, dtype, n, y, seed, offset, lo, hi))
+// y[i] = mean + std * N(0,1), Box-Muller over draws 2(offset+i) and 2(offset+i)+1.
+FRUGAL_DECLARE_KERNEL(fill_normal, (const Context& ctx, DType dtype, int64_t n, void* y,
+                                    uint64_t seed, uint64_t offset, double mean, double stddev),
+                      (ctx, dtype, n, y, seed, offset, mean, stddev))
+
+// Dropout: keep[i] = U(seed, offset + i) >= p; y = keep ? x / (1 - p) : 0; mask (u8) saved.
+FRUGAL_DECLARE_KERNEL(dropout_forward, (const Context& ctx, DType dtype, int64_t n, const void* x,
+                                        double p, uint64_t seed, uint64_t offset, void* y,
+                                        uint8_t* mask),
+                      (ctx, dtype, n, x, p, seed, offset, y, mask))
+FRUGAL_DECLARE_KERNEL(dropout_backward, (const Context& ctx, DType dtype, int64_t n,
+                                         const void* dy, const uint8_t* mask, double p, void* dx),
+                      (ctx, dtype, n, dy, mask, p, dx))
+
+}  // namespace frugal::kernels

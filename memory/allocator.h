@@ -1,0 +1,121 @@
+// The allocator interface every device byte goes through, and its statistics.
+//
+// Policy: an Allocator hands out DataPtr owners (move-only, free on destruction). Statistics use
+// PyTorch's names so that users can compare numbers one to one:
+//   allocated  bytes handed out to live DataPtrs (after rounding)
+//   requested  bytes callers asked for (before rounding)
+//   reserved   bytes obtained from the system (cached segments included)
+//   active     allocated blocks plus blocks freed but still in use by a stream (== allocated here)
+//   inactive_split  free bytes inside partly used segments (fragmentation)
+//
+//   memory::DataPtr p = memory::cpu_allocator().allocate(1024);
+//   memory::MemoryStats s = memory::cpu_allocator().stats();  // s.allocated.current == 1024
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "base/device.h"
+
+namespace frugal::memory {
+
+struct Stat {
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocated = 0;  // total ever added
+  int64_t freed = 0;      // total ever removed
+
+  void add(int64_t n) {
+    current += n;
+    allocated += n;
+    if (current > peak) peak = current;
+  }
+  void sub(int64_t n) {
+    current -= n;
+    freed += n;
+  }
+  void reset_peak() { peak = current; }
+};
+
+struct MemoryStats {
+  Stat allocated_bytes;
+  Stat requested_bytes;
+  Stat reserved_bytes;
+  Stat active_bytes;
+  Stat inactive_split_bytes;
+  Stat allocation;  // count of live allocations
+  Stat segment;     // count of live segments obtained from the system
+  int64_t num_alloc_retries = 0;
+  int64_t num_ooms = 0;
+
+  // A human-readable multi-line summary (used in OOM messages and by the memory monitor).
+  std::string summary() const;
+};
+
+class Allocator;
+
+// Owner of one allocation. Move-only; returns the memory to its allocator when destroyed.
+class DataPtr {
+ public:
+  DataPtr() = default;
+  DataPtr(void* ptr, size_t size, Allocator* owner) : ptr_(ptr), size_(size), owner_(owner) {}
+  DataPtr(const DataPtr&) = delete;
+  DataPtr& operator=(const DataPtr&) = delete;
+  DataPtr(DataPtr&& o) noexcept { swap(o); }
+  DataPtr& operator=(DataPtr&& o) noexcept {
+    DataPtr tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  ~DataPtr() { reset(); }
+
+  void* get() const { return ptr_; }
+  size_t size() const { return size_; }
+  Allocator* owner() const { return owner_; }
+  void reset();
+
+ private:
+  void swap(DataPtr& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(size_, o.size_);
+    std::swap(owner_, o.owner_);
+  }
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+  Allocator* owner_ = nullptr;
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns memory for `bytes` (nothing for 0 bytes). Throws OutOfMemoryError when it cannot.
+  virtual DataPtr allocate(size_t bytes) = 0;
+  virtual MemoryStats stats() const = 0;
+  virtual void reset_peak_stats() = 0;
+  // Returns cached, unused memory to the system; a no-op for allocators that cache nothing.
+  virtual void empty_cache() {}
+  virtual Device device() const = 0;
+
+ protected:
+  friend class DataPtr;
+  virtual void release(void* ptr, size_t size) noexcept = 0;
+};
+
+inline void DataPtr::reset() {
+  if (owner_ != nullptr && (ptr_ != nullptr || size_ != 0)) owner_->release(ptr_, size_);
+  ptr_ = nullptr;
+  size_ = 0;
+  owner_ = nullptr;
+}
+
+// Host memory, 64-byte aligned, counted. Thread-safe.
+Allocator& cpu_allocator();
+// Counts bytes and hands out null pointers: tensors on the meta device have shapes, no data.
+Allocator& meta_allocator();
+// The allocator of `device`. CUDA allocators are registered by the CUDA backend when it is built.
+Allocator& allocator_for(Device device);
+void register_device_allocator(Device device, Allocator* allocator);
+
+}  // namespace frugal::memory

@@ -1,0 +1,161 @@
+// The CPU tracking allocator and the meta (count-only) allocator, plus the per-device registry.
+#include <array>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "base/error.h"
+#include "memory/allocator.h"
+
+namespace frugal::memory {
+namespace {
+
+constexpr size_t kCpuAlignment = 64;  // one cache line; also enough for AVX-512 loads
+
+// Counts every allocation the same way; subclasses only decide where bytes come from.
+class CountingAllocator : public Allocator {
+ public:
+  MemoryStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
+                    &stats_.active_bytes, &stats_.allocation, &stats_.segment}) {
+      s->reset_peak();
+    }
+  }
+
+ protected:
+  void count_alloc(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto n = static_cast<int64_t>(bytes);
+    for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
+                    &stats_.active_bytes}) {
+      s->add(n);
+    }
+    stats_.allocation.add(1);
+    stats_.segment.add(1);
+  }
+  void count_free(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto n = static_cast<int64_t>(bytes);
+    for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
+                    &stats_.active_bytes}) {
+      s->sub(n);
+    }
+    stats_.allocation.sub(1);
+    stats_.segment.sub(1);
+  }
+  void count_oom() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.num_ooms++;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  MemoryStats stats_;
+};
+
+class CpuAllocator final : public CountingAllocator {
+ public:
+  DataPtr allocate(size_t bytes) override {
+    if (bytes == 0) return {};
+    size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+    void* p = std::aligned_alloc(kCpuAlignment, rounded);
+    if (p == nullptr) {
+      count_oom();
+      std::ostringstream os;
+      os << "CPU out of memory: tried to allocate " << bytes << " bytes\n" << stats().summary();
+      throw OutOfMemoryError(os.str());
+    }
+    count_alloc(bytes);
+    return DataPtr(p, bytes, this);
+  }
+  Device device() const override { return Device::cpu(); }
+
+ protected:
+  void release(void* ptr, size_t size) noexcept override {
+    std::free(ptr);
+    count_free(size);
+  }
+};
+
+class MetaAllocator final : public CountingAllocator {
+ public:
+  DataPtr allocate(size_t bytes) override {
+    if (bytes == 0) return {};
+    count_alloc(bytes);
+    return DataPtr(nullptr, bytes, this);
+  }
+  Device device() const override { return Device::meta(); }
+
+ protected:
+  void release(void*, size_t size) noexcept override { count_free(size); }
+};
+
+constexpr int kMaxCudaDevices = 16;
+std::array<Allocator*, kMaxCudaDevices> g_cuda_allocators{};
+std::mutex g_registry_mu;
+
+}  // namespace
+
+Allocator& cpu_allocator() {
+  static CpuAllocator a;
+  return a;
+}
+
+Allocator& meta_allocator() {
+  static MetaAllocator a;
+  return a;
+}
+
+void register_device_allocator(Device device, Allocator* allocator) {
+  FRUGAL_CHECK(device.is_cuda() && device.index >= 0 && device.index < kMaxCudaDevices,
+               "register_device_allocator: unsupported device ", device.str());
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  g_cuda_allocators[static_cast<size_t>(device.index)] = allocator;
+}
+
+Allocator& allocator_for(Device device) {
+  switch (device.type) {
+    case DeviceType::cpu: return cpu_allocator();
+    case DeviceType::meta: return meta_allocator();
+    case DeviceType::cuda: {
+      FRUGAL_CHECK(device.index >= 0 && device.index < kMaxCudaDevices, "no such device ",
+                   device.str());
+      std::lock_guard<std::mutex> lock(g_registry_mu);
+      Allocator* a = g_cuda_allocators[static_cast<size_t>(device.index)];
+      FRUGAL_CHECK(a != nullptr, "no allocator for ", device.str(),
+                   ": frugal was built without CUDA or the device is not initialised");
+      return *a;
+    }
+  }
+  FRUGAL_FAIL("allocator_for: bad device");
+}
+
+static std::string mib(int64_t b) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << static_cast<double>(b) / (1024.0 * 1024.0) << " MiB";
+  return os.str();
+}
+
+std::string MemoryStats::summary() const {
+  std::ostringstream os;
+  os << "  allocated: " << mib(allocated_bytes.current) << " (peak " << mib(allocated_bytes.peak)
+     << ")\n"
+     << "  reserved:  " << mib(reserved_bytes.current) << " (peak " << mib(reserved_bytes.peak)
+     << ")\n"
+     << "  reserved but unallocated: " << mib(reserved_bytes.current - allocated_bytes.current)
+     << "\n"
+     << "  requested: " << mib(requested_bytes.current) << "\n"
+     << "  inactive split: " << mib(inactive_split_bytes.current) << "\n"
+     << "  allocations: " << allocation.current << ", segments: " << segment.current
+     << ", retries: " << num_alloc_retries << ", OOMs: " << num_ooms;
+  return os.str();
+}
+
+}  // namespace frugal::memory
