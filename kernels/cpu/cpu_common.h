@@ -1,0 +1,53 @@
+// Shared pieces of the CPU kernels: the one dtype switch and a parallel loop over both cores.
+//
+// Note [CPU dtypes]: CPU compute kernels run in f32 and f64 (gradient checks). f16 and bf16
+// tensors on the CPU are computed by the core in f32 and rounded back (core/cpu_half.h), so
+// only cast, fill and copies see 16-bit types here.
+#pragma once
+
+#include <omp.h>
+
+#include <cstdint>
+
+#include "base/dtype.h"
+#include "base/error.h"
+
+namespace frugal::kernels::cpu {
+
+// Runs `body` with T bound to the C++ type of `dtype` (float or double); throws naming `op`
+// for other dtypes.
+#define FRUGAL_CPU_FLOAT_SWITCH(dtype, op, ...)                                        \
+  switch (dtype) {                                                                     \
+    case ::frugal::DType::f32: {                                                       \
+      using T = float;                                                                 \
+      __VA_ARGS__;                                                                     \
+      break;                                                                           \
+    }                                                                                  \
+    case ::frugal::DType::f64: {                                                       \
+      using T = double;                                                                \
+      __VA_ARGS__;                                                                     \
+      break;                                                                           \
+    }                                                                                  \
+    default:                                                                           \
+      FRUGAL_FAIL(op, ": dtype ", dtype, " is not computed by CPU kernels (f32, f64)"); \
+  }
+
+// Calls fn(begin, end) over [0, n) in chunks across the OpenMP threads; runs inline when the
+// work is smaller than `grain` elements so small tensors pay no thread start-up.
+template <typename Fn>
+void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
+  if (n <= 0) return;
+  int threads = omp_get_max_threads();
+  if (n <= grain || threads <= 1 || omp_in_parallel()) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+  for (int64_t t = 0; t < chunks; ++t) {
+    int64_t begin = n * t / chunks, end = n * (t + 1) / chunks;
+    fn(begin, end);
+  }
+}
+
+}  // namespace frugal::kernels::cpu
