@@ -1,0 +1,180 @@
+// The autograd engine, grad mode and history recording.
+//
+// Note [Eager freeing]: backward keeps, at any moment, only the gradients still waiting for a
+// consumer. A node's input buffer is moved out before it runs and its saved tensors are released
+// right after (unless retain_graph), so activations saved by the forward are returned to the
+// allocator in reverse order while backward proceeds, as in PyTorch.
+#include "core/autograd.h"
+
+#include <atomic>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/ops.h"
+
+namespace frugal::autograd {
+namespace {
+
+thread_local bool t_grad_enabled = true;
+std::atomic<uint64_t> g_next_sequence_nr{0};
+
+struct BySequence {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+void accumulate_into(std::vector<Tensor>& buffer, uint32_t slot, Tensor grad) {
+  Tensor& dst = buffer[slot];
+  dst = dst.defined() ? add(dst, grad) : std::move(grad);
+}
+
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
+
+std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
+  FRUGAL_CHECK(fn_ != nullptr, "backward: trying to backward through '", name_,
+               "' a second time, but its saved tensors were already freed; pass ",
+               "retain_graph=true to the first backward");
+  return fn_(grads);
+}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
+  Tensor g = std::move(grads[0]);
+  if (!g.defined()) return {};
+  FRUGAL_CHECK(g.shape() == leaf_->shape, "AccumulateGrad: gradient of shape ", g.shape(),
+               " for a leaf of shape ", leaf_->shape);
+  if (g.dtype() != leaf_->dtype) g = cast(g, leaf_->dtype);
+  if (leaf_->grad) {
+    leaf_->grad = add(Tensor(leaf_->grad), g).impl_ptr();
+  } else {
+    // The incoming gradient may alias another tensor (e.g. add passes one gradient to both
+    // inputs); give the leaf its own copy so in-place updates of .grad stay local.
+    bool shared = g.impl().storage.use_count() > 1;
+    leaf_->grad = (shared ? g.clone() : g).detach().impl_ptr();
+  }
+  return {};
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.requires_grad()) return true;
+  }
+  return false;
+}
+
+Edge edge_of(const Tensor& t) {
+  TensorImpl& impl = t.impl();
+  if (impl.grad_fn) return {impl.grad_fn, impl.output_nr};
+  if (!impl.requires_grad) return {};
+  std::shared_ptr<Node> acc = impl.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    acc->sequence_nr = g_next_sequence_nr++;
+    impl.grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& inputs,
+                           std::vector<Tensor> outputs, BackwardFn fn) {
+  if (!any_requires_grad(inputs)) return outputs;
+  auto node = std::make_shared<FunctionNode>(name, std::move(fn));
+  node->num_outputs = static_cast<uint32_t>(outputs.size());
+  node->sequence_nr = g_next_sequence_nr++;
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor& in : inputs) {
+    node->next_edges.push_back(in.defined() && in.requires_grad() ? edge_of(in) : Edge{});
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined()) continue;
+    outputs[i].impl().grad_fn = node;
+    outputs[i].impl().output_nr = static_cast<uint32_t>(i);
+  }
+  return outputs;
+}
+
+Tensor record(const std::string& name, const std::vector<Tensor>& inputs, Tensor output,
+              BackwardFn fn) {
+  return record(name, inputs, std::vector<Tensor>{std::move(output)}, std::move(fn))[0];
+}
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                  bool retain_graph) {
+  NoGradGuard no_grad;  // gradients are computed without building a graph of their own
+
+  // Count, for every reachable node, how many edges lead into it.
+  std::unordered_map<Node*, int> deps;
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  std::vector<std::shared_ptr<Node>> keep_alive;
+  std::vector<Node*> stack;
+  std::unordered_set<Node*> seen;
+  std::vector<Edge> root_edges;
+  for (const Tensor& r : roots) {
+    Edge e = edge_of(r);
+    root_edges.push_back(e);
+    if (e.node && seen.insert(e.node.get()).second) {
+      stack.push_back(e.node.get());
+      keep_alive.push_back(e.node);
+    }
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.node) continue;
+      deps[e.node.get()]++;
+      if (seen.insert(e.node.get()).second) {
+        stack.push_back(e.node.get());
+        keep_alive.push_back(e.node);
+      }
+    }
+  }
+
+  std::priority_queue<Node*, std::vector<Node*>, BySequence> ready;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Edge& e = root_edges[i];
+    if (!e.node) continue;
+    auto& buf = buffers[e.node.get()];
+    buf.resize(e.node->num_outputs);
+    accumulate_into(buf, e.input_nr, grads[i]);
+  }
+  for (const Edge& e : root_edges) {
+    if (e.node && deps[e.node.get()] == 0) {
+      deps[e.node.get()] = -1;  // queued
+      ready.push(e.node.get());
+    }
+  }
+
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    std::vector<Tensor> in;
+    if (auto it = buffers.find(node); it != buffers.end()) {
+      in = std::move(it->second);
+      buffers.erase(it);
+    }
+    in.resize(node->num_outputs);
+    bool any = false;
+    for (const Tensor& g : in) any = any || g.defined();
+    std::vector<Tensor> out;
+    if (any) out = node->apply(std::move(in));
+    in.clear();
+    if (!retain_graph) node->release_saved();
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.node) continue;
+      if (i < out.size() && out[i].defined()) {
+        auto& buf = buffers[e.node.get()];
+        buf.resize(e.node->num_outputs);
+        accumulate_into(buf, e.input_nr, std::move(out[i]));
+      }
+      if (--deps[e.node.get()] == 0) ready.push(e.node.get());
+    }
+  }
+}
+
+}  // namespace frugal::autograd

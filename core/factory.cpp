@@ -1,0 +1,104 @@
+// Tensor factories: constant fills, seeded random draws, ranges and host data.
+#include "core/factory.h"
+
+#include <cstring>
+
+#include "base/half.h"
+#include "core/op_util.h"
+#include "core/ops.h"
+#include "kernels/elementwise.h"
+#include "kernels/random.h"
+
+namespace frugal {
+
+Generator& default_generator() {
+  static Generator gen(0x5eed);
+  return gen;
+}
+
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+Tensor full(const Shape& shape, double value, TensorOptions opts) {
+  Tensor t = Tensor::empty(shape, {opts.dtype, opts.device, false});
+  fill_(t, value);
+  if (opts.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0.0, opts); }
+Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
+
+namespace {
+
+// Draws into an f32/f64 tensor (16-bit CPU tensors draw in f32 and round, so values match a
+// CUDA draw of the same dtype up to the final rounding).
+template <typename Draw>
+Tensor random_tensor(const Shape& shape, TensorOptions opts, Draw draw) {
+  FRUGAL_CHECK(is_floating(opts.dtype), "random: expected a floating dtype, got ", opts.dtype);
+  bool half_on_cpu = opts.device.is_cpu() && is_low_precision(opts.dtype);
+  DType draw_dtype = half_on_cpu ? DType::f32 : opts.dtype;
+  Tensor t = Tensor::empty(shape, {draw_dtype, opts.device, false});
+  if (!opts.device.is_meta()) draw(t);
+  if (half_on_cpu) t = detail::cast_raw(t, opts.dtype);
+  if (opts.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+}  // namespace
+
+Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts, double lo, double hi) {
+  uint64_t offset = gen.take(static_cast<uint64_t>(shape.numel()));
+  return random_tensor(shape, opts, [&](const Tensor& t) {
+    kernels::fill_uniform(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(),
+                          offset, lo, hi);
+  });
+}
+
+Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts, double mean, double stddev) {
+  uint64_t offset = gen.take(static_cast<uint64_t>(shape.numel()));
+  return random_tensor(shape, opts, [&](const Tensor& t) {
+    kernels::fill_normal(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(),
+                         offset, mean, stddev);
+  });
+}
+
+Tensor arange(int64_t n, TensorOptions opts) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>(i);
+  return from_vector(v, Shape{n}, opts);
+}
+
+Tensor from_blob(const void* data, const Shape& shape, DType dtype, TensorOptions opts) {
+  Tensor host = Tensor::empty(shape, {dtype, Device::cpu(), false});
+  if (host.nbytes() > 0) std::memcpy(host.data_ptr(), data, host.nbytes());
+  Tensor out = opts.device.is_cpu() ? host : host.to(opts.device);
+  if (opts.requires_grad) out.requires_grad_(true);
+  return out;
+}
+
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
+  FRUGAL_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ",
+               values.size(), " values for shape ", shape, " (", shape.numel(), " elements)");
+  Tensor host = Tensor::empty(shape, {opts.dtype, Device::cpu(), false});
+  void* p = host.data_ptr();
+  for (size_t i = 0; i < values.size(); ++i) {
+    double v = values[i];
+    switch (opts.dtype) {
+      case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+      case DType::f64: static_cast<double*>(p)[i] = v; break;
+      case DType::f16: static_cast<uint16_t*>(p)[i] = float_to_f16(static_cast<float>(v)); break;
+      case DType::bf16:
+        static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v));
+        break;
+      case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+      case DType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    }
+  }
+  Tensor out = opts.device.is_cpu() ? host : host.to(opts.device);
+  if (opts.requires_grad) out.requires_grad_(true);
+  return out;
+}
+
+}  // namespace frugal

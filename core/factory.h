@@ -1,0 +1,59 @@
+// Tensor factories and the seeded random generator.
+//
+//   Generator gen(42);
+//   Tensor x = randn({4, 8}, gen);                        // f32 on the CPU
+//   Tensor y = zeros({4, 8}, {.dtype = DType::bf16, .device = Device::cuda()});
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace frugal {
+
+// Counter-based generator (kernels/random.h): a draw of n values uses offsets
+// [offset, offset + n) and advances offset, so CPU and CUDA draws agree value for value.
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0) : seed_(seed) {}
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  void manual_seed(uint64_t seed) {
+    seed_ = seed;
+    offset_ = 0;
+  }
+  void set_offset(uint64_t offset) { offset_ = offset; }
+  // Reserves n draws and returns the first offset.
+  uint64_t take(uint64_t n) {
+    uint64_t o = offset_;
+    offset_ += n;
+    return o;
+  }
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+// The process-wide generator used when none is given; manual_seed resets it.
+Generator& default_generator();
+void manual_seed(uint64_t seed);
+
+Tensor zeros(const Shape& shape, TensorOptions opts = {});
+Tensor ones(const Shape& shape, TensorOptions opts = {});
+Tensor full(const Shape& shape, double value, TensorOptions opts = {});
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts = {}, double lo = 0,
+            double hi = 1);
+Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts = {}, double mean = 0,
+             double stddev = 1);
+Tensor arange(int64_t n, TensorOptions opts = {});
+// Copies `data` (of `dtype`, host memory) into a new tensor on opts.device. Unlike PyTorch's
+// from_blob this copies: every tensor byte must come from a frugal allocator.
+Tensor from_blob(const void* data, const Shape& shape, DType dtype, TensorOptions opts = {});
+// Values converted to opts.dtype (any floating dtype, or i64 for labels).
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions opts = {});
+
+}  // namespace frugal

@@ -1,0 +1,133 @@
+// Arithmetic ops with broadcasting and their backward. Mixed dtypes promote to the wider one
+// (the "promote" autocast policy); gradients return in each input's own dtype.
+#include "core/autograd.h"
+#include "core/op_util.h"
+#include "core/ops.h"
+#include "kernels/elementwise.h"
+
+namespace frugal {
+namespace {
+
+using kernels::BinaryOp;
+
+const char* op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add: return "add";
+    case BinaryOp::sub: return "sub";
+    case BinaryOp::mul: return "mul";
+    case BinaryOp::div: return "div";
+  }
+  return "?";
+}
+
+Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = op_name(op);
+  detail::check_same_device(name, {&a, &b});
+  detail::check_floating(name, a);
+  detail::check_floating(name, b);
+  DType dt = promote(a.dtype(), b.dtype());
+  Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor ac = detail::cast_raw(a, dt), bc = detail::cast_raw(b, dt);
+  if (detail::cpu_half(ac)) {
+    return detail::cast_raw(binary_raw(op, detail::cast_raw(ac, DType::f32),
+                                       detail::cast_raw(bc, DType::f32)),
+                            dt);
+  }
+  Tensor out = Tensor::empty(out_shape, {dt, a.device()});
+  if (a.device().is_meta()) return out;
+  kernels::binary(detail::ctx_of(a), op, dt,
+                  kernels::make_broadcast(out_shape, ac.shape(), bc.shape()), ac.data_ptr(),
+                  bc.data_ptr(), out.data_ptr());
+  return out;
+}
+
+Tensor affine_raw(const Tensor& a, double alpha, double beta) {
+  detail::check_floating("affine", a);
+  if (detail::cpu_half(a)) {
+    return detail::cast_raw(affine_raw(detail::cast_raw(a, DType::f32), alpha, beta), a.dtype());
+  }
+  Tensor out = Tensor::empty(a.shape(), a.options());
+  if (a.device().is_meta()) return out;
+  kernels::affine(detail::ctx_of(a), a.dtype(), a.numel(), a.data_ptr(), alpha, beta,
+                  out.data_ptr());
+  return out;
+}
+
+// Gradient of an input of shape/dtype like `like` from a gradient of the broadcast shape.
+Tensor reduce_grad(const Tensor& g, const Shape& shape, DType dtype) {
+  return detail::cast_raw(detail::sum_to_raw(g, shape), dtype);
+}
+
+Tensor affine(const char* name, const Tensor& a, double alpha, double beta) {
+  detail::check_defined(name, {&a});
+  Tensor out = affine_raw(a, alpha, beta);
+  return autograd::record(name, {a}, out, [alpha](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{affine_raw(g[0], alpha, 0.0)};
+  });
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(BinaryOp::add, a, b);
+  return autograd::record(
+      "add", {a, b}, out,
+      [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](
+          const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        return {reduce_grad(g[0], sa, da), reduce_grad(g[0], sb, db)};
+      });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(BinaryOp::sub, a, b);
+  return autograd::record(
+      "sub", {a, b}, out,
+      [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](
+          const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        return {reduce_grad(g[0], sa, da), reduce_grad(affine_raw(g[0], -1.0, 0.0), sb, db)};
+      });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(BinaryOp::mul, a, b);
+  bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  // Save only what the other input's gradient needs (STYLE 5: save the minimum).
+  return autograd::record(
+      "mul", {a, b}, out,
+      [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype(),
+       a_saved = need_b ? autograd::save(a) : Tensor(),
+       b_saved = need_a ? autograd::save(b) : Tensor()](
+          const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        Tensor ga, gb;
+        if (b_saved.defined()) ga = reduce_grad(binary_raw(BinaryOp::mul, g[0], b_saved), sa, da);
+        if (a_saved.defined()) gb = reduce_grad(binary_raw(BinaryOp::mul, g[0], a_saved), sb, db);
+        return {ga, gb};
+      });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(BinaryOp::div, a, b);
+  bool need_b = b.requires_grad();
+  return autograd::record(
+      "div", {a, b}, out,
+      [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype(),
+       b_saved = autograd::save(b), out_saved = need_b ? autograd::save(out) : Tensor()](
+          const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        Tensor g_over_b = binary_raw(BinaryOp::div, g[0], b_saved);
+        Tensor gb;
+        if (out_saved.defined()) {  // d(a/b)/db = -(a/b)/b
+          gb = reduce_grad(affine_raw(binary_raw(BinaryOp::mul, g_over_b, out_saved), -1.0, 0.0),
+                           sb, db);
+        }
+        return {reduce_grad(g_over_b, sa, da), gb};
+      });
+}
+
+Tensor add(const Tensor& a, double s) { return affine("add_scalar", a, 1.0, s); }
+Tensor sub(const Tensor& a, double s) { return affine("sub_scalar", a, 1.0, -s); }
+Tensor mul(const Tensor& a, double s) { return affine("mul_scalar", a, s, 0.0); }
+Tensor div(const Tensor& a, double s) { return affine("div_scalar", a, 1.0 / s, 0.0); }
+Tensor rsub(const Tensor& a, double s) { return affine("rsub_scalar", a, -1.0, s); }
+Tensor neg(const Tensor& a) { return affine("neg", a, -1.0, 0.0); }
+
+}  // namespace frugal

@@ -1,0 +1,78 @@
+// Shape and dtype ops (reshape, cast) and in-place helpers (fill_, copy_, allclose).
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/op_util.h"
+#include "core/ops.h"
+#include "kernels/elementwise.h"
+
+namespace frugal {
+
+Tensor reshape(const Tensor& a, const Shape& shape) {
+  detail::check_defined("reshape", {&a});
+  std::vector<int64_t> dims = shape.dims();
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == -1) {
+      FRUGAL_CHECK(infer < 0, "reshape: more than one -1 in ", shape);
+      infer = static_cast<int64_t>(i);
+    } else {
+      known *= dims[i];
+    }
+  }
+  if (infer >= 0) {
+    FRUGAL_CHECK(known > 0 && a.numel() % known == 0, "reshape: cannot reshape ", a.shape(),
+                 " to ", shape);
+    dims[static_cast<size_t>(infer)] = a.numel() / known;
+  }
+  Shape target(dims);
+  FRUGAL_CHECK(target.numel() == a.numel(), "reshape: cannot reshape ", a.shape(), " (",
+               a.numel(), " elements) to ", shape);
+  Tensor out = a.detach();
+  out.impl().shape = target;
+  return autograd::record("reshape", {a}, out, [in_shape = a.shape()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{reshape(g[0], in_shape)};
+  });
+}
+
+Tensor cast(const Tensor& a, DType dtype) {
+  detail::check_defined("cast", {&a});
+  if (a.dtype() == dtype) return a;
+  Tensor out = detail::cast_raw(a, dtype);
+  if (!is_floating(dtype)) return out;  // integer results carry no gradient
+  return autograd::record("cast", {a}, out, [from = a.dtype()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{detail::cast_raw(g[0], from)};
+  });
+}
+
+void fill_(const Tensor& t, double value) {
+  detail::check_defined("fill_", {&t});
+  t.bump_version();
+  if (t.device().is_meta()) return;
+  kernels::fill(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), value);
+}
+
+void copy_(const Tensor& dst, const Tensor& src) {
+  detail::check_defined("copy_", {&dst, &src});
+  FRUGAL_CHECK(dst.shape() == src.shape(), "copy_: shapes differ: destination ", describe(dst),
+               ", source ", describe(src));
+  dst.bump_version();
+  if (dst.device().is_meta()) return;
+  Tensor s = src.detach();
+  if (s.device() != dst.device()) s = s.to(dst.device());
+  s = detail::cast_raw(s, dst.dtype());
+  Device d = dst.device();
+  kernels::copy_bytes(kernels::Context::of(d), d, dst.data_ptr(), d, s.data_ptr(), dst.nbytes());
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  if (a.shape() != b.shape()) return false;
+  std::vector<double> va = a.to_vector(), vb = b.to_vector();
+  for (size_t i = 0; i < va.size(); ++i) {
+    if (std::isnan(va[i]) || std::isnan(vb[i])) return false;
+    if (std::abs(va[i] - vb[i]) > atol + rtol * std::abs(vb[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace frugal

@@ -1,0 +1,125 @@
+// Tensor: a shared handle to contiguous storage from the device allocator, with shape, dtype,
+// device and autograd metadata. Copies of a Tensor alias the same data (like torch::Tensor);
+// `reshape` is the only view. Data on the meta device is shape and byte count only.
+//
+//   Tensor x = randn({8, 32, 32, 3}, gen, {.device = Device::cuda()});   // NHWC
+//   Tensor w = zeros({16, 3, 3, 3}, {.requires_grad = true});
+//   Tensor loss = ...; loss.backward(); w.grad();
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "base/device.h"
+#include "base/dtype.h"
+#include "base/error.h"
+#include "base/shape.h"
+#include "memory/allocator.h"
+
+namespace frugal {
+
+namespace autograd {
+class Node;
+}
+
+struct TensorOptions {
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+  bool requires_grad = false;
+};
+
+// The bytes behind one or more tensors (a tensor and its reshapes share one Storage).
+struct Storage {
+  memory::DataPtr data;
+  Device device;
+  size_t nbytes = 0;
+  void* ptr() const { return data.get(); }
+};
+
+class Tensor;
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  DType dtype = DType::f32;
+  bool requires_grad = false;  // leaves only; non-leaves require grad through grad_fn
+  std::shared_ptr<TensorImpl> grad;
+  std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
+  uint32_t output_nr = 0;                   // which output of grad_fn this is
+  std::weak_ptr<autograd::Node> grad_accumulator;
+  uint64_t version = 0;  // bumped by in-place writes (optimizer steps)
+  std::string name;      // optional tag, shown by the memory tools
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  // Uninitialised tensor from the device's allocator (counted). Prefer the factories.
+  static Tensor empty(const Shape& shape, TensorOptions opts = {});
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().shape; }
+  int64_t size(int64_t dim) const { return shape()[shape().dim(dim)]; }
+  int64_t ndim() const { return shape().ndim(); }
+  int64_t numel() const { return shape().numel(); }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device; }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
+  TensorOptions options() const { return {dtype(), device(), false}; }
+
+  void* data_ptr() const { return impl().storage->ptr(); }
+  // Typed pointer; checks that T matches the dtype (uint16_t for f16/bf16).
+  template <typename T>
+  T* data() const;
+
+  // Views and copies.
+  Tensor reshape(const Shape& shape) const;  // shares storage; -1 infers one extent
+  Tensor flatten(int64_t start_dim = 1) const;
+  Tensor to(Device device) const;  // no copy when already there
+  Tensor to(DType dtype) const;    // differentiable cast; no copy when already that dtype
+  Tensor clone() const;            // differentiable deep copy
+  Tensor detach() const;           // same storage, no history
+  double item() const;             // one-element tensor to double (synchronises)
+  // All values as doubles on the host (for tests, printing and small tensors).
+  std::vector<double> to_vector() const;
+  std::string str() const;
+
+  // Autograd.
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool on = true);
+  bool is_leaf() const { return impl().grad_fn == nullptr; }
+  Tensor grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
+  void set_grad(const Tensor& g);
+  void zero_grad() { impl().grad.reset(); }  // set_to_none, PyTorch 2's default
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
+  // Backpropagates from this tensor. Without `grad` the tensor must have one element.
+  void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
+
+  void bump_version() const { impl_->version++; }
+  Tensor& set_name(std::string name) {
+    impl().name = std::move(name);
+    return *this;
+  }
+  const std::string& name() const { return impl().name; }
+
+  TensorImpl& impl() const {
+    FRUGAL_CHECK(impl_ != nullptr, "use of an undefined tensor");
+    return *impl_;
+  }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool same(const Tensor& o) const { return impl_ == o.impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// "[8, 3, 32, 32] f32 cuda:0" for error messages.
+std::string describe(const Tensor& t);
+
+}  // namespace frugal

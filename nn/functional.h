@@ -1,0 +1,67 @@
+// Differentiable NN ops on NHWC activations: convolution, linear, batch norm, activations,
+// pooling, dropout and cross-entropy. Forward and backward of each op sit together in one
+// file, nn/functional_*.cpp (Note [CPU dtypes]: 16-bit CPU tensors compute in f32 and round back).
+//
+//   Tensor y = nn::functional::conv2d(x, w, b, {.stride = 2, .padding = 1});  // x [N,H,W,C]
+//   Tensor loss = nn::functional::cross_entropy(logits, labels, {.label_smoothing = 0.1});
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/factory.h"
+#include "core/tensor.h"
+
+namespace frugal::nn::functional {
+
+struct Conv2dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+};
+// x [N, H, W, C], weight [K, kh, kw, C/groups], bias [K] or undefined -> [N, OH, OW, K]
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions opt = {});
+
+// x [..., in], weight [out, in], bias [out] or undefined -> [..., out]
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+struct BatchNormOptions {
+  bool training = true;
+  double momentum = 0.1;
+  double eps = 1e-5;
+};
+// x [N, H, W, C] (or [N, C]); weight, bias, running_mean, running_var [C] in acc_dtype(x).
+// In training the running statistics are updated in place (when defined).
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt = {});
+
+Tensor relu(const Tensor& x);
+Tensor relu6(const Tensor& x);
+Tensor hardswish(const Tensor& x);
+Tensor silu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+
+struct Pool2dOptions {
+  int64_t kernel = 2;
+  int64_t stride = 0;  // 0: same as kernel, as PyTorch's default
+  int64_t padding = 0;
+  bool count_include_pad = true;
+};
+Tensor max_pool2d(const Tensor& x, Pool2dOptions opt);
+Tensor avg_pool2d(const Tensor& x, Pool2dOptions opt);
+// [N, H, W, C] -> [N, 1, 1, C] (AdaptiveAvgPool2d(1))
+Tensor global_avg_pool(const Tensor& x);
+
+// Zeroes each element with probability p and scales the rest by 1/(1-p) when training.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());
+
+enum class Reduction { mean, sum, none };
+struct CrossEntropyOptions {
+  double label_smoothing = 0.0;
+  Reduction reduction = Reduction::mean;
+};
+// logits [N, C] (computed in f32 whatever their dtype), labels i64 [N] -> scalar (or [N])
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions opt = {});
+
+}  // namespace frugal::nn::functional

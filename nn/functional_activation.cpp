@@ -1,0 +1,61 @@
+// Pointwise activations: one kernel family, the backward computed from the saved input.
+#include "core/autograd.h"
+#include "core/op_util.h"
+#include "kernels/elementwise.h"
+#include "nn/functional.h"
+
+namespace frugal::nn::functional {
+namespace {
+
+using kernels::Activation;
+
+constexpr const char* kActivationNames[] = {"relu", "relu6", "hardswish", "silu", "sigmoid"};
+static_assert(sizeof(kActivationNames) / sizeof(kActivationNames[0]) == kernels::kNumActivations,
+              "every activation needs a name");
+
+Tensor activation_raw(Activation act, const Tensor& x) {
+  if (detail::cpu_half(x)) {
+    return detail::cast_raw(activation_raw(act, detail::cast_raw(x, DType::f32)), x.dtype());
+  }
+  Tensor y = Tensor::empty(x.shape(), x.options());
+  if (!x.device().is_meta()) {
+    kernels::activation_forward(detail::ctx_of(x), act, x.dtype(), x.numel(), x.data_ptr(),
+                                y.data_ptr());
+  }
+  return y;
+}
+
+Tensor activation_backward_raw(Activation act, const Tensor& x, const Tensor& g) {
+  if (detail::cpu_half(x)) {
+    return detail::cast_raw(activation_backward_raw(act, detail::cast_raw(x, DType::f32),
+                                                    detail::cast_raw(g, DType::f32)),
+                            x.dtype());
+  }
+  Tensor gc = detail::cast_raw(g, x.dtype());
+  Tensor dx = Tensor::empty(x.shape(), x.options());
+  if (!x.device().is_meta()) {
+    kernels::activation_backward(detail::ctx_of(x), act, x.dtype(), x.numel(), x.data_ptr(),
+                                 gc.data_ptr(), dx.data_ptr());
+  }
+  return dx;
+}
+
+Tensor activation(Activation act, const Tensor& x) {
+  const char* name = kActivationNames[static_cast<int>(act)];
+  detail::check_defined(name, {&x});
+  detail::check_floating(name, x);
+  Tensor y = activation_raw(act, x);
+  return autograd::record(name, {x}, y, [act, x_saved = autograd::save(x)](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{activation_backward_raw(act, x_saved, g[0])};
+  });
+}
+
+}  // namespace
+
+Tensor relu(const Tensor& x) { return activation(Activation::relu, x); }
+Tensor relu6(const Tensor& x) { return activation(Activation::relu6, x); }
+Tensor hardswish(const Tensor& x) { return activation(Activation::hardswish, x); }
+Tensor silu(const Tensor& x) { return activation(Activation::silu, x); }
+Tensor sigmoid(const Tensor& x) { return activation(Activation::sigmoid, x); }
+
+}  // namespace frugal::nn::functional

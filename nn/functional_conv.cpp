@@ -1,0 +1,116 @@
+// conv2d and linear: forward and backward side by side.
+#include "core/autograd.h"
+#include "core/op_util.h"
+#include "core/ops.h"
+#include "kernels/conv.h"
+#include "nn/functional.h"
+
+namespace frugal::nn::functional {
+namespace {
+
+using detail::cast_raw;
+
+kernels::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
+  FRUGAL_CHECK(x.ndim() == 4 && w.ndim() == 4, "conv2d: expected x [N, H, W, C] and weight ",
+               "[K, kh, kw, C/groups], got x ", describe(x), " and weight ", describe(w));
+  FRUGAL_CHECK(o.stride > 0 && o.dilation > 0 && o.padding >= 0 && o.groups > 0,
+               "conv2d: bad options stride=", o.stride, " padding=", o.padding,
+               " dilation=", o.dilation, " groups=", o.groups);
+  kernels::Conv2dShape s;
+  s.n = x.size(0), s.h = x.size(1), s.w = x.size(2), s.c = x.size(3);
+  s.k = w.size(0), s.kh = w.size(1), s.kw = w.size(2);
+  s.stride_h = s.stride_w = o.stride;
+  s.pad_h = s.pad_w = o.padding;
+  s.dil_h = s.dil_w = o.dilation;
+  s.groups = o.groups;
+  FRUGAL_CHECK(s.c % s.groups == 0 && s.k % s.groups == 0 && w.size(3) * s.groups == s.c,
+               "conv2d: input ", describe(x), " with groups=", o.groups,
+               " does not match weight ", describe(w), " (weight must be [K, kh, kw, C/groups])");
+  FRUGAL_CHECK(s.oh() > 0 && s.ow() > 0, "conv2d: input ", describe(x), " is too small for ",
+               s.str());
+  return s;
+}
+
+Tensor conv_forward_raw(const Tensor& x, const Tensor& w, const Tensor& b,
+                        const kernels::Conv2dShape& s) {
+  if (detail::cpu_half(x)) {
+    return cast_raw(conv_forward_raw(cast_raw(x, DType::f32), cast_raw(w, DType::f32),
+                                     b.defined() ? cast_raw(b, DType::f32) : b, s),
+                    x.dtype());
+  }
+  Tensor y = Tensor::empty(Shape{s.n, s.oh(), s.ow(), s.k}, x.options());
+  if (x.device().is_meta()) return y;
+  kernels::conv2d_forward(detail::ctx_of(x), x.dtype(), s, x.data_ptr(), w.data_ptr(),
+                          b.defined() ? b.data_ptr() : nullptr, y.data_ptr());
+  return y;
+}
+
+// Gradients in the compute dtype `dt` (f32 for 16-bit CPU tensors).
+std::vector<Tensor> conv_backward_raw(const Tensor& g, const Tensor& x, const Tensor& w,
+                                      bool need_x, bool need_w, bool need_b,
+                                      const kernels::Conv2dShape& s) {
+  DType dt = detail::cpu_half(g) ? DType::f32 : g.dtype();
+  Tensor gc = cast_raw(g, dt), xc = need_w ? cast_raw(x, dt) : x, wc = need_x ? cast_raw(w, dt) : w;
+  Tensor dx, dw, db;
+  kernels::Context ctx = detail::ctx_of(g);
+  bool meta = g.device().is_meta();
+  if (need_x) {
+    dx = Tensor::empty(Shape{s.n, s.h, s.w, s.c}, {dt, g.device()});
+    if (!meta) kernels::conv2d_backward_input(ctx, dt, s, gc.data_ptr(), wc.data_ptr(), dx.data_ptr());
+  }
+  if (need_w || need_b) {
+    dw = Tensor::empty(w.shape(), {dt, g.device()});
+    if (need_b) db = Tensor::empty(Shape{s.k}, {dt, g.device()});
+    if (!meta) {
+      kernels::conv2d_backward_weight(ctx, dt, s, xc.data_ptr(), gc.data_ptr(), dw.data_ptr(),
+                                      need_b ? db.data_ptr() : nullptr);
+    }
+  }
+  return {dx, dw, db};
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions opt) {
+  detail::check_same_device("conv2d", {&x, &weight});
+  kernels::Conv2dShape s = conv_shape(x, weight, opt);
+  FRUGAL_CHECK(x.dtype() == weight.dtype(), "conv2d: input ", describe(x), " and weight ",
+               describe(weight), " have different dtypes");
+  if (bias.defined()) {
+    detail::check_same_device("conv2d", {&x, &bias});
+    FRUGAL_CHECK(bias.shape() == Shape{s.k} && bias.dtype() == x.dtype(), "conv2d: bias ",
+                 describe(bias), " does not match ", s.k, " output channels of dtype ", x.dtype());
+  }
+  Tensor y = conv_forward_raw(x, weight, bias, s);
+  bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  bool need_b = bias.defined() && bias.requires_grad();
+  return autograd::record(
+      "conv2d", {x, weight, bias}, y,
+      [s, need_x, need_w, need_b, x_saved = need_w ? autograd::save(x) : Tensor(),
+       w_saved = need_x ? autograd::save(weight) : Tensor(), dx_dtype = x.dtype(),
+       dw_dtype = weight.dtype()](const std::vector<Tensor>& g) {
+        std::vector<Tensor> d = conv_backward_raw(g[0], x_saved, w_saved, need_x, need_w, need_b, s);
+        return std::vector<Tensor>{d[0].defined() ? cast_raw(d[0], dx_dtype) : d[0],
+                                   d[1].defined() ? cast_raw(d[1], dw_dtype) : d[1],
+                                   d[2].defined() ? cast_raw(d[2], dw_dtype) : d[2]};
+      });
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  FRUGAL_CHECK(x.ndim() >= 1 && weight.ndim() == 2 && x.size(-1) == weight.size(1),
+               "linear: input ", describe(x), " does not match weight ", describe(weight),
+               " (expected [..., ", weight.ndim() == 2 ? weight.size(1) : -1, "])");
+  Tensor x2 = x.ndim() == 2 ? x : x.reshape(Shape{-1, x.size(-1)});
+  Tensor y = matmul(x2, weight, /*trans_b=*/true);
+  if (bias.defined()) {
+    FRUGAL_CHECK(bias.shape() == Shape{weight.size(0)}, "linear: bias ", describe(bias),
+                 " does not match weight ", describe(weight));
+    y = add(y, bias);
+  }
+  if (x.ndim() == 2) return y;
+  std::vector<int64_t> dims = x.shape().dims();
+  dims.back() = weight.size(0);
+  return y.reshape(Shape(dims));
+}
+
+}  // namespace frugal::nn::functional

@@ -1,0 +1,86 @@
+// Layers with parameters: construction with PyTorch's default initialisation, and forward.
+#include "nn/layers.h"
+
+#include "core/factory.h"
+#include "core/ops.h"
+#include "nn/init.h"
+
+namespace frugal::nn {
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions opt)
+    : in_(in_channels), out_(out_channels), k_(kernel_size), opt_(opt) {
+  FRUGAL_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0 && opt.groups > 0 &&
+                   in_channels % opt.groups == 0 && out_channels % opt.groups == 0,
+               "Conv2d: bad configuration in=", in_channels, " out=", out_channels,
+               " kernel=", kernel_size, " groups=", opt.groups);
+  int64_t cin_g = in_channels / opt.groups;
+  weight = register_parameter("weight", zeros(Shape{out_channels, kernel_size, kernel_size, cin_g}));
+  int64_t fan_in = cin_g * kernel_size * kernel_size;
+  init::default_uniform_(weight, fan_in);
+  if (opt.bias) {
+    bias = register_parameter("bias", zeros(Shape{out_channels}));
+    init::default_uniform_(bias, fan_in);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return functional::conv2d(x, weight, bias, {opt_.stride, opt_.padding, opt_.dilation, opt_.groups});
+}
+
+std::string Conv2d::extra_repr() const {
+  return detail::str(in_, ", ", out_, ", kernel_size=", k_, ", stride=", opt_.stride,
+                     opt_.padding ? detail::str(", padding=", opt_.padding) : "",
+                     opt_.dilation != 1 ? detail::str(", dilation=", opt_.dilation) : "",
+                     opt_.groups != 1 ? detail::str(", groups=", opt_.groups) : "",
+                     opt_.bias ? "" : ", bias=False");
+}
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool has_bias) {
+  FRUGAL_CHECK(in_features > 0 && out_features > 0, "Linear: bad sizes in=", in_features,
+               " out=", out_features);
+  weight = register_parameter("weight", zeros(Shape{out_features, in_features}));
+  init::default_uniform_(weight, in_features);
+  if (has_bias) {
+    bias = register_parameter("bias", zeros(Shape{out_features}));
+    init::default_uniform_(bias, in_features);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) { return functional::linear(x, weight, bias); }
+
+std::string Linear::extra_repr() const {
+  return detail::str("in_features=", weight.size(1), ", out_features=", weight.size(0),
+                     bias.defined() ? "" : ", bias=False");
+}
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
+    : c_(num_features), eps_(eps), momentum_(momentum) {
+  FRUGAL_CHECK(num_features > 0, "BatchNorm2d: bad num_features ", num_features);
+  weight = register_parameter("weight", ones(Shape{c_}));
+  bias = register_parameter("bias", zeros(Shape{c_}));
+  running_mean = register_buffer("running_mean", zeros(Shape{c_}));
+  running_var = register_buffer("running_var", ones(Shape{c_}));
+  num_batches_tracked = register_buffer("num_batches_tracked", zeros(Shape{}, {.dtype = DType::i64}));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  if (is_training()) {
+    // Counted on the host and written with an asynchronous fill, so training never waits for
+    // the device; the host copy is read back once (after construction or a checkpoint load).
+    if (tracked_ < 0) tracked_ = static_cast<int64_t>(num_batches_tracked.item());
+    fill_(num_batches_tracked, static_cast<double>(++tracked_));
+  }
+  return functional::batch_norm(x, weight, bias, running_mean, running_var,
+                                {is_training(), momentum_, eps_});
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  return detail::str(c_, ", eps=", eps_, ", momentum=", momentum_);
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(int64_t output_size) {
+  FRUGAL_CHECK(output_size == 1, "AdaptiveAvgPool2d: only output_size=1 is supported, got ",
+               output_size);
+}
+
+}  // namespace frugal::nn

@@ -1,0 +1,138 @@
+// The standard layers, with PyTorch's constructor arguments, parameter names and default
+// initialisation. Activations are NHWC; conv weights [K, kh, kw, C/groups]; linear [out, in].
+#pragma once
+
+#include "nn/functional.h"
+#include "nn/module.h"
+
+namespace frugal::nn {
+
+struct Conv2dOptions {
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+  bool bias = true;
+};
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions opt = {});
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Conv2d"; }
+  Tensor weight;  // [K, kh, kw, C/groups]
+  Tensor bias;    // [K] or undefined
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  int64_t in_, out_, k_;
+  Conv2dOptions opt_;
+};
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Linear"; }
+  Tensor weight;  // [out, in]
+  Tensor bias;    // [out] or undefined
+
+ protected:
+  std::string extra_repr() const override;
+};
+
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BatchNorm2d"; }
+  Tensor weight, bias;                // [C] f32
+  Tensor running_mean, running_var;   // [C] f32 buffers
+  Tensor num_batches_tracked;         // i64 scalar buffer, as in PyTorch's state_dict
+  // Forget the host copy of num_batches_tracked (after its buffer was overwritten by a load).
+  void reset_tracked_cache() { tracked_ = -1; }
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  int64_t c_;
+  double eps_, momentum_;
+  int64_t tracked_ = -1;  // host copy of num_batches_tracked; -1 until read
+};
+
+// Stateless layers wrapping one functional op.
+#define FRUGAL_STATELESS_LAYER(Name, expr)                       \
+  class Name : public Module {                                   \
+   public:                                                       \
+    Tensor forward(const Tensor& x) override { return expr; }    \
+    std::string type_name() const override { return #Name; }     \
+  };
+FRUGAL_STATELESS_LAYER(ReLU, functional::relu(x))
+FRUGAL_STATELESS_LAYER(ReLU6, functional::relu6(x))
+FRUGAL_STATELESS_LAYER(Hardswish, functional::hardswish(x))
+FRUGAL_STATELESS_LAYER(SiLU, functional::silu(x))
+FRUGAL_STATELESS_LAYER(Sigmoid, functional::sigmoid(x))
+FRUGAL_STATELESS_LAYER(Identity, x)
+#undef FRUGAL_STATELESS_LAYER
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5) : p_(p) {}
+  Tensor forward(const Tensor& x) override {
+    return functional::dropout(x, p_, is_training());
+  }
+  std::string type_name() const override { return "Dropout"; }
+
+ private:
+  double p_;
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0)
+      : opt_{kernel, stride, padding, true} {}
+  Tensor forward(const Tensor& x) override { return functional::max_pool2d(x, opt_); }
+  std::string type_name() const override { return "MaxPool2d"; }
+
+ private:
+  functional::Pool2dOptions opt_;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0,
+                     bool count_include_pad = true)
+      : opt_{kernel, stride, padding, count_include_pad} {}
+  Tensor forward(const Tensor& x) override { return functional::avg_pool2d(x, opt_); }
+  std::string type_name() const override { return "AvgPool2d"; }
+
+ private:
+  functional::Pool2dOptions opt_;
+};
+
+// AdaptiveAvgPool2d with output size 1 (the only size the models need): [N,H,W,C] -> [N,1,1,C].
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(int64_t output_size = 1);
+  Tensor forward(const Tensor& x) override { return functional::global_avg_pool(x); }
+  std::string type_name() const override { return "AdaptiveAvgPool2d"; }
+};
+
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.flatten(1); }
+  std::string type_name() const override { return "Flatten"; }
+};
+
+class CrossEntropyLoss {
+ public:
+  explicit CrossEntropyLoss(functional::CrossEntropyOptions opt = {}) : opt_(opt) {}
+  Tensor operator()(const Tensor& logits, const Tensor& labels) const {
+    return functional::cross_entropy(logits, labels, opt_);
+  }
+
+ private:
+  functional::CrossEntropyOptions opt_;
+};
+
+}  // namespace frugal::nn

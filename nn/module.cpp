@@ -1,0 +1,102 @@
+// Module bookkeeping: registration, recursive naming, modes and device moves.
+#include "nn/module.h"
+
+#include <sstream>
+
+#include "core/op_util.h"
+
+namespace frugal::nn {
+
+Tensor Module::register_parameter(std::string name, Tensor t) {
+  FRUGAL_CHECK(t.defined(), "register_parameter: '", name, "' is undefined");
+  if (!t.requires_grad()) t.requires_grad_(true);
+  params_.emplace_back(std::move(name), t);
+  return t;
+}
+
+Tensor Module::register_buffer(std::string name, Tensor t) {
+  buffers_.emplace_back(std::move(name), t);
+  return t;
+}
+
+void Module::collect(const std::string& prefix, bool params, NamedTensors& out) const {
+  for (const auto& [name, t] : params ? params_ : buffers_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", params, out);
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  collect("", true, out);
+  return out;
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  collect("", false, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& [name, t] : named_parameters()) t.zero_grad();
+}
+
+void Module::to(Device device) {
+  auto move = [&](const Tensor& t) {
+    if (t.device() == device) return;
+    Tensor moved = t.detach().to(device);
+    t.impl().storage = moved.impl().storage;  // in place: every handle sees the new device
+    t.impl().grad.reset();
+  };
+  for (auto& [name, t] : named_parameters()) move(t);
+  for (auto& [name, t] : named_buffers()) move(t);
+}
+
+std::string Module::str(int indent) const {
+  std::ostringstream os;
+  os << type_name() << "(" << extra_repr();
+  if (!children_.empty()) {
+    os << "\n";
+    for (const auto& [name, child] : children_) {
+      os << std::string(static_cast<size_t>(indent + 2), ' ') << "(" << name
+         << "): " << child->str(indent + 2) << "\n";
+    }
+    os << std::string(static_cast<size_t>(indent), ' ');
+  }
+  os << ")";
+  return os.str();
+}
+
+Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) {
+  for (auto& m : modules) push_back(std::move(m));
+}
+
+void Sequential::push_back(std::shared_ptr<Module> m) {
+  FRUGAL_CHECK(m != nullptr, "Sequential: null module at index ", layers_.size());
+  register_module(std::to_string(layers_.size()), m);
+  layers_.push_back(std::move(m));
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& layer : layers_) h = layer->forward(h);
+  return h;
+}
+
+}  // namespace frugal::nn

@@ -1,0 +1,83 @@
+// Module: a layer or a model, with named parameters, buffers and children, PyTorch-style dotted
+// names ("features.0.0.weight") and train/eval mode.
+//
+//   class Block : public nn::Module {
+//    public:
+//     Block() { conv_ = register_module("conv", std::make_shared<nn::Conv2d>(3, 8, 3)); }
+//     Tensor forward(const Tensor& x) override { return conv_->forward(x); }
+//    private:
+//     std::shared_ptr<nn::Conv2d> conv_;
+//   };
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace frugal::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  // Short type name for printing ("Conv2d").
+  virtual std::string type_name() const = 0;
+
+  NamedTensors named_parameters() const;  // recursive, in registration order
+  NamedTensors named_buffers() const;
+  std::vector<Tensor> parameters() const;
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
+    return children_;
+  }
+  int64_t num_parameters() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void zero_grad();
+  // Moves parameters and buffers in place (every handle to them sees the new device).
+  void to(Device device);
+  std::string str(int indent = 0) const;  // the module tree, like print(model)
+
+ protected:
+  Tensor register_parameter(std::string name, Tensor t);
+  Tensor register_buffer(std::string name, Tensor t);
+  template <typename M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> m) {
+    children_.emplace_back(std::move(name), m);
+    return m;
+  }
+  // Extra text after the type name when printing, e.g. "3, 16, kernel_size=3".
+  virtual std::string extra_repr() const { return ""; }
+
+ private:
+  void collect(const std::string& prefix, bool params, NamedTensors& out) const;
+
+  NamedTensors params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// Runs children in order; children are named "0", "1", ... like torch.nn.Sequential.
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
+  void push_back(std::shared_ptr<Module> m);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Sequential"; }
+  size_t size() const { return layers_.size(); }
+  const std::shared_ptr<Module>& operator[](size_t i) const { return layers_[i]; }
+
+ private:
+  std::vector<std::shared_ptr<Module>> layers_;
+};
+
+}  // namespace frugal::nn

@@ -1,0 +1,50 @@
+// The shared step: validate all gradients, then update each parameter.
+#include "optim/optimizer.h"
+
+namespace frugal::optim {
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+  FRUGAL_CHECK(lr >= 0, "optimizer: learning rate must be >= 0, got ", lr);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    FRUGAL_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer: parameter ", i,
+                 " must be a leaf tensor that requires grad");
+    FRUGAL_CHECK(p.dtype() == DType::f32, "optimizer: parameter ", i, " is ", describe(p),
+                 "; master weights must be f32");
+  }
+}
+
+void Optimizer::step() {
+  // Check everything before touching anything: a failed step loses nothing.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    FRUGAL_CHECK(g.shape() == p.shape() && g.dtype() == DType::f32 && g.device() == p.device(),
+                 name(), ": gradient ", describe(g), " of parameter ", i, " does not match ",
+                 describe(p), " (f32 on the parameter's device expected)");
+  }
+  if (found_inf_.defined()) {
+    FRUGAL_CHECK(found_inf_.numel() == 1 && found_inf_.dtype() == DType::f32, name(),
+                 ": found_inf flag must be an f32 scalar, got ", describe(found_inf_));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor g = params_[i].grad();
+    if (!g.defined()) continue;
+    update(i, params_[i], g);
+    params_[i].bump_version();
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (Tensor& p : params_) p.zero_grad();
+}
+
+const float* Optimizer::found_inf_ptr(const Tensor& param) const {
+  if (!found_inf_.defined()) return nullptr;
+  FRUGAL_CHECK(found_inf_.device() == param.device(), name(), ": found_inf on ",
+               found_inf_.device(), " but parameter on ", param.device());
+  return found_inf_.data<float>();
+}
+
+}  // namespace frugal::optim

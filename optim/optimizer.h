@@ -1,0 +1,89 @@
+// Optimizers over f32 master parameters: SGD (momentum, dampening, nesterov, weight decay) and
+// AdamW, each one fused kernel per parameter. A step first checks every gradient and only then
+// updates, so a bad gradient throws and leaves weights and state as they were.
+//
+//   optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 4e-5});
+//   opt.zero_grad(); loss.backward(); opt.step();
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace frugal::optim {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> params, double lr);
+  virtual ~Optimizer() = default;
+  // Applies one update to every parameter that has a gradient.
+  void step();
+  void zero_grad();
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  const std::vector<Tensor>& params() const { return params_; }
+  // The loss scaler's device flag (f32 scalar): when non-zero, kernels skip the update.
+  void set_found_inf(const Tensor& flag) { found_inf_ = flag; }
+  const Tensor& found_inf() const { return found_inf_; }
+
+  // State as named tensors ("state.<i>.<name>", hyper-parameters as f64 scalars "lr", ...),
+  // and back. Loading checks every name, shape and dtype before changing anything.
+  virtual NamedTensors state_dict() const = 0;
+  virtual void load_state_dict(const NamedTensors& state) = 0;
+  virtual std::string name() const = 0;
+
+ protected:
+  virtual void update(size_t index, const Tensor& param, const Tensor& grad) = 0;
+  const float* found_inf_ptr(const Tensor& param) const;
+
+  std::vector<Tensor> params_;
+  double lr_;
+  Tensor found_inf_;
+};
+
+struct SgdOptions {
+  double lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SgdOptions opt);
+  NamedTensors state_dict() const override;
+  void load_state_dict(const NamedTensors& state) override;
+  std::string name() const override { return "sgd"; }
+  const SgdOptions& options() const { return opt_; }
+
+ protected:
+  void update(size_t index, const Tensor& param, const Tensor& grad) override;
+
+ private:
+  SgdOptions opt_;
+  std::vector<Tensor> momentum_;  // per parameter, undefined until its first step
+};
+
+struct AdamWOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<Tensor> params, AdamWOptions opt);
+  NamedTensors state_dict() const override;
+  void load_state_dict(const NamedTensors& state) override;
+  std::string name() const override { return "adamw"; }
+
+ protected:
+  void update(size_t index, const Tensor& param, const Tensor& grad) override;
+
+ private:
+  AdamWOptions opt_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<int64_t> steps_;
+};
+
+}  // namespace frugal::optim
