@@ -1,0 +1,125 @@
+// The autograd engine: accumulation, no-grad, retain_graph, errors, and eager freeing of saved
+// tensors (live bytes return to the baseline after backward).
+#include <gtest/gtest.h>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/ops.h"
+#include "memory/allocator.h"
+#include "nn/functional.h"
+
+using namespace frugal;
+
+namespace {
+int64_t live_cpu_bytes() { return memory::cpu_allocator().stats().allocated_bytes.current; }
+}  // namespace
+
+TEST(Autograd, GradientOfATensorUsedTwiceAccumulates) {
+  Tensor x = full({3}, 2.0, {.requires_grad = true});
+  Tensor y = sum(add(mul(x, x), mul(x, 3.0)));  // dy/dx = 2x + 3 = 7
+  y.backward();
+  for (double g : x.grad().to_vector()) EXPECT_DOUBLE_EQ(g, 7.0);
+  // A second backward on a new graph adds into .grad, as PyTorch does.
+  sum(x).backward();
+  for (double g : x.grad().to_vector()) EXPECT_DOUBLE_EQ(g, 8.0);
+  x.zero_grad();
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, BackwardWithExplicitGradientForNonScalar) {
+  Tensor x = full({2, 2}, 1.0, {.requires_grad = true});
+  Tensor y = mul(x, 5.0);
+  y.backward(from_vector({1, 2, 3, 4}, Shape{2, 2}));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{5, 10, 15, 20}));
+}
+
+TEST(Autograd, NonScalarBackwardWithoutGradientIsAnError) {
+  Tensor x = ones({2, 3}, {.requires_grad = true});
+  Tensor y = mul(x, 2.0);
+  try {
+    y.backward();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("backward: grad can be implicitly created only for scalar outputs"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("[2, 3] f32 cpu"), std::string::npos) << msg;
+  }
+  Tensor c = ones({2});
+  EXPECT_THROW(c.backward(), Error);  // does not require grad
+}
+
+TEST(Autograd, NoGradGuardRecordsNothing) {
+  Tensor x = ones({2}, {.requires_grad = true});
+  {
+    autograd::NoGradGuard guard;
+    EXPECT_FALSE(autograd::grad_enabled());
+    Tensor y = mul(x, 2.0);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_EQ(y.grad_fn(), nullptr);
+  }
+  EXPECT_TRUE(autograd::grad_enabled());
+  EXPECT_TRUE(mul(x, 2.0).requires_grad());
+}
+
+TEST(Autograd, SecondBackwardNeedsRetainGraph) {
+  Tensor x = full({2}, 3.0, {.requires_grad = true});
+  Tensor y = sum(mul(x, x));
+  y.backward({}, /*retain_graph=*/true);
+  y.backward();
+  for (double g : x.grad().to_vector()) EXPECT_DOUBLE_EQ(g, 12.0);
+  Tensor z = sum(mul(x, x));
+  z.backward();
+  try {
+    z.backward();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("second time"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Autograd, DetachStopsGradient) {
+  Tensor x = full({2}, 3.0, {.requires_grad = true});
+  Tensor y = sum(mul(x.detach(), x));
+  y.backward();
+  for (double g : x.grad().to_vector()) EXPECT_DOUBLE_EQ(g, 3.0);
+}
+
+TEST(Autograd, BackwardFreesSavedTensorsAndIntermediateGradients) {
+  Generator gen(1);
+  Tensor w = randn({8, 3, 3, 4}, gen, {.requires_grad = true});
+  Tensor x = randn({4, 16, 16, 4}, gen);
+  // Warm up so lazily created state (accumulators) does not count.
+  const int64_t before = live_cpu_bytes();
+  {
+    Tensor h = nn::functional::conv2d(x, w, Tensor(), {.padding = 1});
+    h = nn::functional::relu6(h);
+    h = nn::functional::batch_norm(h, ones({8}), zeros({8}), Tensor(), Tensor());
+    Tensor loss = mean(mul(h, h));
+    const int64_t during = live_cpu_bytes();
+    EXPECT_GT(during - before, 3 * 4 * 16 * 16 * 8 * 4) << "forward should hold activations";
+    loss.backward();
+    // After backward only the graph's outputs and w.grad remain: the saved activations are gone
+    // although h and loss are still alive.
+    const int64_t after = live_cpu_bytes();
+    const int64_t h_bytes = static_cast<int64_t>(h.nbytes());
+    const int64_t grad_bytes = static_cast<int64_t>(w.grad().nbytes());
+    EXPECT_LE(after - before, h_bytes + grad_bytes + 4096);
+  }
+  w.zero_grad();
+  EXPECT_EQ(live_cpu_bytes(), before);
+}
+
+TEST(Autograd, MetaTensorsTrackBytesWithoutData) {
+  const int64_t before = memory::meta_allocator().stats().allocated_bytes.current;
+  Tensor x = zeros({8, 32, 32, 3}, {.device = Device::meta()});
+  Tensor w = zeros({16, 3, 3, 3}, {.device = Device::meta(), .requires_grad = true});
+  Tensor y = nn::functional::conv2d(x, w, Tensor(), {.stride = 2, .padding = 1});
+  EXPECT_EQ(y.shape(), (Shape{8, 16, 16, 16}));
+  EXPECT_EQ(y.device(), Device::meta());
+  EXPECT_EQ(memory::meta_allocator().stats().allocated_bytes.current - before,
+            static_cast<int64_t>(x.nbytes() + w.nbytes() + y.nbytes()));
+  sum(y).backward();
+  EXPECT_EQ(w.grad().shape(), w.shape());
+}

@@ -1,0 +1,111 @@
+// Tensors: factories, copies and views, dtype casts, printing and error messages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/factory.h"
+#include "core/ops.h"
+
+using namespace frugal;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST(Tensor, FactoriesFillAndShape) {
+  Tensor z = zeros({2, 3});
+  EXPECT_EQ(z.shape(), (Shape{2, 3}));
+  EXPECT_EQ(z.dtype(), DType::f32);
+  for (double v : z.to_vector()) EXPECT_EQ(v, 0.0);
+  EXPECT_EQ(full({2}, 2.5, {.dtype = DType::bf16}).to_vector(), (std::vector<double>{2.5, 2.5}));
+  EXPECT_EQ(arange(4, {.dtype = DType::i64}).to_vector(), (std::vector<double>{0, 1, 2, 3}));
+  float raw[3] = {1.5f, -2.0f, 3.25f};
+  Tensor b = from_blob(raw, Shape{3}, DType::f32);
+  raw[0] = 100.f;  // from_blob copies
+  EXPECT_EQ(b.to_vector(), (std::vector<double>{1.5, -2.0, 3.25}));
+  EXPECT_DOUBLE_EQ(full({}, 4.0).item(), 4.0);
+}
+
+TEST(Tensor, SeededRandomIsReproducibleAndWellDistributed) {
+  Generator g1(7), g2(7);
+  Tensor a = randn({1000}, g1), b = randn({1000}, g2);
+  EXPECT_EQ(a.to_vector(), b.to_vector());
+  Tensor c = randn({1000}, g1);  // the generator advanced: new values
+  EXPECT_NE(a.to_vector(), c.to_vector());
+  std::vector<double> v = a.to_vector();
+  double m = 0, s = 0;
+  for (double x : v) m += x;
+  m /= v.size();
+  for (double x : v) s += (x - m) * (x - m);
+  s = std::sqrt(s / v.size());
+  EXPECT_NEAR(m, 0.0, 0.1);
+  EXPECT_NEAR(s, 1.0, 0.1);
+  for (double x : rand({500}, g1, {}, 2.0, 3.0).to_vector()) {
+    EXPECT_GE(x, 2.0);
+    EXPECT_LT(x, 3.0);
+  }
+}
+
+TEST(Tensor, ReshapeSharesStorageCloneDoesNot) {
+  Tensor a = arange(6);
+  Tensor r = a.reshape(Shape{2, -1});
+  EXPECT_EQ(r.shape(), (Shape{2, 3}));
+  EXPECT_EQ(r.data_ptr(), a.data_ptr());
+  Tensor c = a.clone();
+  EXPECT_NE(c.data_ptr(), a.data_ptr());
+  fill_(a, 1.0);
+  EXPECT_EQ(r.to_vector()[5], 1.0);
+  EXPECT_EQ(c.to_vector()[5], 5.0);
+  EXPECT_NE(error_of([&] { a.reshape(Shape{4, 2}); }).find("reshape: cannot reshape [6]"),
+            std::string::npos);
+}
+
+TEST(Tensor, CastsRoundToTheTargetType) {
+  Tensor a = from_vector({1.0, 1.0009765625, 3.14159}, Shape{3});
+  EXPECT_EQ(a.to(DType::f16).dtype(), DType::f16);
+  EXPECT_EQ(a.to(DType::f16).to_vector()[1], 1.0009765625);  // representable in f16
+  EXPECT_EQ(a.to(DType::bf16).to_vector()[1], 1.0);          // not in bf16
+  EXPECT_NEAR(a.to(DType::bf16).to_vector()[2], 3.140625, 1e-9);
+  EXPECT_EQ(a.to(DType::f64).to(DType::f32).to_vector(), a.to_vector());
+}
+
+TEST(Tensor, HalfTensorsComputeOnTheCpu) {
+  Tensor a = full({4}, 1.5, {.dtype = DType::f16}), b = full({4}, 0.25, {.dtype = DType::f16});
+  Tensor c = add(a, b);
+  EXPECT_EQ(c.dtype(), DType::f16);
+  EXPECT_EQ(c.to_vector()[0], 1.75);
+  EXPECT_EQ(add(a, full({4}, 1.0)).dtype(), DType::f32);  // promote
+}
+
+TEST(Tensor, PrintingShowsValuesShapeDtypeDevice) {
+  std::string s = from_vector({1, 2}, Shape{2}).str();
+  EXPECT_NE(s.find("[1, 2]"), std::string::npos) << s;
+  EXPECT_NE(s.find("dtype=f32"), std::string::npos) << s;
+  EXPECT_NE(s.find("device=cpu"), std::string::npos) << s;
+}
+
+TEST(Tensor, MismatchErrorsNameTheOpAndShapes) {
+  Tensor a = zeros({2, 3}), b = zeros({4, 3});
+  EXPECT_NE(error_of([&] { add(a, b); }).find("add: shapes [2, 3] and [4, 3] cannot be broadcast"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { matmul(a, zeros({2, 2})); }).find("matmul: inner dimensions differ"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { matmul(a, zeros({3, 2}, {.dtype = DType::f64})); })
+                .find("matmul: dtypes differ: [2, 3] f32 cpu and [3, 2] f64 cpu"),
+            std::string::npos);
+  Tensor m = zeros({2, 3}, {.device = Device::meta()});
+  EXPECT_NE(error_of([&] { add(a, m); }).find("add: expected all tensors on one device, got cpu and meta"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { zeros({2}).item(); }).find("item: tensor [2] f32 cpu has 2 elements"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { zeros({2}, {.dtype = DType::i64}).requires_grad_(); })
+                .find("only floating tensors"),
+            std::string::npos);
+}

@@ -1,0 +1,111 @@
+// Modules: PyTorch-style names, counts, modes, default init ranges, batch-norm semantics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/ops.h"
+#include "nn/layers.h"
+
+using namespace frugal;
+
+namespace {
+
+std::shared_ptr<nn::Sequential> conv_bn_relu(int64_t in, int64_t out) {
+  return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(in, out, 3, nn::Conv2dOptions{.padding = 1, .bias = false}),
+      std::make_shared<nn::BatchNorm2d>(out), std::make_shared<nn::ReLU6>()});
+}
+
+}  // namespace
+
+TEST(Module, DottedParameterNamesAndCounts) {
+  nn::Sequential features;
+  features.push_back(conv_bn_relu(3, 8));
+  features.push_back(std::make_shared<nn::Linear>(8, 10));
+  std::vector<std::string> names;
+  for (auto& [n, t] : features.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.0.weight", "0.1.weight", "0.1.bias", "1.weight",
+                                             "1.bias"}));
+  std::vector<std::string> buffers;
+  for (auto& [n, t] : features.named_buffers()) buffers.push_back(n);
+  EXPECT_EQ(buffers, (std::vector<std::string>{"0.1.running_mean", "0.1.running_var",
+                                               "0.1.num_batches_tracked"}));
+  EXPECT_EQ(features.num_parameters(), 8 * 3 * 3 * 3 + 8 + 8 + 8 * 10 + 10);
+  features.eval();
+  EXPECT_FALSE(features[0]->is_training());
+  EXPECT_NE(features.str().find("Conv2d(3, 8, kernel_size=3"), std::string::npos) << features.str();
+}
+
+TEST(Module, DefaultInitMatchesPyTorchBounds) {
+  nn::Conv2d conv(16, 32, 3);
+  double bound = 1.0 / std::sqrt(16.0 * 9.0);
+  double max_abs = 0;
+  for (double v : conv.weight.to_vector()) max_abs = std::max(max_abs, std::abs(v));
+  EXPECT_LE(max_abs, bound);
+  EXPECT_GT(max_abs, 0.9 * bound);  // a uniform draw of 4608 values reaches near the bound
+  nn::BatchNorm2d bn(4);
+  EXPECT_EQ(bn.weight.to_vector(), (std::vector<double>(4, 1.0)));
+  EXPECT_EQ(bn.running_var.to_vector(), (std::vector<double>(4, 1.0)));
+}
+
+TEST(BatchNorm, TrainingNormalisesWithBatchStatsAndUpdatesRunningStats) {
+  nn::BatchNorm2d bn(2, 1e-5, 0.1);
+  // Channel 0 takes 1, 2, 3, 4; channel 1 takes 10, 10, 10, 14.  x is [1, 2, 2, 2] NHWC.
+  Tensor x = from_vector({1, 10, 2, 10, 3, 10, 4, 14}, Shape{1, 2, 2, 2});
+  Tensor y = bn(x);
+  std::vector<double> v = y.to_vector();
+  double m0 = 2.5, var0 = 1.25;  // biased variance normalises
+  EXPECT_NEAR(v[0], (1 - m0) / std::sqrt(var0 + 1e-5), 1e-5);
+  EXPECT_NEAR(v[6], (4 - m0) / std::sqrt(var0 + 1e-5), 1e-5);
+  double m1 = 11, var1 = 3;
+  EXPECT_NEAR(v[7], (14 - m1) / std::sqrt(var1 + 1e-5), 1e-5);
+  // running = 0.9 * running + 0.1 * batch, with the unbiased variance (n / (n - 1)).
+  std::vector<double> rm = bn.running_mean.to_vector(), rv = bn.running_var.to_vector();
+  EXPECT_NEAR(rm[0], 0.1 * 2.5, 1e-6);
+  EXPECT_NEAR(rm[1], 0.1 * 11, 1e-6);
+  EXPECT_NEAR(rv[0], 0.9 + 0.1 * (1.25 * 4 / 3), 1e-6);
+  EXPECT_NEAR(rv[1], 0.9 + 0.1 * (3.0 * 4 / 3), 1e-6);
+  bn(x);  // second update compounds
+  EXPECT_NEAR(bn.running_mean.to_vector()[0], 0.9 * 0.25 + 0.25, 1e-6);
+  EXPECT_EQ(bn.num_batches_tracked.item(), 2.0);
+
+  bn.eval();  // evaluation uses the running statistics and leaves them alone
+  std::vector<double> before = bn.running_mean.to_vector();
+  Tensor ye = bn(x);
+  double rm0 = bn.running_mean.to_vector()[0], rv0 = bn.running_var.to_vector()[0];
+  EXPECT_NEAR(ye.to_vector()[0], (1 - rm0) / std::sqrt(rv0 + 1e-5), 1e-5);
+  EXPECT_EQ(bn.running_mean.to_vector(), before);
+  EXPECT_EQ(bn.num_batches_tracked.item(), 2.0);
+}
+
+TEST(Layers, ShapesThroughAStack) {
+  Generator gen(3);
+  nn::Sequential net;
+  net.push_back(std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.stride = 2, .padding = 1}));
+  net.push_back(std::make_shared<nn::MaxPool2d>(2));
+  net.push_back(std::make_shared<nn::AvgPool2d>(3, 1, 1));
+  net.push_back(std::make_shared<nn::Hardswish>());
+  net.push_back(std::make_shared<nn::AdaptiveAvgPool2d>(1));
+  net.push_back(std::make_shared<nn::Flatten>());
+  net.push_back(std::make_shared<nn::Dropout>(0.2));
+  net.push_back(std::make_shared<nn::Linear>(4, 3));
+  Tensor y = net(randn({2, 16, 16, 1}, gen));
+  EXPECT_EQ(y.shape(), (Shape{2, 3}));
+  net.eval();
+  Tensor a = net(full({1, 16, 16, 1}, 0.5)), b = net(full({1, 16, 16, 1}, 0.5));
+  EXPECT_EQ(a.to_vector(), b.to_vector());  // eval: dropout is the identity
+}
+
+TEST(Layers, ConvRejectsMismatchedChannelsWithShapes) {
+  nn::Conv2d conv(3, 8, 3);
+  try {
+    conv(zeros({1, 8, 8, 4}));
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("conv2d: input [1, 8, 8, 4] f32 cpu with groups=1 does not match weight "
+                     "[8, 3, 3, 3] f32 cpu"),
+              std::string::npos)
+        << m;
+  }
+}

@@ -1,0 +1,154 @@
+// Optimizers against hand-computed updates, state round trips, failed steps that lose nothing,
+// and learning-rate schedules.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/factory.h"
+#include "core/ops.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+
+using namespace frugal;
+
+namespace {
+
+Tensor param(double v) { return full({1}, v, {.requires_grad = true}); }
+void set_grad(Tensor& p, double g) { p.set_grad(full({1}, g)); }
+
+}  // namespace
+
+TEST(SGD, MomentumDampeningWeightDecayOverThreeSteps) {
+  Tensor p = param(1.0);
+  optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.5, .weight_decay = 0.01});
+  double w = 1.0, buf = 0;
+  const double grads[] = {0.5, -0.25, 1.0};
+  for (int t = 0; t < 3; ++t) {
+    set_grad(p, grads[t]);
+    opt.step();
+    double g = grads[t] + 0.01 * w;
+    buf = t == 0 ? g : 0.9 * buf + 0.5 * g;  // the first step takes the gradient undamped
+    w -= 0.1 * buf;
+    EXPECT_NEAR(p.item(), w, 1e-6) << "step " << t;
+  }
+}
+
+TEST(SGD, Nesterov) {
+  Tensor p = param(2.0);
+  optim::SGD opt({p}, {.lr = 0.05, .momentum = 0.8, .nesterov = true});
+  double w = 2.0, buf = 0;
+  for (int t = 0; t < 3; ++t) {
+    double g = 0.3 * (t + 1);
+    set_grad(p, g);
+    opt.step();
+    buf = t == 0 ? g : 0.8 * buf + g;
+    w -= 0.05 * (g + 0.8 * buf);
+    EXPECT_NEAR(p.item(), w, 1e-6);
+  }
+}
+
+TEST(AdamW, BiasCorrectionAndDecoupledDecay) {
+  Tensor p = param(1.0);
+  optim::AdamW opt({p}, {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1});
+  double w = 1.0, m = 0, v = 0;
+  const double grads[] = {0.2, -0.1, 0.4};
+  for (int t = 1; t <= 3; ++t) {
+    double g = grads[t - 1];
+    set_grad(p, g);
+    opt.step();
+    w *= 1 - 0.01 * 0.1;
+    m = 0.9 * m + 0.1 * g;
+    v = 0.999 * v + 0.001 * g * g;
+    double mh = m / (1 - std::pow(0.9, t)), vh = v / (1 - std::pow(0.999, t));
+    w -= 0.01 * mh / (std::sqrt(vh) + 1e-8);
+    EXPECT_NEAR(p.item(), w, 1e-6) << "step " << t;
+  }
+}
+
+TEST(Optimizer, FailedStepLeavesWeightsAndStateIntact) {
+  Tensor a = param(1.0), b = full({2}, 1.0, {.requires_grad = true});
+  optim::SGD opt({a, b}, {.lr = 0.1, .momentum = 0.9});
+  set_grad(a, 1.0);
+  b.set_grad(full({2}, 1.0));
+  opt.step();
+  auto state_before = opt.state_dict();
+  double a_before = a.item();
+  std::vector<double> b_before = b.to_vector();
+  set_grad(a, 1.0);
+  b.impl().grad = full({2}, 1.0, {.dtype = DType::f16}).impl_ptr();  // a bad gradient
+  try {
+    opt.step();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gradient [2] f16 cpu of parameter 1"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(a.item(), a_before);  // parameter 0 came first and was still not touched
+  EXPECT_EQ(b.to_vector(), b_before);
+  auto state_after = opt.state_dict();
+  ASSERT_EQ(state_after.size(), state_before.size());
+  for (size_t i = 0; i < state_after.size(); ++i) {
+    EXPECT_EQ(state_after[i].second.to_vector(), state_before[i].second.to_vector());
+  }
+}
+
+TEST(Optimizer, StateDictRoundTripResumesIdentically) {
+  auto run = [](optim::AdamW& opt, Tensor& p, int steps) {
+    for (int t = 0; t < steps; ++t) {
+      p.set_grad(full({3}, 0.1 * (t + 1)));
+      opt.step();
+    }
+  };
+  Tensor p1 = full({3}, 1.0, {.requires_grad = true});
+  optim::AdamW o1({p1}, {});
+  run(o1, p1, 2);
+  Tensor p2 = p1.detach().clone().requires_grad_();
+  optim::AdamW o2({p2}, {.lr = 0.5});
+  o2.load_state_dict(o1.state_dict());
+  EXPECT_DOUBLE_EQ(o2.lr(), 1e-3);
+  run(o1, p1, 2);
+  run(o2, p2, 2);
+  EXPECT_EQ(p1.to_vector(), p2.to_vector());
+  // A state with an extra tensor is rejected naming it, and nothing changes.
+  auto bad = o1.state_dict();
+  bad.emplace_back("state.9.exp_avg", zeros({3}));
+  try {
+    o2.load_state_dict(bad);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected entry 'state.9.exp_avg'"), std::string::npos);
+  }
+}
+
+TEST(Optimizer, FoundInfFlagSkipsTheUpdate) {
+  Tensor p = param(1.0);
+  optim::SGD opt({p}, {.lr = 0.1});
+  Tensor flag = full({}, 1.0);
+  opt.set_found_inf(flag);
+  set_grad(p, 5.0);
+  opt.step();
+  EXPECT_EQ(p.item(), 1.0);
+  fill_(flag, 0.0);
+  opt.step();
+  EXPECT_NEAR(p.item(), 0.5, 1e-7);
+}
+
+TEST(LrSchedule, StepAndCosineWithWarmup) {
+  Tensor p = param(0.0);
+  optim::SGD opt({p}, {.lr = 1.0});
+  optim::StepLR step(opt, 2, 0.5);
+  EXPECT_DOUBLE_EQ(step.lr_at(1), 1.0);
+  EXPECT_DOUBLE_EQ(step.lr_at(2), 0.5);
+  EXPECT_DOUBLE_EQ(step.lr_at(5), 0.25);
+  step.step();
+  step.step();
+  EXPECT_DOUBLE_EQ(opt.lr(), 0.5);
+
+  optim::SGD opt2({param(0.0)}, {.lr = 0.4});
+  optim::CosineWarmup cos(opt2, {.warmup_steps = 4, .total_steps = 14, .min_lr = 0.0});
+  EXPECT_DOUBLE_EQ(opt2.lr(), 0.1);  // warm-up starts at base / warmup_steps
+  EXPECT_DOUBLE_EQ(cos.lr_at(3), 0.4);
+  EXPECT_DOUBLE_EQ(cos.lr_at(4), 0.4);
+  EXPECT_NEAR(cos.lr_at(9), 0.2, 1e-12);
+  EXPECT_NEAR(cos.lr_at(14), 0.0, 1e-12);
+}
