@@ -99,8 +99,8 @@ class PinnedHostAllocator final : public Allocator {
 
 Allocator& pinned_host_allocator() {
   // A CUDA build on a machine without a GPU still trains on the CPU: plain host memory then.
-  static Allocator* a = cuda_device_count() > 0 ? static_cast<Allocator*>(new PinnedHostAllocator)
-                                                : &cpu_allocator();
+  static Allocator* a =
+      cuda_device_count() > 0 ? static_cast<Allocator*>(new PinnedHostAllocator) : &cpu_allocator();
   return *a;  // never destroyed, like the device allocators
 }
 
