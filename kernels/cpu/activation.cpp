@@ -119,11 +119,16 @@ void forward_dispatch(Activation act, int64_t n, const void* x, void* y) {
   auto* px = static_cast<const T*>(x);
   auto* py = static_cast<T*>(y);
   switch (act) {
-    case Activation::relu: return forward_impl<Activation::relu>(n, px, py);
-    case Activation::relu6: return forward_impl<Activation::relu6>(n, px, py);
-    case Activation::hardswish: return forward_impl<Activation::hardswish>(n, px, py);
-    case Activation::silu: return forward_impl<Activation::silu>(n, px, py);
-    case Activation::sigmoid: return forward_impl<Activation::sigmoid>(n, px, py);
+    case Activation::relu:
+      return forward_impl<Activation::relu>(n, px, py);
+    case Activation::relu6:
+      return forward_impl<Activation::relu6>(n, px, py);
+    case Activation::hardswish:
+      return forward_impl<Activation::hardswish>(n, px, py);
+    case Activation::silu:
+      return forward_impl<Activation::silu>(n, px, py);
+    case Activation::sigmoid:
+      return forward_impl<Activation::sigmoid>(n, px, py);
   }
   FRUGAL_FAIL("activation_forward: unknown activation ", static_cast<int>(act));
 }
@@ -134,11 +139,16 @@ void backward_dispatch(Activation act, int64_t n, const void* x, const void* dy,
   auto* pdy = static_cast<const T*>(dy);
   auto* pdx = static_cast<T*>(dx);
   switch (act) {
-    case Activation::relu: return backward_impl<Activation::relu>(n, px, pdy, pdx);
-    case Activation::relu6: return backward_impl<Activation::relu6>(n, px, pdy, pdx);
-    case Activation::hardswish: return backward_impl<Activation::hardswish>(n, px, pdy, pdx);
-    case Activation::silu: return backward_impl<Activation::silu>(n, px, pdy, pdx);
-    case Activation::sigmoid: return backward_impl<Activation::sigmoid>(n, px, pdy, pdx);
+    case Activation::relu:
+      return backward_impl<Activation::relu>(n, px, pdy, pdx);
+    case Activation::relu6:
+      return backward_impl<Activation::relu6>(n, px, pdy, pdx);
+    case Activation::hardswish:
+      return backward_impl<Activation::hardswish>(n, px, pdy, pdx);
+    case Activation::silu:
+      return backward_impl<Activation::silu>(n, px, pdy, pdx);
+    case Activation::sigmoid:
+      return backward_impl<Activation::sigmoid>(n, px, pdy, pdx);
   }
   FRUGAL_FAIL("activation_backward: unknown activation ", static_cast<int>(act));
 }
@@ -152,12 +162,11 @@ void activation_forward(const Context& ctx, Activation act, DType dtype, int64_t
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "activation_forward", forward_dispatch<T>(act, n, x, y));
 }
 
-void activation_backward(const Context& ctx, Activation act, DType dtype, int64_t n,
-                         const void* x, const void* dy, void* dx) {
+void activation_backward(const Context& ctx, Activation act, DType dtype, int64_t n, const void* x,
+                         const void* dy, void* dx) {
   (void)ctx;
   FRUGAL_CHECK(n >= 0, "activation_backward: negative size ", n);
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "activation_backward",
-                          backward_dispatch<T>(act, n, x, dy, dx));
+  FRUGAL_CPU_FLOAT_SWITCH(dtype, "activation_backward", backward_dispatch<T>(act, n, x, dy, dx));
 }
 
 }  // namespace frugal::kernels::cpu

@@ -18,11 +18,16 @@ const Activation kAll[] = {Activation::relu, Activation::relu6, Activation::hard
 
 double ref_forward(Activation a, double x) {
   switch (a) {
-    case Activation::relu: return x > 0 ? x : 0;
-    case Activation::relu6: return std::min(std::max(x, 0.0), 6.0);
-    case Activation::hardswish: return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
-    case Activation::silu: return x / (1 + std::exp(-x));
-    case Activation::sigmoid: return 1 / (1 + std::exp(-x));
+    case Activation::relu:
+      return x > 0 ? x : 0;
+    case Activation::relu6:
+      return std::min(std::max(x, 0.0), 6.0);
+    case Activation::hardswish:
+      return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    case Activation::silu:
+      return x / (1 + std::exp(-x));
+    case Activation::sigmoid:
+      return 1 / (1 + std::exp(-x));
   }
   return 0;
 }
@@ -31,9 +36,12 @@ double ref_forward(Activation a, double x) {
 // (2x + 3) / 6 on [-3, 3] (both ends included), 1 above 3.
 double ref_grad(Activation a, double x) {
   switch (a) {
-    case Activation::relu: return x > 0 ? 1 : 0;
-    case Activation::relu6: return (x > 0 && x < 6) ? 1 : 0;
-    case Activation::hardswish: return x < -3 ? 0 : (x <= 3 ? (2 * x + 3) / 6 : 1);
+    case Activation::relu:
+      return x > 0 ? 1 : 0;
+    case Activation::relu6:
+      return (x > 0 && x < 6) ? 1 : 0;
+    case Activation::hardswish:
+      return x < -3 ? 0 : (x <= 3 ? (2 * x + 3) / 6 : 1);
     case Activation::silu: {
       double s = 1 / (1 + std::exp(-x));
       return s + x * s * (1 - s);
@@ -108,8 +116,8 @@ TEST(Activation, BackwardMatchesFiniteDifferencesF64) {
     for (int64_t i = 0; i < 257; ++i) {
       double x0 = xv[static_cast<size_t>(i)];
       // Skip points within h of a kink, where the difference quotient straddles it.
-      bool near_kink = std::abs(x0) < 2 * h || std::abs(x0 - 6) < 2 * h ||
-                       std::abs(std::abs(x0) - 3) < 2 * h;
+      bool near_kink =
+          std::abs(x0) < 2 * h || std::abs(x0 - 6) < 2 * h || std::abs(std::abs(x0) - 3) < 2 * h;
       if (near_kink) continue;
       double fd = (yp.get(i) - ym.get(i)) / (2 * h) * dyv[static_cast<size_t>(i)];
       ASSERT_NEAR(dx.get(i), fd, 1e-7) << "act " << static_cast<int>(a) << " x=" << x0;
@@ -119,9 +127,9 @@ TEST(Activation, BackwardMatchesFiniteDifferencesF64) {
 
 TEST(Activation, RejectsHalfOnCpu) {
   std::vector<uint16_t> x(4), y(4);
-  EXPECT_THROW(kernels::activation_forward(cpu_ctx(), Activation::relu, DType::bf16, 4, x.data(),
-                                           y.data()),
-               Error);
+  EXPECT_THROW(
+      kernels::activation_forward(cpu_ctx(), Activation::relu, DType::bf16, 4, x.data(), y.data()),
+      Error);
 }
 
 TEST(Activation, F32SigmoidAndSiluRelativeAccuracyOverWideRange) {
