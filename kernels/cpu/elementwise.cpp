@@ -1,4 +1,5 @@
 // CPU elementwise kernels: broadcasting binary ops, the affine scalar op and fills.
+// Operands may be the output itself (in-place, same index); partial overlaps are not allowed.
 // Binary ops collapse the broadcast into [rows, inner] with the inner strides 0 or 1, so the
 // common cases (same shape, per-channel [C], per-sample [N, 1, 1, C]) run as plain vector loops.
 #include "kernels/elementwise.h"

@@ -178,3 +178,15 @@ TEST(Cast, IntegerTypes) {
   EXPECT_EQ(t, (std::vector<int64_t>{2, -2, 0, 7}));  // truncation toward zero
   kernels::cast(cpu_ctx(), DType::f32, DType::f16, 0, nullptr, nullptr);
 }
+
+TEST(Cast, F32ToBf16MatchesScalarBitForBit) {
+  auto x = wide_floats(10007);
+  x[1] = std::nanf("");
+  x[2] = -std::nanf("");
+  x[4] = std::numeric_limits<float>::max();  // rounds up past the largest bf16: infinity
+  std::vector<uint16_t> b(x.size());
+  kernels::cast(cpu_ctx(), DType::f32, DType::bf16, static_cast<int64_t>(x.size()), x.data(),
+                b.data());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(b[i], float_to_bf16(x[i])) << "x=" << x[i];
+  EXPECT_TRUE(std::isinf(bf16_to_float(b[4])));
+}
