@@ -142,12 +142,12 @@ void im2col_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x
     const T* dyc = dy + n0 * g.p * s.k;
     for (int64_t grp = 0; grp < s.groups; ++grp) {
       auto dwg = mat(dw + grp * kg * wcols, kg, wcols, wcols);
-      auto prod = mat(dyc + grp * kg, m, kg, s.k).transpose() *
-                  mat(static_cast<const T*>(col) + grp * wcols, m, wcols, g.cols);
+      auto dyg = mat(dyc + grp * kg, m, kg, s.k);
+      auto colg = mat(static_cast<const T*>(col) + grp * wcols, m, wcols, g.cols);
       if (n0 == 0) {
-        dwg.noalias() = prod;
+        dwg.noalias() = dyg.transpose() * colg;
       } else {
-        dwg.noalias() += prod;
+        dwg.noalias() += dyg.transpose() * colg;
       }
     }
   }
