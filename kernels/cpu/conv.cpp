@@ -1,10 +1,11 @@
 // CPU conv2d entry points: validate the shape, pick the algorithm (Note [CPU conv algorithms]),
 // and the pointwise (1x1) GEMM path, which views NHWC activations as [N*H*W, C] matrices.
+#include "kernels/conv.h"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "kernels/conv.h"
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/conv_internal.h"
 #include "kernels/cpu/cpu_common.h"
@@ -17,8 +18,8 @@ void check_conv_shape(const char* op, const Conv2dShape& s) {
   FRUGAL_CHECK(s.kh > 0 && s.kw > 0 && s.stride_h > 0 && s.stride_w > 0 && s.dil_h > 0 &&
                    s.dil_w > 0 && s.pad_h >= 0 && s.pad_w >= 0,
                op, ": kernel, stride and dilation must be positive, padding >= 0: ", s.str());
-  FRUGAL_CHECK(s.groups > 0 && s.c % s.groups == 0, op, ": input channels not divisible by groups: ",
-               s.str());
+  FRUGAL_CHECK(s.groups > 0 && s.c % s.groups == 0, op,
+               ": input channels not divisible by groups: ", s.str());
   FRUGAL_CHECK(s.k % s.groups == 0, op, ": output channels not divisible by groups: ", s.str());
   FRUGAL_CHECK(s.oh() > 0 && s.ow() > 0, op, ": empty output (", s.oh(), "x", s.ow(),
                "), input too small for the kernel: ", s.str());
@@ -109,8 +110,8 @@ void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const
   });
 }
 
-void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s,
-                           const void* dy, const void* w, void* dx) {
+void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s, const void* dy,
+                           const void* w, void* dx) {
   check_conv_shape("conv2d_backward_input", s);
   if (s.n == 0) return;
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "conv2d_backward_input", {
@@ -127,8 +128,8 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
   });
 }
 
-void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& s,
-                            const void* x, const void* dy, void* dw, void* dbias) {
+void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
+                            const void* dy, void* dw, void* dbias) {
   check_conv_shape("conv2d_backward_weight", s);
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "conv2d_backward_weight", {
     auto* xp = static_cast<const T*>(x);

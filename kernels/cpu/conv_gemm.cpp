@@ -153,12 +153,12 @@ void im2col_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x
   }
 }
 
-#define FRUGAL_INSTANTIATE(T)                                                                 \
-  template void im2col_forward<T>(const Context&, const Conv2dShape&, const T*, const T*, T*); \
-  template void im2col_backward_input<T>(const Context&, const Conv2dShape&, const T*,        \
-                                         const T*, T*);                                       \
-  template void im2col_backward_weight<T>(const Context&, const Conv2dShape&, const T*,       \
-                                          const T*, T*);
+#define FRUGAL_INSTANTIATE(T)                                                                     \
+  template void im2col_forward<T>(const Context&, const Conv2dShape&, const T*, const T*, T*);    \
+  template void im2col_backward_input<T>(const Context&, const Conv2dShape&, const T*, const T*,  \
+                                         T*);                                                     \
+  template void im2col_backward_weight<T>(const Context&, const Conv2dShape&, const T*, const T*, \
+                                          T*);
 FRUGAL_INSTANTIATE(float)
 FRUGAL_INSTANTIATE(double)
 #undef FRUGAL_INSTANTIATE

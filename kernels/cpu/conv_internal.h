@@ -2,9 +2,9 @@
 // paths use, and the three algorithms (pointwise GEMM, im2col GEMM, direct depthwise).
 //
 // Note [CPU conv algorithms]: conv.cpp picks, in this order,
-//   depthwise (groups == C == K)              -> direct NHWC loops, channel innermost (depthwise.cpp)
-//   pointwise (1x1, stride 1, padding 0)      -> one GEMM per group on the [N*H*W, C] view (conv.cpp)
-//   anything else (stem 3x3, groups, dilation) -> im2col per chunk of images + GEMM (conv_gemm.cpp)
+//   depthwise (groups == C == K): direct NHWC loops, channel innermost (depthwise.cpp);
+//   pointwise (1x1, stride 1, pad 0): one GEMM per group on the [N*H*W, C] view (conv.cpp);
+//   anything else (stem 3x3, groups, dilation): im2col per chunk of images + GEMM (conv_gemm.cpp).
 // The im2col column of output pixel p is laid out [groups, kh, kw, C/groups], so group g's
 // columns are one contiguous block of each row and its weights [K/g, kh, kw, C/g] need no
 // reordering: Y_g = Col_g * W_g^T.
@@ -54,8 +54,8 @@ template <typename T>
 void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const T* dy, const T* w,
                               T* dx);
 template <typename T>
-void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x,
-                               const T* dy, T* dw);
+void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x, const T* dy,
+                               T* dw);
 
 template <typename T>
 void im2col_forward(const Context& ctx, const Conv2dShape& s, const T* x, const T* w, T* y);

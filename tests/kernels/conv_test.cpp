@@ -1,13 +1,14 @@
 // CPU conv2d (pointwise, im2col and depthwise paths) against a naive 7-loop reference in double:
 // forward, and backward input/weight/bias against the reference's own analytic gradient, plus
 // a finite-difference check of the kernels' gradients in f64.
+#include "kernels/conv.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "base/device.h"
-#include "kernels/conv.h"
 #include "kernels/conv_test_util.h"
 
 using namespace frugal;
@@ -210,8 +211,7 @@ TEST(Conv2dCpu, RejectsBadShapesNamingThem) {
   std::vector<int> dummy(16);
   try {
     Conv2dShape s = shape(1, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1);
-    kernels::conv2d_forward(ctx, DType::i64, s, dummy.data(), dummy.data(), nullptr,
-                            dummy.data());
+    kernels::conv2d_forward(ctx, DType::i64, s, dummy.data(), dummy.data(), nullptr, dummy.data());
     ADD_FAILURE() << "no error for i64";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("i64"), std::string::npos) << e.what();

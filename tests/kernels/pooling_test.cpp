@@ -1,5 +1,7 @@
 // CPU max, average and global average pooling against naive loops in double: overlapping
 // windows, padding, ties (first argmax wins in backward), count_include_pad both ways.
+#include "kernels/pooling.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 
 #include "base/device.h"
 #include "kernels/conv_test_util.h"
-#include "kernels/pooling.h"
 
 using namespace frugal;
 using frugal::testing::cast_vec;
@@ -31,8 +32,8 @@ Pool2dShape pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t
 }
 
 std::string str(const Pool2dShape& s) {
-  return detail::str("x=[", s.n, ",", s.h, ",", s.w, ",", s.c, "] k=", s.kh, "x", s.kw, " s=",
-                     s.stride_h, "x", s.stride_w, " p=", s.pad_h, "x", s.pad_w,
+  return detail::str("x=[", s.n, ",", s.h, ",", s.w, ",", s.c, "] k=", s.kh, "x", s.kw,
+                     " s=", s.stride_h, "x", s.stride_w, " p=", s.pad_h, "x", s.pad_w,
                      " include_pad=", s.count_include_pad);
 }
 
