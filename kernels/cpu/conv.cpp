@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/conv_internal.h"
@@ -26,12 +25,14 @@ void check_conv_shape(const char* op, const Conv2dShape& s) {
 }
 
 template <typename T>
-void bias_grad(int64_t rows, int64_t k, const T* dy, T* dbias) {
+void bias_grad(const Context& ctx, int64_t rows, int64_t k, const T* dy, T* dbias) {
   // Partial sums in double per chunk: dbias adds up N*OH*OW terms.
   int64_t chunks = chunk_count(rows, k);
-  std::vector<double> partial(static_cast<size_t>(chunks * k), 0.0);  // [chunks, K], small
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(chunks * k) * sizeof(double));
+  double* partial = static_cast<double*>(buf.get());  // [chunks, K]
+  std::fill(partial, partial + chunks * k, 0.0);
   for_each_chunk(rows, chunks, [&](int64_t t, int64_t begin, int64_t end) {
-    double* __restrict acc = partial.data() + t * k;
+    double* __restrict acc = partial + t * k;
     for (int64_t r = begin; r < end; ++r) {
       const T* __restrict row = dy + r * k;
       for (int64_t j = 0; j < k; ++j) acc[j] += static_cast<double>(row[j]);
@@ -39,7 +40,7 @@ void bias_grad(int64_t rows, int64_t k, const T* dy, T* dbias) {
   });
   for (int64_t j = 0; j < k; ++j) {
     double sum = 0;
-    for (int64_t t = 0; t < chunks; ++t) sum += partial[static_cast<size_t>(t * k + j)];
+    for (int64_t t = 0; t < chunks; ++t) sum += partial[t * k + j];
     dbias[j] = static_cast<T>(sum);
   }
 }
@@ -148,11 +149,11 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& 
     } else {
       im2col_backward_weight<T>(ctx, s, xp, dyp, dwp);
     }
-    if (dbp != nullptr) bias_grad<T>(s.n * s.oh() * s.ow(), s.k, dyp, dbp);
+    if (dbp != nullptr) bias_grad<T>(ctx, s.n * s.oh() * s.ow(), s.k, dyp, dbp);
   });
 }
 
-template void bias_grad<float>(int64_t, int64_t, const float*, float*);
-template void bias_grad<double>(int64_t, int64_t, const double*, double*);
+template void bias_grad<float>(const Context&, int64_t, int64_t, const float*, float*);
+template void bias_grad<double>(const Context&, int64_t, int64_t, const double*, double*);
 
 }  // namespace frugal::kernels::cpu

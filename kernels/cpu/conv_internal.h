@@ -45,7 +45,7 @@ inline bool is_pointwise(const Conv2dShape& s) {
 
 // dbias[K] = sum over the rows of dy[rows, K].
 template <typename T>
-void bias_grad(int64_t rows, int64_t k, const T* dy, T* dbias);
+void bias_grad(const Context& ctx, int64_t rows, int64_t k, const T* dy, T* dbias);
 
 template <typename T>
 void depthwise_forward(const Context& ctx, const Conv2dShape& s, const T* x, const T* w,

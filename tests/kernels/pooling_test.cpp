@@ -42,7 +42,8 @@ std::vector<Pool2dShape> shapes() {
           pool(2, 7, 5, 3, 2, 2, 2, 2, 0, 0),  // tiling, odd sizes drop the last row/column
           pool(1, 6, 7, 4, 3, 3, 1, 1, 1, 1),  // stride 1, heavy overlap
           pool(3, 5, 6, 2, 3, 2, 1, 2, 1, 1),  // asymmetric kernel and stride
-          pool(2, 9, 9, 5, 3, 3, 2, 2, 0, 0, false)};
+          pool(2, 9, 9, 5, 3, 3, 2, 2, 0, 0, false),
+          pool(8, 16, 15, 16, 3, 3, 2, 2, 1, 1)};  // big enough to split images over threads
 }
 
 // Calls f(x index, y index, window position within the scan) for every window element that
