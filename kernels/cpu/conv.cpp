@@ -45,6 +45,33 @@ void bias_grad(const Context& ctx, int64_t rows, int64_t k, const T* dy, T* dbia
   }
 }
 
+template <typename T>
+void gemm_tn_split_depth(const Context& ctx, int64_t m, int64_t p, int64_t q, const T* a,
+                         int64_t lda, const T* b, int64_t ldb, T* out, bool accumulate) {
+  auto dst = mat(out, p, q, q);
+  int64_t chunks = chunk_count(m, p * q, 65536);
+  if (chunks <= 1) {
+    if (accumulate) {
+      dst.noalias() += mat(a, m, p, lda).transpose() * mat(b, m, q, ldb);
+    } else {
+      dst.noalias() = mat(a, m, p, lda).transpose() * mat(b, m, q, ldb);
+    }
+    return;
+  }
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(chunks * p * q) * sizeof(T));
+  T* partial = static_cast<T*>(buf.get());  // [chunks, p, q]
+  for_each_chunk(m, chunks, [&](int64_t t, int64_t begin, int64_t end) {
+    // inside the parallel region Eigen runs this GEMM on the calling thread only
+    mat(partial + t * p * q, p, q, q).noalias() =
+        mat(a + begin * lda, end - begin, p, lda).transpose() *
+        mat(b + begin * ldb, end - begin, q, ldb);
+  });
+  if (!accumulate) dst = mat(static_cast<const T*>(partial), p, q, q);
+  for (int64_t t = accumulate ? 0 : 1; t < chunks; ++t) {
+    dst += mat(static_cast<const T*>(partial) + t * p * q, p, q, q);
+  }
+}
+
 namespace {
 
 template <typename T>
@@ -79,11 +106,11 @@ void pointwise_backward_input(const Conv2dShape& s, const T* dy, const T* w, T* 
 
 // dW_g[K/g, C/g] = dY_g[M, K/g]^T * X_g[M, C/g]
 template <typename T>
-void pointwise_backward_weight(const Conv2dShape& s, const T* x, const T* dy, T* dw) {
+void pointwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x, const T* dy,
+                               T* dw) {
   int64_t m = s.n * s.h * s.w, cg = s.cin_per_group(), kg = s.cout_per_group();
   for (int64_t g = 0; g < s.groups; ++g) {
-    mat(dw + g * kg * cg, kg, cg, cg).noalias() =
-        mat(dy + g * kg, m, kg, s.k).transpose() * mat(x + g * cg, m, cg, s.c);
+    gemm_tn_split_depth(ctx, m, kg, cg, dy + g * kg, s.k, x + g * cg, s.c, dw + g * kg * cg, false);
   }
 }
 
@@ -145,7 +172,7 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& 
     if (s.depthwise()) {
       depthwise_backward_weight<T>(ctx, s, xp, dyp, dwp);
     } else if (is_pointwise(s)) {
-      pointwise_backward_weight<T>(s, xp, dyp, dwp);
+      pointwise_backward_weight<T>(ctx, s, xp, dyp, dwp);
     } else {
       im2col_backward_weight<T>(ctx, s, xp, dyp, dwp);
     }
@@ -153,6 +180,10 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& 
   });
 }
 
+template void gemm_tn_split_depth<float>(const Context&, int64_t, int64_t, int64_t, const float*,
+                                         int64_t, const float*, int64_t, float*, bool);
+template void gemm_tn_split_depth<double>(const Context&, int64_t, int64_t, int64_t, const double*,
+                                          int64_t, const double*, int64_t, double*, bool);
 template void bias_grad<float>(const Context&, int64_t, int64_t, const float*, float*);
 template void bias_grad<double>(const Context&, int64_t, int64_t, const double*, double*);
 

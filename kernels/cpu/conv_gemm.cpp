@@ -141,14 +141,9 @@ void im2col_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x
     im2col(s, g, x, n0, nb, col);
     const T* dyc = dy + n0 * g.p * s.k;
     for (int64_t grp = 0; grp < s.groups; ++grp) {
-      auto dwg = mat(dw + grp * kg * wcols, kg, wcols, wcols);
-      auto dyg = mat(dyc + grp * kg, m, kg, s.k);
-      auto colg = mat(static_cast<const T*>(col) + grp * wcols, m, wcols, g.cols);
-      if (n0 == 0) {
-        dwg.noalias() = dyg.transpose() * colg;
-      } else {
-        dwg.noalias() += dyg.transpose() * colg;
-      }
+      gemm_tn_split_depth(ctx, m, kg, wcols, dyc + grp * kg, s.k,
+                          static_cast<const T*>(col) + grp * wcols, g.cols, dw + grp * kg * wcols,
+                          n0 > 0);
     }
   }
 }

@@ -43,6 +43,14 @@ inline bool is_pointwise(const Conv2dShape& s) {
          s.pad_w == 0;
 }
 
+// out[p, q] (= or +=) a[m, p]^T * b[m, q], a and b row-major with row strides lda and ldb.
+// Weight gradients have a tiny output and a huge depth m = N*OH*OW, which Eigen's own
+// parallel GEMM (split over the output) handles badly on busy cores; this splits m instead,
+// one serial GEMM per chunk into its own workspace slot, summed in chunk order.
+template <typename T>
+void gemm_tn_split_depth(const Context& ctx, int64_t m, int64_t p, int64_t q, const T* a,
+                         int64_t lda, const T* b, int64_t ldb, T* out, bool accumulate);
+
 // dbias[K] = sum over the rows of dy[rows, K].
 template <typename T>
 void bias_grad(const Context& ctx, int64_t rows, int64_t k, const T* dy, T* dbias);

@@ -130,6 +130,8 @@ std::vector<Case> cases() {
       {"depthwise_1x1", shape(2, 3, 3, 4, 4, 1, 1, 1, 1, 0, 0, 1, 1, 4), true},
       // several im2col chunks (the column buffer holds about 7 of these images)
       {"3x3_multichunk", shape(9, 64, 64, 16, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1), true},
+      // deep enough that the weight-gradient GEMM splits N*H*W over threads
+      {"pointwise_split_depth", shape(4, 16, 15, 32, 16, 1, 1, 1, 1, 0, 0, 1, 1, 1), true},
       // large enough for the parallel depthwise weight-gradient and bias-gradient chunks
       {"depthwise_parallel", shape(8, 16, 16, 24, 24, 3, 3, 1, 1, 1, 1, 1, 1, 24), true},
   };
