@@ -216,9 +216,9 @@ MemoryStats CachingAllocator::stats() const {
 
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
-                  &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.allocation,
-                  &stats_.segment}) {
+  for (Stat* s :
+       {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
+        &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.allocation, &stats_.segment}) {
     s->reset_peak();
   }
 }

@@ -24,8 +24,8 @@
 //
 //   CachingAllocator a(make_cuda_memory_source(0), Device::cuda(0));
 //   DataPtr p = a.allocate(3000);           // 3072 B block in a new 2 MiB segment
-//   p.reset();                              // cached: the next 3000 B request gets the same address
-//   a.empty_cache();                        // the 2 MiB segment goes back to cudaFree
+//   p.reset();                              // cached: the next 3000 B request gets the same
+//   address a.empty_cache();                        // the 2 MiB segment goes back to cudaFree
 #pragma once
 
 #include <cstddef>
@@ -49,7 +49,7 @@ constexpr size_t kSmallSegmentBytes = 2 * kMiB;
 constexpr size_t kMidRequestMax = 10 * kMiB;  // exclusive: a 10 MiB request gets its own segment
 constexpr size_t kMidSegmentBytes = 20 * kMiB;
 constexpr size_t kLargeRoundBytes = 2 * kMiB;
-constexpr size_t kSmallSplitMin = 512;     // split when remainder >= this (small pool)
+constexpr size_t kSmallSplitMin = 512;       // split when remainder >= this (small pool)
 constexpr size_t kLargeSplitMin = 1 * kMiB;  // split when remainder > this (large pool)
 
 using StreamId = uint64_t;
@@ -140,7 +140,7 @@ class CachingAllocator final : public Allocator {
   Pool small_free_;
   Pool large_free_;
   std::unordered_map<uintptr_t, Block*> allocated_;  // by address
-  std::map<uintptr_t, Block*> segments_;              // segment head blocks, by address
+  std::map<uintptr_t, Block*> segments_;             // segment head blocks, by address
 };
 
 }  // namespace frugal::memory

@@ -31,14 +31,16 @@ void CachingAllocator::throw_oom(size_t bytes, size_t rounded, size_t seg_bytes,
      << ".\n  memory cap: " << (cap_bytes_ == 0 ? std::string("none") : mib_and_bytes(cap_bytes_));
   // The source is asked only now: a failing driver query must not hide the OOM itself.
   try {
-    os << "\n  device total: " << mib_and_bytes(source_->total_bytes())
+    const size_t total = source_->total_bytes();
+    os << "\n  device total: " << mib_and_bytes(total)
        << ", free: " << mib_and_bytes(source_->free_bytes());
+    if (seg_bytes > total) os << " (the request alone is larger than the device)";
   } catch (const std::exception& e) {
     os << "\n  device total/free: unknown (" << e.what() << ")";
   }
   os << "\n  allocated: " << mib_and_bytes(allocated)
-     << ", reserved but unallocated: " << mib_and_bytes(reserved - allocated)
-     << " (reserved " << mib_and_bytes(reserved) << ", inactive split "
+     << ", reserved but unallocated: " << mib_and_bytes(reserved - allocated) << " (reserved "
+     << mib_and_bytes(reserved) << ", inactive split "
      << mib_and_bytes(static_cast<size_t>(stats_.inactive_split_bytes.current)) << ")"
      << "\n  allocations: " << stats_.allocation.current << ", segments: " << stats_.segment.current
      << ", retries: " << stats_.num_alloc_retries << ", OOMs: " << stats_.num_ooms
@@ -91,8 +93,8 @@ void CachingAllocator::check_invariants() const {
         auto it = allocated_.find(b->addr);
         FRUGAL_CHECK(it != allocated_.end() && it->second == b, where, "allocated block at ",
                      b->addr, " is not in the allocated map");
-        FRUGAL_CHECK(pool.count(const_cast<Block*>(b)) == 0, where, "allocated block at ",
-                     b->addr, " is in a free pool");
+        FRUGAL_CHECK(pool.count(const_cast<Block*>(b)) == 0, where, "allocated block at ", b->addr,
+                     " is in a free pool");
         FRUGAL_CHECK(b->requested > 0 && b->requested <= b->size, where, "block at ", b->addr,
                      " requested ", b->requested, " of ", b->size);
         allocated += b->size;
@@ -116,8 +118,8 @@ void CachingAllocator::check_invariants() const {
                "free pools hold ", small_free_.size(), " + ", large_free_.size(), " blocks, ",
                n_small_free, " + ", n_large_free, " free blocks found");
   auto eq = [&](const Stat& s, size_t v, const char* name) {
-    FRUGAL_CHECK(s.current == static_cast<int64_t>(v) && s.peak >= s.current, where, name,
-                 " is ", s.current, " (peak ", s.peak, "), the blocks say ", v);
+    FRUGAL_CHECK(s.current == static_cast<int64_t>(v) && s.peak >= s.current, where, name, " is ",
+                 s.current, " (peak ", s.peak, "), the blocks say ", v);
   };
   eq(stats_.allocated_bytes, allocated, "allocated_bytes");
   eq(stats_.active_bytes, allocated, "active_bytes");

@@ -16,8 +16,11 @@ namespace frugal::memory {
 
 // Page-locked host memory (cudaHostAlloc) for fast, asynchronous copies, counted like the CPU
 // allocator. Not cached: a buffer must not be released while a copy from it is in flight.
-// Without CUDA this is cpu_allocator().
+// Without CUDA, or when no CUDA device is visible at run time, this is cpu_allocator().
 Allocator& pinned_host_allocator();
+
+// CUDA devices visible to this process; 0 without CUDA, driver or device. Never throws.
+int cuda_device_count() noexcept;
 
 // The caching allocator of CUDA device `device`; throws frugal::Error for a bad index or a build
 // without CUDA. allocator_for(Device::cuda(n)) calls this and registers the result.

@@ -8,6 +8,8 @@ namespace frugal::memory {
 
 Allocator& pinned_host_allocator() { return cpu_allocator(); }
 
+int cuda_device_count() noexcept { return 0; }
+
 CachingAllocator& cuda_caching_allocator(int device) {
   FRUGAL_FAIL("cuda_caching_allocator(", device, "): frugal was built without CUDA");
 }

@@ -1,10 +1,11 @@
 // CPU batch norm over [rows, C] (NHWC flattened): training forward with running-stat update,
 // evaluation forward, and backward. Statistics are summed in double (two passes: mean, then
 // squared deviations) with per-chunk partial sums per channel, so rows split over threads.
+#include "kernels/batch_norm.h"
+
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/batch_norm.h"
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -57,8 +58,8 @@ void apply_affine(int64_t rows, int64_t c, const T* x, const T* affine, T* y) {
 
 template <typename T>
 void forward_train(const Context& ctx, int64_t rows, int64_t c, const T* x, const T* gamma,
-                   const T* beta, double eps, double momentum, T* y, T* save_mean,
-                   T* save_invstd, T* running_mean, T* running_var) {
+                   const T* beta, double eps, double momentum, T* y, T* save_mean, T* save_invstd,
+                   T* running_mean, T* running_var) {
   memory::DataPtr stats_buf = ctx.workspace(static_cast<size_t>(2 * c) * sizeof(double));
   double* mean = static_cast<double*>(stats_buf.get());  // [C]
   double* var = mean + c;                                // [C], sum of squared deviations
@@ -116,9 +117,8 @@ void forward_eval(const Context& ctx, int64_t rows, int64_t c, const T* x, const
 //   dbeta = sum dy, dgamma = sum dy * xhat,
 //   dx = gamma * invstd / M * (M * dy - dbeta - xhat * dgamma).
 template <typename T>
-void backward(const Context& ctx, int64_t rows, int64_t c, const T* x, const T* dy,
-              const T* gamma, const T* save_mean, const T* save_invstd, T* dx, T* dgamma,
-              T* dbeta) {
+void backward(const Context& ctx, int64_t rows, int64_t c, const T* x, const T* dy, const T* gamma,
+              const T* save_mean, const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
   memory::DataPtr sums_buf = ctx.workspace(static_cast<size_t>(2 * c) * sizeof(double));
   double* sums = static_cast<double*>(sums_buf.get());  // [2, C]: sum dy, sum dy * (x - mean)
   channel_sums(ctx, rows, c, 2, sums, [&](int64_t r, double* __restrict acc) {
@@ -174,8 +174,10 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
                               void* running_mean, void* running_var) {
   check_bn("batch_norm_forward_train", rows, c);
   if (rows == 0) return;
-  FRUGAL_CHECK(rows > 1, "batch_norm_forward_train: need more than one value per channel in "
-               "training, got [rows=", rows, ", C=", c, "]");
+  FRUGAL_CHECK(rows > 1,
+               "batch_norm_forward_train: need more than one value per channel in "
+               "training, got [rows=",
+               rows, ", C=", c, "]");
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_forward_train", {
     forward_train<T>(ctx, rows, c, static_cast<const T*>(x), static_cast<const T*>(gamma),
                      static_cast<const T*>(beta), eps, momentum, static_cast<T*>(y),
@@ -204,8 +206,8 @@ void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t 
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_backward", {
     backward<T>(ctx, rows, c, static_cast<const T*>(x), static_cast<const T*>(dy),
                 static_cast<const T*>(gamma), static_cast<const T*>(save_mean),
-                static_cast<const T*>(save_invstd), static_cast<T*>(dx),
-                static_cast<T*>(dgamma), static_cast<T*>(dbeta));
+                static_cast<const T*>(save_invstd), static_cast<T*>(dx), static_cast<T*>(dgamma),
+                static_cast<T*>(dbeta));
   });
 }
 

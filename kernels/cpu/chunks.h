@@ -26,7 +26,7 @@ void for_each_chunk(int64_t n, int64_t chunks, Fn&& fn) {
     fn(int64_t{0}, int64_t{0}, n);
     return;
   }
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
   for (int64_t t = 0; t < chunks; ++t) fn(t, n * t / chunks, n * (t + 1) / chunks);
 }
 

@@ -1,10 +1,10 @@
 // CPU conv2d entry points: validate the shape, pick the algorithm (Note [CPU conv algorithms]),
 // and the pointwise (1x1) GEMM path, which views NHWC activations as [N*H*W, C] matrices.
+#include "kernels/conv.h"
+
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
-#include "kernels/conv.h"
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/conv_internal.h"
 #include "kernels/cpu/cpu_common.h"
@@ -17,20 +17,22 @@ void check_conv_shape(const char* op, const Conv2dShape& s) {
   FRUGAL_CHECK(s.kh > 0 && s.kw > 0 && s.stride_h > 0 && s.stride_w > 0 && s.dil_h > 0 &&
                    s.dil_w > 0 && s.pad_h >= 0 && s.pad_w >= 0,
                op, ": kernel, stride and dilation must be positive, padding >= 0: ", s.str());
-  FRUGAL_CHECK(s.groups > 0 && s.c % s.groups == 0, op, ": input channels not divisible by groups: ",
-               s.str());
+  FRUGAL_CHECK(s.groups > 0 && s.c % s.groups == 0, op,
+               ": input channels not divisible by groups: ", s.str());
   FRUGAL_CHECK(s.k % s.groups == 0, op, ": output channels not divisible by groups: ", s.str());
   FRUGAL_CHECK(s.oh() > 0 && s.ow() > 0, op, ": empty output (", s.oh(), "x", s.ow(),
                "), input too small for the kernel: ", s.str());
 }
 
 template <typename T>
-void bias_grad(int64_t rows, int64_t k, const T* dy, T* dbias) {
+void bias_grad(const Context& ctx, int64_t rows, int64_t k, const T* dy, T* dbias) {
   // Partial sums in double per chunk: dbias adds up N*OH*OW terms.
   int64_t chunks = chunk_count(rows, k);
-  std::vector<double> partial(static_cast<size_t>(chunks * k), 0.0);  // [chunks, K], small
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(chunks * k) * sizeof(double));
+  double* partial = static_cast<double*>(buf.get());  // [chunks, K]
+  std::fill(partial, partial + chunks * k, 0.0);
   for_each_chunk(rows, chunks, [&](int64_t t, int64_t begin, int64_t end) {
-    double* __restrict acc = partial.data() + t * k;
+    double* __restrict acc = partial + t * k;
     for (int64_t r = begin; r < end; ++r) {
       const T* __restrict row = dy + r * k;
       for (int64_t j = 0; j < k; ++j) acc[j] += static_cast<double>(row[j]);
@@ -38,8 +40,35 @@ void bias_grad(int64_t rows, int64_t k, const T* dy, T* dbias) {
   });
   for (int64_t j = 0; j < k; ++j) {
     double sum = 0;
-    for (int64_t t = 0; t < chunks; ++t) sum += partial[static_cast<size_t>(t * k + j)];
+    for (int64_t t = 0; t < chunks; ++t) sum += partial[t * k + j];
     dbias[j] = static_cast<T>(sum);
+  }
+}
+
+template <typename T>
+void gemm_tn_split_depth(const Context& ctx, int64_t m, int64_t p, int64_t q, const T* a,
+                         int64_t lda, const T* b, int64_t ldb, T* out, bool accumulate) {
+  auto dst = mat(out, p, q, q);
+  int64_t chunks = chunk_count(m, p * q, 65536);
+  if (chunks <= 1) {
+    if (accumulate) {
+      dst.noalias() += mat(a, m, p, lda).transpose() * mat(b, m, q, ldb);
+    } else {
+      dst.noalias() = mat(a, m, p, lda).transpose() * mat(b, m, q, ldb);
+    }
+    return;
+  }
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(chunks * p * q) * sizeof(T));
+  T* partial = static_cast<T*>(buf.get());  // [chunks, p, q]
+  for_each_chunk(m, chunks, [&](int64_t t, int64_t begin, int64_t end) {
+    // inside the parallel region Eigen runs this GEMM on the calling thread only
+    mat(partial + t * p * q, p, q, q).noalias() =
+        mat(a + begin * lda, end - begin, p, lda).transpose() *
+        mat(b + begin * ldb, end - begin, q, ldb);
+  });
+  if (!accumulate) dst = mat(static_cast<const T*>(partial), p, q, q);
+  for (int64_t t = accumulate ? 0 : 1; t < chunks; ++t) {
+    dst += mat(static_cast<const T*>(partial) + t * p * q, p, q, q);
   }
 }
 
@@ -77,11 +106,11 @@ void pointwise_backward_input(const Conv2dShape& s, const T* dy, const T* w, T* 
 
 // dW_g[K/g, C/g] = dY_g[M, K/g]^T * X_g[M, C/g]
 template <typename T>
-void pointwise_backward_weight(const Conv2dShape& s, const T* x, const T* dy, T* dw) {
+void pointwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x, const T* dy,
+                               T* dw) {
   int64_t m = s.n * s.h * s.w, cg = s.cin_per_group(), kg = s.cout_per_group();
   for (int64_t g = 0; g < s.groups; ++g) {
-    mat(dw + g * kg * cg, kg, cg, cg).noalias() =
-        mat(dy + g * kg, m, kg, s.k).transpose() * mat(x + g * cg, m, cg, s.c);
+    gemm_tn_split_depth(ctx, m, kg, cg, dy + g * kg, s.k, x + g * cg, s.c, dw + g * kg * cg, false);
   }
 }
 
@@ -109,8 +138,8 @@ void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const
   });
 }
 
-void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s,
-                           const void* dy, const void* w, void* dx) {
+void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s, const void* dy,
+                           const void* w, void* dx) {
   check_conv_shape("conv2d_backward_input", s);
   if (s.n == 0) return;
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "conv2d_backward_input", {
@@ -127,8 +156,8 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
   });
 }
 
-void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& s,
-                            const void* x, const void* dy, void* dw, void* dbias) {
+void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
+                            const void* dy, void* dw, void* dbias) {
   check_conv_shape("conv2d_backward_weight", s);
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "conv2d_backward_weight", {
     auto* xp = static_cast<const T*>(x);
@@ -143,15 +172,19 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& 
     if (s.depthwise()) {
       depthwise_backward_weight<T>(ctx, s, xp, dyp, dwp);
     } else if (is_pointwise(s)) {
-      pointwise_backward_weight<T>(s, xp, dyp, dwp);
+      pointwise_backward_weight<T>(ctx, s, xp, dyp, dwp);
     } else {
       im2col_backward_weight<T>(ctx, s, xp, dyp, dwp);
     }
-    if (dbp != nullptr) bias_grad<T>(s.n * s.oh() * s.ow(), s.k, dyp, dbp);
+    if (dbp != nullptr) bias_grad<T>(ctx, s.n * s.oh() * s.ow(), s.k, dyp, dbp);
   });
 }
 
-template void bias_grad<float>(int64_t, int64_t, const float*, float*);
-template void bias_grad<double>(int64_t, int64_t, const double*, double*);
+template void gemm_tn_split_depth<float>(const Context&, int64_t, int64_t, int64_t, const float*,
+                                         int64_t, const float*, int64_t, float*, bool);
+template void gemm_tn_split_depth<double>(const Context&, int64_t, int64_t, int64_t, const double*,
+                                          int64_t, const double*, int64_t, double*, bool);
+template void bias_grad<float>(const Context&, int64_t, int64_t, const float*, float*);
+template void bias_grad<double>(const Context&, int64_t, int64_t, const double*, double*);
 
 }  // namespace frugal::kernels::cpu

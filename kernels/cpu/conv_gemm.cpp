@@ -141,24 +141,19 @@ void im2col_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x
     im2col(s, g, x, n0, nb, col);
     const T* dyc = dy + n0 * g.p * s.k;
     for (int64_t grp = 0; grp < s.groups; ++grp) {
-      auto dwg = mat(dw + grp * kg * wcols, kg, wcols, wcols);
-      auto prod = mat(dyc + grp * kg, m, kg, s.k).transpose() *
-                  mat(static_cast<const T*>(col) + grp * wcols, m, wcols, g.cols);
-      if (n0 == 0) {
-        dwg.noalias() = prod;
-      } else {
-        dwg.noalias() += prod;
-      }
+      gemm_tn_split_depth(ctx, m, kg, wcols, dyc + grp * kg, s.k,
+                          static_cast<const T*>(col) + grp * wcols, g.cols, dw + grp * kg * wcols,
+                          n0 > 0);
     }
   }
 }
 
-#define FRUGAL_INSTANTIATE(T)                                                                 \
-  template void im2col_forward<T>(const Context&, const Conv2dShape&, const T*, const T*, T*); \
-  template void im2col_backward_input<T>(const Context&, const Conv2dShape&, const T*,        \
-                                         const T*, T*);                                       \
-  template void im2col_backward_weight<T>(const Context&, const Conv2dShape&, const T*,       \
-                                          const T*, T*);
+#define FRUGAL_INSTANTIATE(T)                                                                     \
+  template void im2col_forward<T>(const Context&, const Conv2dShape&, const T*, const T*, T*);    \
+  template void im2col_backward_input<T>(const Context&, const Conv2dShape&, const T*, const T*,  \
+                                         T*);                                                     \
+  template void im2col_backward_weight<T>(const Context&, const Conv2dShape&, const T*, const T*, \
+                                          T*);
 FRUGAL_INSTANTIATE(float)
 FRUGAL_INSTANTIATE(double)
 #undef FRUGAL_INSTANTIATE

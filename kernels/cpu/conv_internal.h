@@ -2,9 +2,9 @@
 // paths use, and the three algorithms (pointwise GEMM, im2col GEMM, direct depthwise).
 //
 // Note [CPU conv algorithms]: conv.cpp picks, in this order,
-//   depthwise (groups == C == K)              -> direct NHWC loops, channel innermost (depthwise.cpp)
-//   pointwise (1x1, stride 1, padding 0)      -> one GEMM per group on the [N*H*W, C] view (conv.cpp)
-//   anything else (stem 3x3, groups, dilation) -> im2col per chunk of images + GEMM (conv_gemm.cpp)
+//   depthwise (groups == C == K): direct NHWC loops, channel innermost (depthwise.cpp);
+//   pointwise (1x1, stride 1, pad 0): one GEMM per group on the [N*H*W, C] view (conv.cpp);
+//   anything else (stem 3x3, groups, dilation): im2col per chunk of images + GEMM (conv_gemm.cpp).
 // The im2col column of output pixel p is laid out [groups, kh, kw, C/groups], so group g's
 // columns are one contiguous block of each row and its weights [K/g, kh, kw, C/g] need no
 // reordering: Y_g = Col_g * W_g^T.
@@ -43,9 +43,17 @@ inline bool is_pointwise(const Conv2dShape& s) {
          s.pad_w == 0;
 }
 
+// out[p, q] (= or +=) a[m, p]^T * b[m, q], a and b row-major with row strides lda and ldb.
+// Weight gradients have a tiny output and a huge depth m = N*OH*OW, which Eigen's own
+// parallel GEMM (split over the output) handles badly on busy cores; this splits m instead,
+// one serial GEMM per chunk into its own workspace slot, summed in chunk order.
+template <typename T>
+void gemm_tn_split_depth(const Context& ctx, int64_t m, int64_t p, int64_t q, const T* a,
+                         int64_t lda, const T* b, int64_t ldb, T* out, bool accumulate);
+
 // dbias[K] = sum over the rows of dy[rows, K].
 template <typename T>
-void bias_grad(int64_t rows, int64_t k, const T* dy, T* dbias);
+void bias_grad(const Context& ctx, int64_t rows, int64_t k, const T* dy, T* dbias);
 
 template <typename T>
 void depthwise_forward(const Context& ctx, const Conv2dShape& s, const T* x, const T* w,
@@ -54,8 +62,8 @@ template <typename T>
 void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const T* dy, const T* w,
                               T* dx);
 template <typename T>
-void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x,
-                               const T* dy, T* dw);
+void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x, const T* dy,
+                               T* dw);
 
 template <typename T>
 void im2col_forward(const Context& ctx, const Conv2dShape& s, const T* x, const T* w, T* y);

@@ -94,8 +94,8 @@ void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const T*
 // dw[c, i, j] = sum over n, oh, ow of dy[n, oh, ow, c] * x[n, ih, iw, c]; each chunk of output
 // rows sums into its own [kh*kw, C] slot of the workspace, reduced in chunk order at the end.
 template <typename T>
-void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x,
-                               const T* dy, T* dw) {
+void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x, const T* dy,
+                               T* dw) {
   int64_t oh_n = s.oh(), ow_n = s.ow(), c = s.c, kk = s.kh * s.kw;
   int64_t rows = s.n * oh_n;
   int64_t chunks = chunk_count(rows, ow_n * c * kk);
@@ -130,12 +130,12 @@ void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T
   }
 }
 
-#define FRUGAL_INSTANTIATE(T)                                                                   \
-  template void depthwise_forward<T>(const Context&, const Conv2dShape&, const T*, const T*,   \
-                                     const T*, T*);                                            \
-  template void depthwise_backward_input<T>(const Context&, const Conv2dShape&, const T*,      \
-                                            const T*, T*);                                     \
-  template void depthwise_backward_weight<T>(const Context&, const Conv2dShape&, const T*,     \
+#define FRUGAL_INSTANTIATE(T)                                                                \
+  template void depthwise_forward<T>(const Context&, const Conv2dShape&, const T*, const T*, \
+                                     const T*, T*);                                          \
+  template void depthwise_backward_input<T>(const Context&, const Conv2dShape&, const T*,    \
+                                            const T*, T*);                                   \
+  template void depthwise_backward_weight<T>(const Context&, const Conv2dShape&, const T*,   \
                                              const T*, T*);
 FRUGAL_INSTANTIATE(float)
 FRUGAL_INSTANTIATE(double)

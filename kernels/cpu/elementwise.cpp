@@ -1,11 +1,13 @@
 // CPU elementwise kernels: broadcasting binary ops, the affine scalar op and fills.
+// Operands may be the output itself (in-place, same index); partial overlaps are not allowed.
 // Binary ops collapse the broadcast into [rows, inner] with the inner strides 0 or 1, so the
 // common cases (same shape, per-channel [C], per-sample [N, 1, 1, C]) run as plain vector loops.
+#include "kernels/elementwise.h"
+
 #include <cstring>
 
 #include "base/half.h"
 #include "kernels/cpu/cpu_common.h"
-#include "kernels/elementwise.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -117,10 +119,14 @@ void binary_dispatch(BinaryOp op, const Broadcast& bc, const void* a, const void
   auto* pb = static_cast<const T*>(b);
   auto* po = static_cast<T*>(out);
   switch (op) {
-    case BinaryOp::add: return binary_impl<BinaryOp::add>(bc, pa, pb, po);
-    case BinaryOp::sub: return binary_impl<BinaryOp::sub>(bc, pa, pb, po);
-    case BinaryOp::mul: return binary_impl<BinaryOp::mul>(bc, pa, pb, po);
-    case BinaryOp::div: return binary_impl<BinaryOp::div>(bc, pa, pb, po);
+    case BinaryOp::add:
+      return binary_impl<BinaryOp::add>(bc, pa, pb, po);
+    case BinaryOp::sub:
+      return binary_impl<BinaryOp::sub>(bc, pa, pb, po);
+    case BinaryOp::mul:
+      return binary_impl<BinaryOp::mul>(bc, pa, pb, po);
+    case BinaryOp::div:
+      return binary_impl<BinaryOp::div>(bc, pa, pb, po);
   }
   FRUGAL_FAIL("binary: unknown op ", static_cast<int>(op));
 }
@@ -161,12 +167,18 @@ void fill(const Context& ctx, DType dtype, int64_t n, void* y, double value) {
   (void)ctx;
   FRUGAL_CHECK(n >= 0, "fill: negative size ", n);
   switch (dtype) {
-    case DType::f32: return fill_typed<float>(n, y, static_cast<float>(value));
-    case DType::f64: return fill_typed<double>(n, y, value);
-    case DType::f16: return fill_typed<uint16_t>(n, y, float_to_f16(static_cast<float>(value)));
-    case DType::bf16: return fill_typed<uint16_t>(n, y, float_to_bf16(static_cast<float>(value)));
-    case DType::i64: return fill_typed<int64_t>(n, y, static_cast<int64_t>(value));
-    case DType::u8: return fill_typed<uint8_t>(n, y, static_cast<uint8_t>(value));
+    case DType::f32:
+      return fill_typed<float>(n, y, static_cast<float>(value));
+    case DType::f64:
+      return fill_typed<double>(n, y, value);
+    case DType::f16:
+      return fill_typed<uint16_t>(n, y, float_to_f16(static_cast<float>(value)));
+    case DType::bf16:
+      return fill_typed<uint16_t>(n, y, float_to_bf16(static_cast<float>(value)));
+    case DType::i64:
+      return fill_typed<int64_t>(n, y, static_cast<int64_t>(value));
+    case DType::u8:
+      return fill_typed<uint8_t>(n, y, static_cast<uint8_t>(value));
   }
   FRUGAL_FAIL("fill: unknown dtype ", static_cast<int>(dtype));
 }

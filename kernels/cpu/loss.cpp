@@ -1,9 +1,10 @@
 // CPU softmax cross-entropy with label smoothing, one row of logits [N, C] at a time.
 // Rows are stabilised by their maximum and accumulated in double.
+#include "kernels/loss.h"
+
 #include <cmath>
 
 #include "kernels/cpu/cpu_common.h"
-#include "kernels/loss.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -60,8 +61,8 @@ void backward_impl(int64_t n, int64_t c, const T* logits, const int64_t* labels,
         double p = std::exp(static_cast<double>(row[j]) - l);
         out[j] = static_cast<T>(g * (p - off));
       }
-      out[labels[i]] = static_cast<T>(
-          g * (std::exp(static_cast<double>(row[labels[i]]) - l) - off - (1.0 - s)));
+      out[labels[i]] =
+          static_cast<T>(g * (std::exp(static_cast<double>(row[labels[i]]) - l) - off - (1.0 - s)));
     }
   });
 }
@@ -69,8 +70,8 @@ void backward_impl(int64_t n, int64_t c, const T* logits, const int64_t* labels,
 }  // namespace
 
 void cross_entropy_forward(const Context& ctx, DType dtype, int64_t n, int64_t c,
-                           const void* logits, const int64_t* labels, double smoothing,
-                           void* loss, void* lse) {
+                           const void* logits, const int64_t* labels, double smoothing, void* loss,
+                           void* lse) {
   (void)ctx;
   check_args("cross_entropy_forward", n, c, smoothing);
   check_labels("cross_entropy_forward", n, c, labels);
@@ -87,8 +88,7 @@ void cross_entropy_backward(const Context& ctx, DType dtype, int64_t n, int64_t 
   check_labels("cross_entropy_backward", n, c, labels);
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "cross_entropy_backward",
                           backward_impl<T>(n, c, static_cast<const T*>(logits), labels, smoothing,
-                                           static_cast<const T*>(lse),
-                                           static_cast<const T*>(dloss),
+                                           static_cast<const T*>(lse), static_cast<const T*>(dloss),
                                            static_cast<T*>(dlogits)));
 }
 

@@ -1,16 +1,17 @@
 // CPU gemm through Eigen on row-major maps (Eigen's own blocking and OpenMP threads); the
 // transposes are views, so nothing is copied outside Eigen's packing.
+#include "kernels/matmul.h"
+
 #include <Eigen/Core>
 
 #include "kernels/cpu/cpu_common.h"
-#include "kernels/matmul.h"
 
 namespace frugal::kernels::cpu {
 namespace {
 
 template <typename T>
-void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
-               const T* b, double beta, T* c) {
+void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
+               double beta, T* c) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using CMap = Eigen::Map<const Mat>;
   Eigen::Map<Mat> C(c, m, n);

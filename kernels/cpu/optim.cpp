@@ -1,9 +1,10 @@
 // CPU fused optimizer updates (SGD with momentum, AdamW) over f32 parameters, following
 // PyTorch's single-tensor formulas term by term; found_inf != 0 skips the step untouched.
+#include "kernels/optim.h"
+
 #include <cmath>
 
 #include "kernels/cpu/cpu_common.h"
-#include "kernels/optim.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -18,8 +19,8 @@ void sgd_step(const Context& ctx, int64_t n, float* param, const float* grad, fl
               const SgdParams& p, const float* found_inf) {
   (void)ctx;
   FRUGAL_CHECK(n >= 0, "sgd_step: negative size ", n);
-  FRUGAL_CHECK(p.momentum == 0 || momentum_buf != nullptr || n == 0,
-               "sgd_step: momentum ", p.momentum, " needs a momentum buffer");
+  FRUGAL_CHECK(p.momentum == 0 || momentum_buf != nullptr || n == 0, "sgd_step: momentum ",
+               p.momentum, " needs a momentum buffer");
   FRUGAL_CHECK(!p.nesterov || (p.momentum > 0 && p.dampening == 0),
                "sgd_step: nesterov needs momentum > 0 and dampening 0 (momentum ", p.momentum,
                ", dampening ", p.dampening, ")");

@@ -1,5 +1,7 @@
 // CPU max, average and global average pooling over NHWC, channel innermost. Backward passes run
 // one image per task so overlapping windows accumulate into dx without races.
+#include "kernels/pooling.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,7 +9,6 @@
 
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/cpu_common.h"
-#include "kernels/pooling.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -15,14 +16,13 @@ namespace {
 void check_pool(const char* op, const Pool2dShape& s) {
   FRUGAL_CHECK(s.n >= 0 && s.h > 0 && s.w > 0 && s.c > 0 && s.kh > 0 && s.kw > 0 &&
                    s.stride_h > 0 && s.stride_w > 0 && s.pad_h >= 0 && s.pad_w >= 0,
-               op, ": bad shape x=[", s.n, ", ", s.h, ", ", s.w, ", ", s.c, "] kernel=", s.kh,
-               "x", s.kw, " stride=", s.stride_h, "x", s.stride_w, " padding=", s.pad_h, "x",
-               s.pad_w);
+               op, ": bad shape x=[", s.n, ", ", s.h, ", ", s.w, ", ", s.c, "] kernel=", s.kh, "x",
+               s.kw, " stride=", s.stride_h, "x", s.stride_w, " padding=", s.pad_h, "x", s.pad_w);
   // As PyTorch: with padding at most half the kernel every window holds a real element.
-  FRUGAL_CHECK(2 * s.pad_h <= s.kh && 2 * s.pad_w <= s.kw, op, ": padding ", s.pad_h, "x",
-               s.pad_w, " exceeds half the kernel ", s.kh, "x", s.kw);
-  FRUGAL_CHECK(s.oh() > 0 && s.ow() > 0, op, ": empty output for x=[", s.n, ", ", s.h, ", ",
-               s.w, ", ", s.c, "] kernel=", s.kh, "x", s.kw, " padding=", s.pad_h, "x", s.pad_w);
+  FRUGAL_CHECK(2 * s.pad_h <= s.kh && 2 * s.pad_w <= s.kw, op, ": padding ", s.pad_h, "x", s.pad_w,
+               " exceeds half the kernel ", s.kh, "x", s.kw);
+  FRUGAL_CHECK(s.oh() > 0 && s.ow() > 0, op, ": empty output for x=[", s.n, ", ", s.h, ", ", s.w,
+               ", ", s.c, "] kernel=", s.kh, "x", s.kw, " padding=", s.pad_h, "x", s.pad_w);
 }
 
 // The window of output (oh, ow), clipped to the input: rows [h0, h1), columns [w0, w1).
@@ -126,7 +126,8 @@ void avg_forward(const Pool2dShape& s, const T* x, T* y) {
             for (int64_t ch = 0; ch < c; ++ch) yr[ch] += xr[ch];
           }
         }
-        int64_t count = s.count_include_pad ? win.padded_count : (win.h1 - win.h0) * (win.w1 - win.w0);
+        int64_t count =
+            s.count_include_pad ? win.padded_count : (win.h1 - win.h0) * (win.w1 - win.w0);
         T inv = T(1) / static_cast<T>(count);
         for (int64_t ch = 0; ch < c; ++ch) yr[ch] *= inv;
       }
@@ -162,8 +163,7 @@ void avg_backward(const Pool2dShape& s, const T* dy, T* dx) {
 
 }  // namespace
 
-void max_pool2d_forward(const Context&, DType dtype, const Pool2dShape& s, const void* x,
-                        void* y) {
+void max_pool2d_forward(const Context&, DType dtype, const Pool2dShape& s, const void* x, void* y) {
   check_pool("max_pool2d_forward", s);
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "max_pool2d_forward",
                           max_forward<T>(s, static_cast<const T*>(x), static_cast<T*>(y)));
@@ -177,8 +177,7 @@ void max_pool2d_backward(const Context& ctx, DType dtype, const Pool2dShape& s, 
                                           static_cast<const T*>(dy), static_cast<T*>(dx)));
 }
 
-void avg_pool2d_forward(const Context&, DType dtype, const Pool2dShape& s, const void* x,
-                        void* y) {
+void avg_pool2d_forward(const Context&, DType dtype, const Pool2dShape& s, const void* x, void* y) {
   check_pool("avg_pool2d_forward", s);
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "avg_pool2d_forward",
                           avg_forward<T>(s, static_cast<const T*>(x), static_cast<T*>(y)));
@@ -194,8 +193,8 @@ void avg_pool2d_backward(const Context&, DType dtype, const Pool2dShape& s, cons
 // y[n, c] = mean over hw of x[n, hw, c]
 void global_avg_pool_forward(const Context&, DType dtype, int64_t n, int64_t hw, int64_t c,
                              const void* x, void* y) {
-  FRUGAL_CHECK(n >= 0 && hw > 0 && c > 0, "global_avg_pool_forward: bad shape [", n, ", ", hw,
-               ", ", c, "]");
+  FRUGAL_CHECK(n >= 0 && hw > 0 && c > 0, "global_avg_pool_forward: bad shape [", n, ", ", hw, ", ",
+               c, "]");
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "global_avg_pool_forward", {
     auto* xp = static_cast<const T*>(x);
     auto* yp = static_cast<T*>(y);

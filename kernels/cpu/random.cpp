@@ -9,10 +9,11 @@
 //   dropout: keep = double(u) >= p; y = keep ? x * T(1 / (1 - p)) : 0; mask = keep.
 // Doing the transcendental parts in double makes the CPU and CUDA results equal after rounding
 // to f32 except in vanishingly rare ties.
+#include "kernels/random.h"
+
 #include <cmath>
 
 #include "kernels/cpu/cpu_common.h"
-#include "kernels/random.h"
 
 namespace frugal::kernels::cpu {
 namespace {

@@ -1,12 +1,13 @@
 // CPU reductions: sum_to (the backward of broadcasting, bias gradients, means) and argmax_rows.
 // Sums accumulate in double for f32 and f64 alike; contiguous runs are summed pairwise and
 // column sums in blocks, so reductions over millions of elements keep their accuracy.
+#include "kernels/reduce.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/cpu_common.h"
-#include "kernels/reduce.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -25,7 +26,8 @@ double pairwise_sum(const T* x, int64_t n) {
     for (; i + 8 <= n; i += 8) {
       for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(x[i + j]);
     }
-    double s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    double s =
+        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
     for (; i < n; ++i) s += static_cast<double>(x[i]);
     return s;
   }
@@ -130,7 +132,8 @@ void sum_inner_reduced(const Context& ctx, const Groups& g, const T* x, double s
         const T* base = x + kept.offset(o);
         int64_t lo = inner * c / chunks, hi = inner * (c + 1) / chunks;
         double s = 0;
-        for (int64_t p = 0; p < red.count; ++p) s += pairwise_sum(base + red.offset(p) + lo, hi - lo);
+        for (int64_t p = 0; p < red.count; ++p)
+          s += pairwise_sum(base + red.offset(p) + lo, hi - lo);
         part[t] = s;
       }
     }
@@ -224,7 +227,8 @@ void sum_to_impl(const Context& ctx, const Reduction& r, const T* x, double scal
   }
   if (g.n == 1 && !g.reduced[0]) {  // nothing reduced: a scaled copy
     parallel_for(r.in_numel, kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) y[i] = static_cast<T>(scale * static_cast<double>(x[i]));
+      for (int64_t i = begin; i < end; ++i)
+        y[i] = static_cast<T>(scale * static_cast<double>(x[i]));
     });
     return;
   }
@@ -262,9 +266,8 @@ void argmax_impl(int64_t rows, int64_t cols, const T* x, int64_t* out) {
 void sum_to(const Context& ctx, DType dtype, const Reduction& r, const void* x, double scale,
             void* y) {
   FRUGAL_CHECK(r.ndim >= 0 && r.ndim <= kMaxDims, "sum_to: bad reduction rank ", r.ndim);
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "sum_to",
-                          sum_to_impl<T>(ctx, r, static_cast<const T*>(x), scale,
-                                         static_cast<T*>(y)));
+  FRUGAL_CPU_FLOAT_SWITCH(
+      dtype, "sum_to", sum_to_impl<T>(ctx, r, static_cast<const T*>(x), scale, static_cast<T*>(y)));
 }
 
 void argmax_rows(const Context& ctx, DType dtype, int64_t rows, int64_t cols, const void* x,

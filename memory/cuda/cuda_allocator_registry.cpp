@@ -11,6 +11,15 @@
 
 namespace frugal::memory {
 
+int cuda_device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // "no device" must not surface in a later, unrelated check
+    return 0;
+  }
+  return count;
+}
+
 CachingAllocator& cuda_caching_allocator(int device) {
   static std::mutex mu;
   static std::unordered_map<int, CachingAllocator*> allocators;
@@ -89,8 +98,10 @@ class PinnedHostAllocator final : public Allocator {
 }  // namespace
 
 Allocator& pinned_host_allocator() {
-  static auto* a = new PinnedHostAllocator;  // leaked for the same reason as the device ones
-  return *a;
+  // A CUDA build on a machine without a GPU still trains on the CPU: plain host memory then.
+  static Allocator* a =
+      cuda_device_count() > 0 ? static_cast<Allocator*>(new PinnedHostAllocator) : &cpu_allocator();
+  return *a;  // never destroyed, like the device allocators
 }
 
 }  // namespace frugal::memory

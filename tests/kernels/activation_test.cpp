@@ -18,11 +18,16 @@ const Activation kAll[] = {Activation::relu, Activation::relu6, Activation::hard
 
 double ref_forward(Activation a, double x) {
   switch (a) {
-    case Activation::relu: return x > 0 ? x : 0;
-    case Activation::relu6: return std::min(std::max(x, 0.0), 6.0);
-    case Activation::hardswish: return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
-    case Activation::silu: return x / (1 + std::exp(-x));
-    case Activation::sigmoid: return 1 / (1 + std::exp(-x));
+    case Activation::relu:
+      return x > 0 ? x : 0;
+    case Activation::relu6:
+      return std::min(std::max(x, 0.0), 6.0);
+    case Activation::hardswish:
+      return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    case Activation::silu:
+      return x / (1 + std::exp(-x));
+    case Activation::sigmoid:
+      return 1 / (1 + std::exp(-x));
   }
   return 0;
 }
@@ -31,9 +36,12 @@ double ref_forward(Activation a, double x) {
 // (2x + 3) / 6 on [-3, 3] (both ends included), 1 above 3.
 double ref_grad(Activation a, double x) {
   switch (a) {
-    case Activation::relu: return x > 0 ? 1 : 0;
-    case Activation::relu6: return (x > 0 && x < 6) ? 1 : 0;
-    case Activation::hardswish: return x < -3 ? 0 : (x <= 3 ? (2 * x + 3) / 6 : 1);
+    case Activation::relu:
+      return x > 0 ? 1 : 0;
+    case Activation::relu6:
+      return (x > 0 && x < 6) ? 1 : 0;
+    case Activation::hardswish:
+      return x < -3 ? 0 : (x <= 3 ? (2 * x + 3) / 6 : 1);
     case Activation::silu: {
       double s = 1 / (1 + std::exp(-x));
       return s + x * s * (1 - s);
@@ -108,8 +116,8 @@ TEST(Activation, BackwardMatchesFiniteDifferencesF64) {
     for (int64_t i = 0; i < 257; ++i) {
       double x0 = xv[static_cast<size_t>(i)];
       // Skip points within h of a kink, where the difference quotient straddles it.
-      bool near_kink = std::abs(x0) < 2 * h || std::abs(x0 - 6) < 2 * h ||
-                       std::abs(std::abs(x0) - 3) < 2 * h;
+      bool near_kink =
+          std::abs(x0) < 2 * h || std::abs(x0 - 6) < 2 * h || std::abs(std::abs(x0) - 3) < 2 * h;
       if (near_kink) continue;
       double fd = (yp.get(i) - ym.get(i)) / (2 * h) * dyv[static_cast<size_t>(i)];
       ASSERT_NEAR(dx.get(i), fd, 1e-7) << "act " << static_cast<int>(a) << " x=" << x0;
@@ -119,7 +127,28 @@ TEST(Activation, BackwardMatchesFiniteDifferencesF64) {
 
 TEST(Activation, RejectsHalfOnCpu) {
   std::vector<uint16_t> x(4), y(4);
-  EXPECT_THROW(kernels::activation_forward(cpu_ctx(), Activation::relu, DType::bf16, 4, x.data(),
-                                           y.data()),
-               Error);
+  EXPECT_THROW(
+      kernels::activation_forward(cpu_ctx(), Activation::relu, DType::bf16, 4, x.data(), y.data()),
+      Error);
+}
+
+TEST(Activation, F32SigmoidAndSiluRelativeAccuracyOverWideRange) {
+  // The f32 path uses its own vectorised exp: check relative error where outputs are tiny too.
+  const int64_t n = 4001;
+  std::vector<float> x(n), y(n), s(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = -80.0f + 160.0f * static_cast<float>(i) / (n - 1);
+  kernels::activation_forward(cpu_ctx(), Activation::sigmoid, DType::f32, n, x.data(), y.data());
+  kernels::activation_forward(cpu_ctx(), Activation::silu, DType::f32, n, x.data(), s.data());
+  for (int64_t i = 0; i < n; ++i) {
+    double xd = x[i], sig = 1 / (1 + std::exp(-xd));
+    ASSERT_NEAR(y[i], sig, 1e-6 * sig) << "sigmoid x=" << xd;
+    ASSERT_NEAR(s[i], xd * sig, 1e-6 * std::abs(xd * sig) + 1e-30) << "silu x=" << xd;
+  }
+  std::vector<float> special{std::nanf(""), 200.0f, -200.0f}, out(3);
+  kernels::activation_forward(cpu_ctx(), Activation::sigmoid, DType::f32, 3, special.data(),
+                              out.data());
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_EQ(out[1], 1.0f);
+  EXPECT_GE(out[2], 0.0f);
+  EXPECT_LT(out[2], 1e-37f);
 }

@@ -1,13 +1,14 @@
 // CPU batch norm over [rows, C]: training forward against hand-computed statistics, running
 // statistics over two steps (momentum, unbiased variance), evaluation, and backward against
 // finite differences in f64.
+#include "kernels/batch_norm.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "base/device.h"
-#include "kernels/batch_norm.h"
 #include "kernels/conv_test_util.h"
 
 using namespace frugal;
@@ -55,9 +56,8 @@ void check_train_and_running(int64_t rows, int64_t c) {
   for (const auto& x : {x1, x2}) {
     auto xt = cast_vec<T>(x);
     std::vector<T> y(x.size(), T(9)), mean(c), invstd(c);
-    kernels::batch_norm_forward_train(ctx, dt, rows, c, xt.data(), gt.data(), bt.data(), kEps,
-                                      0.1, y.data(), mean.data(), invstd.data(), rm.data(),
-                                      rv.data());
+    kernels::batch_norm_forward_train(ctx, dt, rows, c, xt.data(), gt.data(), bt.data(), kEps, 0.1,
+                                      y.data(), mean.data(), invstd.data(), rm.data(), rv.data());
     Stats st = hand_stats(x, rows, c);
     std::vector<double> want_y(x.size()), want_invstd(c);
     for (int64_t j = 0; j < c; ++j) want_invstd[j] = 1.0 / std::sqrt(st.var_biased[j] + kEps);
@@ -108,9 +108,8 @@ TEST(BatchNormCpu, BackwardMatchesFiniteDifferencesF64) {
   auto gamma = random_vec(c, 33, 0.5, 1.5), beta = random_vec(c, 34);
   auto loss = [&]() {
     std::vector<double> y(x.size()), m(c), is(c);
-    kernels::batch_norm_forward_train(ctx, DType::f64, rows, c, x.data(), gamma.data(),
-                                      beta.data(), kEps, 0.1, y.data(), m.data(), is.data(),
-                                      nullptr, nullptr);
+    kernels::batch_norm_forward_train(ctx, DType::f64, rows, c, x.data(), gamma.data(), beta.data(),
+                                      kEps, 0.1, y.data(), m.data(), is.data(), nullptr, nullptr);
     double l = 0;
     for (size_t i = 0; i < y.size(); ++i) l += y[i] * r[i];
     return l;
@@ -129,9 +128,9 @@ TEST(BatchNormCpu, BackwardMatchesFiniteDifferencesF64) {
     return g;
   };
   std::vector<double> y(x.size()), mean(c), invstd(c);
-  kernels::batch_norm_forward_train(ctx, DType::f64, rows, c, x.data(), gamma.data(),
-                                    beta.data(), kEps, 0.1, y.data(), mean.data(), invstd.data(),
-                                    nullptr, nullptr);
+  kernels::batch_norm_forward_train(ctx, DType::f64, rows, c, x.data(), gamma.data(), beta.data(),
+                                    kEps, 0.1, y.data(), mean.data(), invstd.data(), nullptr,
+                                    nullptr);
   std::vector<double> dx(x.size()), dg(c), db(c);
   kernels::batch_norm_backward(ctx, DType::f64, rows, c, x.data(), r.data(), gamma.data(),
                                mean.data(), invstd.data(), dx.data(), dg.data(), db.data());
@@ -157,16 +156,14 @@ TEST(BatchNormCpu, BackwardF32MatchesF64OnManyRows) {
   auto dy = rounded<float>(random_vec(rows * c, 42));
   auto gamma = rounded<float>(random_vec(c, 43, 0.5, 1.5));
   std::vector<double> mean(c), invstd(c), y(x.size()), dx(x.size()), dg(c), db(c);
-  kernels::batch_norm_forward_train(ctx, DType::f64, rows, c, x.data(), gamma.data(), nullptr,
-                                    kEps, 0.1, y.data(), mean.data(), invstd.data(), nullptr,
-                                    nullptr);
+  kernels::batch_norm_forward_train(ctx, DType::f64, rows, c, x.data(), gamma.data(), nullptr, kEps,
+                                    0.1, y.data(), mean.data(), invstd.data(), nullptr, nullptr);
   kernels::batch_norm_backward(ctx, DType::f64, rows, c, x.data(), dy.data(), gamma.data(),
                                mean.data(), invstd.data(), dx.data(), dg.data(), db.data());
   auto xf = cast_vec<float>(x), dyf = cast_vec<float>(dy), gf = cast_vec<float>(gamma);
   std::vector<float> meanf(c), invstdf(c), yf(x.size()), dxf(x.size()), dgf(c), dbf(c);
-  kernels::batch_norm_forward_train(ctx, DType::f32, rows, c, xf.data(), gf.data(), nullptr,
-                                    kEps, 0.1, yf.data(), meanf.data(), invstdf.data(), nullptr,
-                                    nullptr);
+  kernels::batch_norm_forward_train(ctx, DType::f32, rows, c, xf.data(), gf.data(), nullptr, kEps,
+                                    0.1, yf.data(), meanf.data(), invstdf.data(), nullptr, nullptr);
   kernels::batch_norm_backward(ctx, DType::f32, rows, c, xf.data(), dyf.data(), gf.data(),
                                meanf.data(), invstdf.data(), dxf.data(), dgf.data(), dbf.data());
   expect_close(dx, dxf, 1e-4, "dx f32");
@@ -177,8 +174,8 @@ TEST(BatchNormCpu, BackwardF32MatchesF64OnManyRows) {
 TEST(BatchNormCpu, TrainingNeedsMoreThanOneRow) {
   auto ctx = kernels::Context::of(Device::cpu());
   std::vector<float> x(3, 1.f), g(3, 1.f), y(3), m(3), s(3);
-  EXPECT_THROW(kernels::batch_norm_forward_train(ctx, DType::f32, 1, 3, x.data(), g.data(),
-                                                 g.data(), kEps, 0.1, y.data(), m.data(),
-                                                 s.data(), nullptr, nullptr),
-               Error);
+  EXPECT_THROW(
+      kernels::batch_norm_forward_train(ctx, DType::f32, 1, 3, x.data(), g.data(), g.data(), kEps,
+                                        0.1, y.data(), m.data(), s.data(), nullptr, nullptr),
+      Error);
 }

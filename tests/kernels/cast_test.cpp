@@ -23,9 +23,17 @@ std::vector<float> wide_floats(int64_t n) {
     double mag = std::pow(2.0, static_cast<double>(static_cast<int64_t>(i % 48)) - 30);
     out[i] = static_cast<float>(v[i] * mag);  // 2^-30 .. 2^17
   }
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), 65504.0f, 65519.0f, 65520.0f,
-                            5.9604645e-08f, 2.9802322e-08f, 8.940697e-08f, 1.0f + 0.00048828125f,
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            65504.0f,
+                            65519.0f,
+                            65520.0f,
+                            5.9604645e-08f,
+                            2.9802322e-08f,
+                            8.940697e-08f,
+                            1.0f + 0.00048828125f,
                             1.0f + 3 * 0.00048828125f};
   for (size_t i = 0; i < std::size(specials) && i * 3 < out.size(); ++i) out[i * 3] = specials[i];
   return out;
@@ -52,8 +60,15 @@ TEST(Cast, F32ToF16MatchesScalarBitForBit) {
 }
 
 TEST(Cast, NaNStaysNaNAndTiesRoundToEven) {
-  std::vector<float> x{std::nanf(""), 1.0f + 0.00048828125f, 1.0f + 3 * 0.00048828125f,
-                       3.0f + 1.0f / 128, 3.0f + 3.0f / 128, 2049.0f, 2051.0f, -0.1f, 1e-9f};
+  std::vector<float> x{std::nanf(""),
+                       1.0f + 0.00048828125f,
+                       1.0f + 3 * 0.00048828125f,
+                       3.0f + 1.0f / 128,
+                       3.0f + 3.0f / 128,
+                       2049.0f,
+                       2051.0f,
+                       -0.1f,
+                       1e-9f};
   const int64_t n = static_cast<int64_t>(x.size());
   std::vector<uint16_t> h(x.size()), b(x.size());
   std::vector<float> fh(x.size()), fb(x.size());
@@ -81,11 +96,20 @@ TEST(Cast, EveryFloatPairMatchesReference) {
   // through float (16-bit targets) or directly.
   auto store = [](DType t, double d, void* p, int64_t i) {
     switch (t) {
-      case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(d); break;
-      case DType::f16: static_cast<uint16_t*>(p)[i] = float_to_f16(static_cast<float>(d)); break;
-      case DType::bf16: static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(d)); break;
-      case DType::f64: static_cast<double*>(p)[i] = d; break;
-      default: break;
+      case DType::f32:
+        static_cast<float*>(p)[i] = static_cast<float>(d);
+        break;
+      case DType::f16:
+        static_cast<uint16_t*>(p)[i] = float_to_f16(static_cast<float>(d));
+        break;
+      case DType::bf16:
+        static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(d));
+        break;
+      case DType::f64:
+        static_cast<double*>(p)[i] = d;
+        break;
+      default:
+        break;
     }
   };
   for (DType from : floats) {
@@ -97,11 +121,20 @@ TEST(Cast, EveryFloatPairMatchesReference) {
       for (int64_t i = 0; i < n; ++i) {
         double d = 0;
         switch (from) {
-          case DType::f32: d = reinterpret_cast<float*>(src.data())[i]; break;
-          case DType::f16: d = f16_to_float(reinterpret_cast<uint16_t*>(src.data())[i]); break;
-          case DType::bf16: d = bf16_to_float(reinterpret_cast<uint16_t*>(src.data())[i]); break;
-          case DType::f64: d = reinterpret_cast<double*>(src.data())[i]; break;
-          default: break;
+          case DType::f32:
+            d = reinterpret_cast<float*>(src.data())[i];
+            break;
+          case DType::f16:
+            d = f16_to_float(reinterpret_cast<uint16_t*>(src.data())[i]);
+            break;
+          case DType::bf16:
+            d = bf16_to_float(reinterpret_cast<uint16_t*>(src.data())[i]);
+            break;
+          case DType::f64:
+            d = reinterpret_cast<double*>(src.data())[i];
+            break;
+          default:
+            break;
         }
         store(to, d, want.data(), i);
       }
@@ -115,7 +148,8 @@ TEST(Cast, RoundTripsAreExactWhereRepresentable) {
   // f16 -> f32 -> f16 and bf16 -> f64 -> bf16 are exact for every finite 16-bit pattern.
   std::vector<uint16_t> all;
   for (uint32_t b = 0; b < 65536; ++b) {
-    if (std::isfinite(f16_to_float(static_cast<uint16_t>(b)))) all.push_back(static_cast<uint16_t>(b));
+    if (std::isfinite(f16_to_float(static_cast<uint16_t>(b))))
+      all.push_back(static_cast<uint16_t>(b));
   }
   const int64_t n = static_cast<int64_t>(all.size());
   std::vector<float> f(all.size());
@@ -143,4 +177,16 @@ TEST(Cast, IntegerTypes) {
   kernels::cast(cpu_ctx(), DType::f32, DType::i64, 4, g.data(), t.data());
   EXPECT_EQ(t, (std::vector<int64_t>{2, -2, 0, 7}));  // truncation toward zero
   kernels::cast(cpu_ctx(), DType::f32, DType::f16, 0, nullptr, nullptr);
+}
+
+TEST(Cast, F32ToBf16MatchesScalarBitForBit) {
+  auto x = wide_floats(10007);
+  x[1] = std::nanf("");
+  x[2] = -std::nanf("");
+  x[4] = std::numeric_limits<float>::max();  // rounds up past the largest bf16: infinity
+  std::vector<uint16_t> b(x.size());
+  kernels::cast(cpu_ctx(), DType::f32, DType::bf16, static_cast<int64_t>(x.size()), x.data(),
+                b.data());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(b[i], float_to_bf16(x[i])) << "x=" << x[i];
+  EXPECT_TRUE(std::isinf(bf16_to_float(b[4])));
 }

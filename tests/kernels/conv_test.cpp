@@ -1,13 +1,14 @@
 // CPU conv2d (pointwise, im2col and depthwise paths) against a naive 7-loop reference in double:
 // forward, and backward input/weight/bias against the reference's own analytic gradient, plus
 // a finite-difference check of the kernels' gradients in f64.
+#include "kernels/conv.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "base/device.h"
-#include "kernels/conv.h"
 #include "kernels/conv_test_util.h"
 
 using namespace frugal;
@@ -129,6 +130,8 @@ std::vector<Case> cases() {
       {"depthwise_1x1", shape(2, 3, 3, 4, 4, 1, 1, 1, 1, 0, 0, 1, 1, 4), true},
       // several im2col chunks (the column buffer holds about 7 of these images)
       {"3x3_multichunk", shape(9, 64, 64, 16, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1), true},
+      // deep enough that the weight-gradient GEMM splits N*H*W over threads
+      {"pointwise_split_depth", shape(4, 16, 15, 32, 16, 1, 1, 1, 1, 0, 0, 1, 1, 1), true},
       // large enough for the parallel depthwise weight-gradient and bias-gradient chunks
       {"depthwise_parallel", shape(8, 16, 16, 24, 24, 3, 3, 1, 1, 1, 1, 1, 1, 24), true},
   };
@@ -210,8 +213,7 @@ TEST(Conv2dCpu, RejectsBadShapesNamingThem) {
   std::vector<int> dummy(16);
   try {
     Conv2dShape s = shape(1, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1);
-    kernels::conv2d_forward(ctx, DType::i64, s, dummy.data(), dummy.data(), nullptr,
-                            dummy.data());
+    kernels::conv2d_forward(ctx, DType::i64, s, dummy.data(), dummy.data(), nullptr, dummy.data());
     ADD_FAILURE() << "no error for i64";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("i64"), std::string::npos) << e.what();

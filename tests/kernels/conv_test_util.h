@@ -13,8 +13,7 @@
 
 namespace frugal::testing {
 
-inline std::vector<double> random_vec(int64_t n, uint32_t seed, double lo = -1.0,
-                                      double hi = 1.0) {
+inline std::vector<double> random_vec(int64_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<double> dist(lo, hi);
   std::vector<double> v(static_cast<size_t>(n));

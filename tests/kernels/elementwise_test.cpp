@@ -1,12 +1,13 @@
 // Elementwise kernels against double-precision reference loops: broadcasting binary ops over
 // the shapes the network produces, the affine op and fills.
+#include "kernels/elementwise.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "base/half.h"
 #include "base/shape.h"
-#include "kernels/elementwise.h"
 #include "kernels/kernel_test_util.h"
 
 using namespace frugal;
@@ -16,10 +17,14 @@ namespace {
 
 double ref_op(kernels::BinaryOp op, double a, double b) {
   switch (op) {
-    case kernels::BinaryOp::add: return a + b;
-    case kernels::BinaryOp::sub: return a - b;
-    case kernels::BinaryOp::mul: return a * b;
-    case kernels::BinaryOp::div: return a / b;
+    case kernels::BinaryOp::add:
+      return a + b;
+    case kernels::BinaryOp::sub:
+      return a - b;
+    case kernels::BinaryOp::mul:
+      return a * b;
+    case kernels::BinaryOp::div:
+      return a / b;
   }
   return 0;
 }
@@ -52,8 +57,8 @@ void check_binary(const Shape& sa, const Shape& sb) {
           idx[static_cast<size_t>(d)] = r % out[d];
           r /= out[d];
         }
-        want[static_cast<size_t>(i)] = ref_op(op, a.get(source_index(sa, out, idx)),
-                                              b.get(source_index(sb, out, idx)));
+        want[static_cast<size_t>(i)] =
+            ref_op(op, a.get(source_index(sa, out, idx)), b.get(source_index(sb, out, idx)));
       }
       expect_near_all(y.values(), want, tolerance(dt),
                       detail::str(sa, " op", static_cast<int>(op), " ", sb, " ", dt));

@@ -1,12 +1,13 @@
 // Cross-entropy with label smoothing: forward against the smoothed-target formula
 // -sum_j q_j log p_j, backward against central finite differences in f64, stability with
 // huge logits, and label checks.
+#include "kernels/loss.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kernels/kernel_test_util.h"
-#include "kernels/loss.h"
 
 using namespace frugal;
 using namespace frugal::test;
@@ -135,10 +136,10 @@ TEST(CrossEntropy, BadLabelThrowsNamingIt) {
       EXPECT_NE(msg.find("4 classes"), std::string::npos) << msg;
     }
     std::vector<float> g(8);
-    EXPECT_THROW(kernels::cross_entropy_backward(cpu_ctx(), DType::f32, 2, 4, x.data(),
-                                                 labels.data(), 0.0, lse.data(), loss.data(),
-                                                 g.data()),
-                 Error);
+    EXPECT_THROW(
+        kernels::cross_entropy_backward(cpu_ctx(), DType::f32, 2, 4, x.data(), labels.data(), 0.0,
+                                        lse.data(), loss.data(), g.data()),
+        Error);
   }
   kernels::cross_entropy_forward(cpu_ctx(), DType::f32, 0, 4, nullptr, nullptr, 0.0, nullptr,
                                  nullptr);

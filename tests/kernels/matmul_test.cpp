@@ -1,11 +1,12 @@
 // gemm against a triple loop in double, for every transpose combination, beta 0 and 1, odd
 // sizes and the empty cases.
+#include "kernels/matmul.h"
+
 #include <gtest/gtest.h>
 
 #include <limits>
 
 #include "kernels/kernel_test_util.h"
-#include "kernels/matmul.h"
 
 using namespace frugal;
 using namespace frugal::test;
@@ -64,7 +65,7 @@ TEST(Gemm, EmptySizes) {
   kernels::gemm(cpu_ctx(), DType::f32, false, false, 2, 3, 0, nullptr, nullptr, 0.0, c.data());
   EXPECT_EQ(c, (std::vector<float>(6, 0.0f)));  // empty sum, overwrite: zeros
   kernels::gemm(cpu_ctx(), DType::f32, false, false, 0, 3, 4, nullptr, nullptr, 0.0, nullptr);
-  EXPECT_THROW(kernels::gemm(cpu_ctx(), DType::bf16, false, false, 1, 1, 1, c.data(), c.data(),
-                             0.0, c.data()),
+  EXPECT_THROW(kernels::gemm(cpu_ctx(), DType::bf16, false, false, 1, 1, 1, c.data(), c.data(), 0.0,
+                             c.data()),
                Error);
 }

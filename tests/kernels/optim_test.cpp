@@ -1,12 +1,13 @@
 // Fused optimizer steps against PyTorch's formulas recomputed in double over three steps, and
 // the loss scaler's skip: a non-zero found_inf leaves parameters and state bit-identical.
+#include "kernels/optim.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
 #include "kernels/kernel_test_util.h"
-#include "kernels/optim.h"
 
 using namespace frugal;
 using namespace frugal::test;
@@ -53,7 +54,7 @@ TEST(Sgd, ThreeStepsMatchPyTorchFormula) {
         rp[i] -= 0.05 * d;
       }
       std::string what = detail::str("sgd momentum=", cs.momentum, " damp=", cs.dampening,
-                                      " wd=", cs.wd, " nesterov=", cs.nesterov, " step ", step);
+                                     " wd=", cs.wd, " nesterov=", cs.nesterov, " step ", step);
       expect_close(p, rp, 1e-6, what);
       if (cs.momentum != 0) expect_close(buf, rbuf, 1e-6, what + " buf");
     }

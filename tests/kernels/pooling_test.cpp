@@ -1,5 +1,7 @@
 // CPU max, average and global average pooling against naive loops in double: overlapping
 // windows, padding, ties (first argmax wins in backward), count_include_pad both ways.
+#include "kernels/pooling.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 
 #include "base/device.h"
 #include "kernels/conv_test_util.h"
-#include "kernels/pooling.h"
 
 using namespace frugal;
 using frugal::testing::cast_vec;
@@ -31,8 +32,8 @@ Pool2dShape pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t
 }
 
 std::string str(const Pool2dShape& s) {
-  return detail::str("x=[", s.n, ",", s.h, ",", s.w, ",", s.c, "] k=", s.kh, "x", s.kw, " s=",
-                     s.stride_h, "x", s.stride_w, " p=", s.pad_h, "x", s.pad_w,
+  return detail::str("x=[", s.n, ",", s.h, ",", s.w, ",", s.c, "] k=", s.kh, "x", s.kw,
+                     " s=", s.stride_h, "x", s.stride_w, " p=", s.pad_h, "x", s.pad_w,
                      " include_pad=", s.count_include_pad);
 }
 
@@ -41,7 +42,8 @@ std::vector<Pool2dShape> shapes() {
           pool(2, 7, 5, 3, 2, 2, 2, 2, 0, 0),  // tiling, odd sizes drop the last row/column
           pool(1, 6, 7, 4, 3, 3, 1, 1, 1, 1),  // stride 1, heavy overlap
           pool(3, 5, 6, 2, 3, 2, 1, 2, 1, 1),  // asymmetric kernel and stride
-          pool(2, 9, 9, 5, 3, 3, 2, 2, 0, 0, false)};
+          pool(2, 9, 9, 5, 3, 3, 2, 2, 0, 0, false),
+          pool(8, 16, 15, 16, 3, 3, 2, 2, 1, 1)};  // big enough to split images over threads
 }
 
 // Calls f(x index, y index, window position within the scan) for every window element that

@@ -1,12 +1,13 @@
 // Counter-based random kernels: values are a pure function of (seed, offset + i) (formulas of
 // Note [Random formulas] recomputed here), distributions have the right moments, and dropout
 // keeps about 1 - p with the 1 / (1 - p) scale and replayable masks.
+#include "kernels/random.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kernels/kernel_test_util.h"
-#include "kernels/random.h"
 
 using namespace frugal;
 using namespace frugal::test;
@@ -28,7 +29,7 @@ TEST(Random, UniformIsPureFunctionOfSeedAndOffset) {
     sq += static_cast<double>(a[i]) * a[i];
   }
   double mean = sum / n, var = sq / n - mean * mean;
-  EXPECT_NEAR(mean, 0.5, 0.03);           // 5 / sqrt(12 n) ~ 0.0065 standard error
+  EXPECT_NEAR(mean, 0.5, 0.03);  // 5 / sqrt(12 n) ~ 0.0065 standard error
   EXPECT_NEAR(var, 25.0 / 12, 0.05);
   std::vector<float> c(n);
   kernels::fill_uniform(cpu_ctx(), DType::f32, n, c.data(), 8, 1000, -2.0, 3.0);
@@ -110,8 +111,8 @@ TEST(Dropout, EdgeProbabilities) {
   kernels::dropout_forward(cpu_ctx(), DType::f32, 5, x.data(), 1.0, 1, 0, y.data(), m.data());
   EXPECT_EQ(y, (std::vector<float>(5, 0.0f)));  // p = 1 drops everything, no inf * 0
   EXPECT_EQ(m, (std::vector<uint8_t>(5, 0)));
-  EXPECT_THROW(kernels::dropout_forward(cpu_ctx(), DType::f32, 5, x.data(), 1.5, 1, 0, y.data(),
-                                        m.data()),
-               Error);
+  EXPECT_THROW(
+      kernels::dropout_forward(cpu_ctx(), DType::f32, 5, x.data(), 1.5, 1, 0, y.data(), m.data()),
+      Error);
   kernels::dropout_forward(cpu_ctx(), DType::f32, 0, nullptr, 0.5, 1, 0, nullptr, nullptr);
 }

@@ -1,6 +1,8 @@
 // sum_to against a double reference over every reduction pattern the network produces (bias
 // gradients, broadcast backward, per-sample, last-dim, full), plus accuracy of a long sum and
 // argmax_rows with ties and NaN.
+#include "kernels/reduce.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 
 #include "base/shape.h"
 #include "kernels/kernel_test_util.h"
-#include "kernels/reduce.h"
 
 using namespace frugal;
 using namespace frugal::test;
@@ -65,7 +66,7 @@ TEST(SumTo, PerSampleAndMixed) {
   check_sum_to(Shape{6, 5, 4, 3, 2}, Shape{6, 1, 4, 1, 2});
   check_sum_to(Shape{6, 5, 4, 3, 2}, Shape{1, 5, 1, 3, 1});
   check_sum_to(Shape{3, 1, 4}, Shape{3, 1, 1});
-  check_sum_to(Shape{3000, 2, 50}, Shape{1, 2, 1});  // few outputs, many positions
+  check_sum_to(Shape{3000, 2, 50}, Shape{1, 2, 1});      // few outputs, many positions
   check_sum_to(Shape{1, 1, 60000}, Shape{1, 1, 60000});  // nothing reduced: copy
 }
 
@@ -93,15 +94,14 @@ TEST(SumTo, LongF32SumStaysAccurate) {
 
 TEST(SumTo, EmptyInputGivesZeros) {
   std::vector<float> y(3, 5.0f);
-  kernels::sum_to(cpu_ctx(), DType::f32, kernels::make_reduction(Shape{0, 3}, Shape{1, 3}),
-                  nullptr, 1.0, y.data());
+  kernels::sum_to(cpu_ctx(), DType::f32, kernels::make_reduction(Shape{0, 3}, Shape{1, 3}), nullptr,
+                  1.0, y.data());
   EXPECT_EQ(y, (std::vector<float>{0, 0, 0}));
-  kernels::sum_to(cpu_ctx(), DType::f32, kernels::make_reduction(Shape{3, 0}, Shape{3, 0}),
-                  nullptr, 1.0, nullptr);
+  kernels::sum_to(cpu_ctx(), DType::f32, kernels::make_reduction(Shape{3, 0}, Shape{3, 0}), nullptr,
+                  1.0, nullptr);
   EXPECT_THROW(kernels::make_reduction(Shape{3, 4}, Shape{3, 2}), Error);
-  EXPECT_THROW(kernels::sum_to(cpu_ctx(), DType::i64,
-                               kernels::make_reduction(Shape{3}, Shape{1}), y.data(), 1.0,
-                               y.data()),
+  EXPECT_THROW(kernels::sum_to(cpu_ctx(), DType::i64, kernels::make_reduction(Shape{3}, Shape{1}),
+                               y.data(), 1.0, y.data()),
                Error);
 }
 

@@ -1,12 +1,13 @@
 // The caching allocator's policy on a fake device: rounding, pools, reuse, best fit, split and
 // merge, streams, empty_cache and statistics. Caps, retries and OOM are in caching_oom_test.cpp.
+#include "memory/caching_allocator.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <numeric>
 
-#include "memory/caching_allocator.h"
 #include "memory/fake_device_source.h"
 
 using namespace frugal;

@@ -46,7 +46,8 @@ TEST(CachingAllocatorOom, CapHitThrowsWithTheNumbersAndStaysUsable) {
   expect_contains(msg, "segment of 16.0 MiB (16777216 bytes)");
   expect_contains(msg, "exceed the memory cap");
   expect_contains(msg, "memory cap: 30.0 MiB (31457280 bytes)");
-  expect_contains(msg, "device total: 100.0 MiB (104857600 bytes), free: 80.0 MiB (83886080 bytes)");
+  expect_contains(msg,
+                  "device total: 100.0 MiB (104857600 bytes), free: 80.0 MiB (83886080 bytes)");
   expect_contains(msg, "allocated: 5.0 MiB (5242880 bytes)");
   expect_contains(msg, "reserved but unallocated: 15.0 MiB (15728640 bytes)");
   expect_contains(msg, "try a smaller batch, --precision f16, checkpointing, or empty_cache()");
@@ -149,4 +150,7 @@ TEST(CachingAllocatorOom, DeviceFullAfterFlushingTheCache) {
   dev.alloc.check_invariants();
   DataPtr b = dev.alloc.allocate(20 * kMiB);
   EXPECT_EQ(dev.source->used(), 60 * kMiB);
+  msg = oom_message([&] { dev.alloc.allocate(65 * kMiB); });
+  expect_contains(msg, "(the request alone is larger than the device)");
+  EXPECT_EQ(dev.alloc.stats().num_ooms, 2);
 }

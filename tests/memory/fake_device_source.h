@@ -51,11 +51,11 @@ class FakeDeviceSource final : public DeviceMemorySource {
 
   size_t used() const { return used_; }
 
-  int fail_next = 0;                   // the next n raw_allocs fail
+  int fail_next = 0;  // the next n raw_allocs fail
   int alloc_calls = 0;
   int free_calls = 0;
-  std::vector<size_t> segment_sizes;   // every successful raw_alloc, in order
-  std::map<uintptr_t, size_t> live;    // address -> bytes
+  std::vector<size_t> segment_sizes;      // every successful raw_alloc, in order
+  std::map<uintptr_t, size_t> live;       // address -> bytes
   size_t* used_at_destruction = nullptr;  // where to report bytes never freed
 
  private:
