@@ -1,6 +1,7 @@
 // Where a tensor lives: the host, a CUDA device, or meta (shapes and byte counts, no data).
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 

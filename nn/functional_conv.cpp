@@ -59,7 +59,7 @@ std::vector<Tensor> conv_backward_raw(const Tensor& g, const Tensor& x, const Te
     if (!meta) kernels::conv2d_backward_input(ctx, dt, s, gc.data_ptr(), wc.data_ptr(), dx.data_ptr());
   }
   if (need_w || need_b) {
-    dw = Tensor::empty(w.shape(), {dt, g.device()});
+    dw = Tensor::empty(Shape{s.k, s.kh, s.kw, s.cin_per_group()}, {dt, g.device()});
     if (need_b) db = Tensor::empty(Shape{s.k}, {dt, g.device()});
     if (!meta) {
       kernels::conv2d_backward_weight(ctx, dt, s, xc.data_ptr(), gc.data_ptr(), dw.data_ptr(),
