@@ -6,6 +6,9 @@
 
 #include "base/error.h"
 #include "memory/allocator.h"
+#ifdef FRUGAL_WITH_CUDA
+#include "memory/cuda_allocators.h"
+#endif
 
 namespace frugal::memory {
 namespace {
@@ -126,7 +129,11 @@ Allocator& allocator_for(Device device) {
       FRUGAL_CHECK(device.index >= 0 && device.index < kMaxCudaDevices, "no such device ",
                    device.str());
       std::lock_guard<std::mutex> lock(g_registry_mu);
-      Allocator* a = g_cuda_allocators[static_cast<size_t>(device.index)];
+      Allocator*& a = g_cuda_allocators[static_cast<size_t>(device.index)];
+#ifdef FRUGAL_WITH_CUDA
+      // First use of the device: create its caching allocator (throws for a missing device).
+      if (a == nullptr) a = &cuda_caching_allocator(device.index);
+#endif
       FRUGAL_CHECK(a != nullptr, "no allocator for ", device.str(),
                    ": frugal was built without CUDA or the device is not initialised");
       return *a;

@@ -1,0 +1,212 @@
+// CPU batch norm over [rows, C] (NHWC flattened): training forward with running-stat update,
+// evaluation forward, and backward. Statistics are summed in double (two passes: mean, then
+// squared deviations) with per-chunk partial sums per channel, so rows split over threads.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/batch_norm.h"
+#include "kernels/cpu/chunks.h"
+#include "kernels/cpu/cpu_common.h"
+
+namespace frugal::kernels::cpu {
+namespace {
+
+void check_bn(const char* op, int64_t rows, int64_t c) {
+  FRUGAL_CHECK(rows >= 0 && c > 0, op, ": bad shape [rows=", rows, ", C=", c, "]");
+}
+
+// out[c] = sum over rows of f(row pointer, c), accumulated in double per chunk of rows.
+// `f` gets (row index, double* acc) and adds that row's terms into acc[0..C).
+template <typename RowFn>
+void channel_sums(const Context& ctx, int64_t rows, int64_t c, int64_t width, double* out,
+                  RowFn&& f) {
+  if (rows == 0) {
+    std::fill(out, out + width * c, 0.0);
+    return;
+  }
+  int64_t chunks = chunk_count(rows, c * width);
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(chunks * width * c) * sizeof(double));
+  double* partial = static_cast<double*>(buf.get());  // [chunks, width * C]
+  for_each_chunk(rows, chunks, [&](int64_t t, int64_t b, int64_t e) {
+    double* acc = partial + t * width * c;
+    std::fill(acc, acc + width * c, 0.0);
+    for (int64_t r = b; r < e; ++r) f(r, acc);
+  });
+  for (int64_t q = 0; q < width * c; ++q) {
+    double sum = 0;
+    for (int64_t t = 0; t < chunks; ++t) sum += partial[t * width * c + q];
+    out[q] = sum;
+  }
+}
+
+// y = (x - mean) * scale + beta with affine = [mean, scale, beta] per channel; (x - mean) is
+// explicit so that f32 does not cancel two large terms when |mean| >> std.
+template <typename T>
+void apply_affine(int64_t rows, int64_t c, const T* x, const T* affine, T* y) {
+  const T* mean = affine;
+  const T* scale = affine + c;
+  const T* beta = affine + 2 * c;
+  parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* __restrict xr = x + r * c;
+      T* __restrict yr = y + r * c;
+      for (int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - mean[j]) * scale[j] + beta[j];
+    }
+  });
+}
+
+template <typename T>
+void forward_train(const Context& ctx, int64_t rows, int64_t c, const T* x, const T* gamma,
+                   const T* beta, double eps, double momentum, T* y, T* save_mean,
+                   T* save_invstd, T* running_mean, T* running_var) {
+  memory::DataPtr stats_buf = ctx.workspace(static_cast<size_t>(2 * c) * sizeof(double));
+  double* mean = static_cast<double*>(stats_buf.get());  // [C]
+  double* var = mean + c;                                // [C], sum of squared deviations
+  memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(3 * c) * sizeof(T));
+  T* affine = static_cast<T*>(affine_buf.get());  // [3, C]: mean, scale, beta
+  channel_sums(ctx, rows, c, 1, mean, [&](int64_t r, double* __restrict acc) {
+    const T* __restrict xr = x + r * c;
+    for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(xr[j]);
+  });
+  for (int64_t j = 0; j < c; ++j) mean[j] /= static_cast<double>(rows);
+  channel_sums(ctx, rows, c, 1, var, [&](int64_t r, double* __restrict acc) {
+    const T* __restrict xr = x + r * c;
+    for (int64_t j = 0; j < c; ++j) {
+      double d = static_cast<double>(xr[j]) - mean[j];
+      acc[j] += d * d;
+    }
+  });
+  for (int64_t j = 0; j < c; ++j) {
+    double biased = var[j] / static_cast<double>(rows);
+    double invstd = 1.0 / std::sqrt(biased + eps);
+    double g = gamma != nullptr ? static_cast<double>(gamma[j]) : 1.0;
+    affine[j] = static_cast<T>(mean[j]);
+    affine[c + j] = static_cast<T>(g * invstd);
+    affine[2 * c + j] = beta != nullptr ? beta[j] : T(0);
+    if (save_mean != nullptr) save_mean[j] = static_cast<T>(mean[j]);
+    if (save_invstd != nullptr) save_invstd[j] = static_cast<T>(invstd);
+    // PyTorch: the running variance takes the unbiased estimate.
+    double unbiased = var[j] / static_cast<double>(rows - 1);
+    if (running_mean != nullptr) {
+      running_mean[j] = static_cast<T>((1 - momentum) * running_mean[j] + momentum * mean[j]);
+    }
+    if (running_var != nullptr) {
+      running_var[j] = static_cast<T>((1 - momentum) * running_var[j] + momentum * unbiased);
+    }
+  }
+  apply_affine(rows, c, x, affine, y);
+}
+
+template <typename T>
+void forward_eval(const Context& ctx, int64_t rows, int64_t c, const T* x, const T* gamma,
+                  const T* beta, const T* running_mean, const T* running_var, double eps, T* y) {
+  memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(3 * c) * sizeof(T));
+  T* affine = static_cast<T*>(affine_buf.get());  // [3, C]: mean, scale, beta
+  for (int64_t j = 0; j < c; ++j) {
+    double invstd = 1.0 / std::sqrt(static_cast<double>(running_var[j]) + eps);
+    double g = gamma != nullptr ? static_cast<double>(gamma[j]) : 1.0;
+    affine[j] = running_mean[j];
+    affine[c + j] = static_cast<T>(g * invstd);
+    affine[2 * c + j] = beta != nullptr ? beta[j] : T(0);
+  }
+  apply_affine(rows, c, x, affine, y);
+}
+
+// With xhat = (x - mean) * invstd, M = rows:
+//   dbeta = sum dy, dgamma = sum dy * xhat,
+//   dx = gamma * invstd / M * (M * dy - dbeta - xhat * dgamma).
+template <typename T>
+void backward(const Context& ctx, int64_t rows, int64_t c, const T* x, const T* dy,
+              const T* gamma, const T* save_mean, const T* save_invstd, T* dx, T* dgamma,
+              T* dbeta) {
+  memory::DataPtr sums_buf = ctx.workspace(static_cast<size_t>(2 * c) * sizeof(double));
+  double* sums = static_cast<double*>(sums_buf.get());  // [2, C]: sum dy, sum dy * (x - mean)
+  channel_sums(ctx, rows, c, 2, sums, [&](int64_t r, double* __restrict acc) {
+    const T* __restrict xr = x + r * c;
+    const T* __restrict dyr = dy + r * c;
+    for (int64_t j = 0; j < c; ++j) {
+      double g = static_cast<double>(dyr[j]);
+      acc[j] += g;
+      acc[c + j] += g * (static_cast<double>(xr[j]) - static_cast<double>(save_mean[j]));
+    }
+  });
+  for (int64_t j = 0; j < c; ++j) {
+    if (dbeta != nullptr) dbeta[j] = static_cast<T>(sums[j]);
+    if (dgamma != nullptr) {
+      dgamma[j] = static_cast<T>(sums[c + j] * static_cast<double>(save_invstd[j]));
+    }
+  }
+  if (dx == nullptr) return;
+  // dx = a * dy + b * (x - mean) + d per channel, folding every constant ahead of the row
+  // loop; (x - mean) stays explicit so f32 does not cancel two large terms when |mean| >> std.
+  memory::DataPtr coef_buf = ctx.workspace(static_cast<size_t>(4 * c) * sizeof(T));
+  T* ca = static_cast<T*>(coef_buf.get());
+  T* cb = ca + c;
+  T* cd = cb + c;
+  T* cm = cd + c;
+  double m = static_cast<double>(rows);
+  for (int64_t j = 0; j < c; ++j) {
+    double invstd = static_cast<double>(save_invstd[j]);
+    double mean = static_cast<double>(save_mean[j]);
+    double g = gamma != nullptr ? static_cast<double>(gamma[j]) : 1.0;
+    double a = g * invstd;
+    double b = -a * sums[c + j] * invstd * invstd / m;  // coefficient of (x - mean)
+    ca[j] = static_cast<T>(a);
+    cb[j] = static_cast<T>(b);
+    cd[j] = static_cast<T>(-a * sums[j] / m);
+    cm[j] = static_cast<T>(mean);
+  }
+  parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* __restrict xr = x + r * c;
+      const T* __restrict dyr = dy + r * c;
+      T* __restrict dxr = dx + r * c;
+      for (int64_t j = 0; j < c; ++j) dxr[j] = ca[j] * dyr[j] + cb[j] * (xr[j] - cm[j]) + cd[j];
+    }
+  });
+}
+
+}  // namespace
+
+void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int64_t c,
+                              const void* x, const void* gamma, const void* beta, double eps,
+                              double momentum, void* y, void* save_mean, void* save_invstd,
+                              void* running_mean, void* running_var) {
+  check_bn("batch_norm_forward_train", rows, c);
+  if (rows == 0) return;
+  FRUGAL_CHECK(rows > 1, "batch_norm_forward_train: need more than one value per channel in "
+               "training, got [rows=", rows, ", C=", c, "]");
+  FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_forward_train", {
+    forward_train<T>(ctx, rows, c, static_cast<const T*>(x), static_cast<const T*>(gamma),
+                     static_cast<const T*>(beta), eps, momentum, static_cast<T*>(y),
+                     static_cast<T*>(save_mean), static_cast<T*>(save_invstd),
+                     static_cast<T*>(running_mean), static_cast<T*>(running_var));
+  });
+}
+
+void batch_norm_forward_eval(const Context& ctx, DType dtype, int64_t rows, int64_t c,
+                             const void* x, const void* gamma, const void* beta,
+                             const void* running_mean, const void* running_var, double eps,
+                             void* y) {
+  check_bn("batch_norm_forward_eval", rows, c);
+  if (rows == 0) return;
+  FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_forward_eval", {
+    forward_eval<T>(ctx, rows, c, static_cast<const T*>(x), static_cast<const T*>(gamma),
+                    static_cast<const T*>(beta), static_cast<const T*>(running_mean),
+                    static_cast<const T*>(running_var), eps, static_cast<T*>(y));
+  });
+}
+
+void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t c, const void* x,
+                         const void* dy, const void* gamma, const void* save_mean,
+                         const void* save_invstd, void* dx, void* dgamma, void* dbeta) {
+  check_bn("batch_norm_backward", rows, c);
+  FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_backward", {
+    backward<T>(ctx, rows, c, static_cast<const T*>(x), static_cast<const T*>(dy),
+                static_cast<const T*>(gamma), static_cast<const T*>(save_mean),
+                static_cast<const T*>(save_invstd), static_cast<T*>(dx),
+                static_cast<T*>(dgamma), static_cast<T*>(dbeta));
+  });
+}
+
+}  // namespace frugal::kernels::cpu

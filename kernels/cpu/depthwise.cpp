@@ -1,0 +1,144 @@
+// Direct depthwise conv (groups == C == K) in NHWC: the channel is the inner, contiguous,
+// vectorised loop; weights are first transposed from [C, kh, kw, 1] to [kh, kw, C] so every tap
+// is a contiguous channel vector too.
+#include <algorithm>
+
+#include "kernels/cpu/chunks.h"
+#include "kernels/cpu/conv_internal.h"
+#include "kernels/cpu/cpu_common.h"
+
+namespace frugal::kernels::cpu {
+namespace {
+
+// y[c] += a[c] * b[c]
+template <typename T>
+inline void fma_row(T* __restrict y, const T* __restrict a, const T* __restrict b, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) y[c] += a[c] * b[c];
+}
+
+// wt[kh*kw, C] from w[C, kh*kw]
+template <typename T>
+void transpose_taps(const T* w, int64_t c, int64_t kk, T* wt) {
+  for (int64_t ch = 0; ch < c; ++ch) {
+    for (int64_t t = 0; t < kk; ++t) wt[t * c + ch] = w[ch * kk + t];
+  }
+}
+
+int64_t row_grain(const Conv2dShape& s, int64_t width) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, width * s.c * s.kh * s.kw));
+}
+
+}  // namespace
+
+template <typename T>
+void depthwise_forward(const Context& ctx, const Conv2dShape& s, const T* x, const T* w,
+                       const T* bias, T* y) {
+  int64_t oh_n = s.oh(), ow_n = s.ow(), c = s.c, kk = s.kh * s.kw;
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(kk * c) * sizeof(T));
+  T* wt = static_cast<T*>(buf.get());
+  transpose_taps(w, c, kk, wt);
+  parallel_for(s.n * oh_n, row_grain(s, ow_n), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      int64_t n = r / oh_n, oh = r % oh_n;
+      for (int64_t ow = 0; ow < ow_n; ++ow) {
+        T* yr = y + (r * ow_n + ow) * c;
+        if (bias != nullptr) {
+          std::copy(bias, bias + c, yr);
+        } else {
+          std::fill(yr, yr + c, T(0));
+        }
+        for (int64_t i = 0; i < s.kh; ++i) {
+          int64_t ih = oh * s.stride_h - s.pad_h + i * s.dil_h;
+          if (ih < 0 || ih >= s.h) continue;
+          for (int64_t j = 0; j < s.kw; ++j) {
+            int64_t iw = ow * s.stride_w - s.pad_w + j * s.dil_w;
+            if (iw < 0 || iw >= s.w) continue;
+            fma_row(yr, x + ((n * s.h + ih) * s.w + iw) * c, wt + (i * s.kw + j) * c, c);
+          }
+        }
+      }
+    }
+  });
+}
+
+// dx[n, ih, iw, c] gathers dy[n, oh, ow, c] * w[c, i, j] over the taps that read (ih, iw).
+template <typename T>
+void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const T* dy, const T* w,
+                              T* dx) {
+  int64_t oh_n = s.oh(), ow_n = s.ow(), c = s.c, kk = s.kh * s.kw;
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(kk * c) * sizeof(T));
+  T* wt = static_cast<T*>(buf.get());
+  transpose_taps(w, c, kk, wt);
+  parallel_for(s.n * s.h, row_grain(s, s.w), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      int64_t n = r / s.h, ih = r % s.h;
+      for (int64_t iw = 0; iw < s.w; ++iw) {
+        T* dxr = dx + (r * s.w + iw) * c;
+        std::fill(dxr, dxr + c, T(0));
+        for (int64_t i = 0; i < s.kh; ++i) {
+          int64_t th = ih + s.pad_h - i * s.dil_h;
+          if (th < 0 || th % s.stride_h != 0 || th / s.stride_h >= oh_n) continue;
+          int64_t oh = th / s.stride_h;
+          for (int64_t j = 0; j < s.kw; ++j) {
+            int64_t tw = iw + s.pad_w - j * s.dil_w;
+            if (tw < 0 || tw % s.stride_w != 0 || tw / s.stride_w >= ow_n) continue;
+            int64_t ow = tw / s.stride_w;
+            fma_row(dxr, dy + ((n * oh_n + oh) * ow_n + ow) * c, wt + (i * s.kw + j) * c, c);
+          }
+        }
+      }
+    }
+  });
+}
+
+// dw[c, i, j] = sum over n, oh, ow of dy[n, oh, ow, c] * x[n, ih, iw, c]; each chunk of output
+// rows sums into its own [kh*kw, C] slot of the workspace, reduced in chunk order at the end.
+template <typename T>
+void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x,
+                               const T* dy, T* dw) {
+  int64_t oh_n = s.oh(), ow_n = s.ow(), c = s.c, kk = s.kh * s.kw;
+  int64_t rows = s.n * oh_n;
+  int64_t chunks = chunk_count(rows, ow_n * c * kk);
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(chunks * kk * c) * sizeof(T));
+  T* partial = static_cast<T*>(buf.get());  // [chunks, kh*kw, C]
+  for_each_chunk(rows, chunks, [&](int64_t t, int64_t b, int64_t e) {
+    T* acc = partial + t * kk * c;
+    std::fill(acc, acc + kk * c, T(0));
+    for (int64_t r = b; r < e; ++r) {
+      int64_t n = r / oh_n, oh = r % oh_n;
+      for (int64_t ow = 0; ow < ow_n; ++ow) {
+        const T* dyr = dy + (r * ow_n + ow) * c;
+        for (int64_t i = 0; i < s.kh; ++i) {
+          int64_t ih = oh * s.stride_h - s.pad_h + i * s.dil_h;
+          if (ih < 0 || ih >= s.h) continue;
+          for (int64_t j = 0; j < s.kw; ++j) {
+            int64_t iw = ow * s.stride_w - s.pad_w + j * s.dil_w;
+            if (iw < 0 || iw >= s.w) continue;
+            fma_row(acc + (i * s.kw + j) * c, dyr, x + ((n * s.h + ih) * s.w + iw) * c, c);
+          }
+        }
+      }
+    }
+  });
+  for (int64_t t = 1; t < chunks; ++t) {
+    const T* __restrict src = partial + t * kk * c;
+    T* __restrict dst = partial;
+    for (int64_t q = 0; q < kk * c; ++q) dst[q] += src[q];
+  }
+  for (int64_t ch = 0; ch < c; ++ch) {
+    for (int64_t q = 0; q < kk; ++q) dw[ch * kk + q] = partial[q * c + ch];
+  }
+}
+
+#define FRUGAL_INSTANTIATE(T)                                                                   \
+  template void depthwise_forward<T>(const Context&, const Conv2dShape&, const T*, const T*,   \
+                                     const T*, T*);                                            \
+  template void depthwise_backward_input<T>(const Context&, const Conv2dShape&, const T*,      \
+                                            const T*, T*);                                     \
+  template void depthwise_backward_weight<T>(const Context&, const Conv2dShape&, const T*,     \
+                                             const T*, T*);
+FRUGAL_INSTANTIATE(float)
+FRUGAL_INSTANTIATE(double)
+#undef FRUGAL_INSTANTIATE
+
+}  // namespace frugal::kernels::cpu

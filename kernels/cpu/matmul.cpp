@@ -1,0 +1,54 @@
+// CPU gemm through Eigen on row-major maps (Eigen's own blocking and OpenMP threads); the
+// transposes are views, so nothing is copied outside Eigen's packing.
+#include <Eigen/Core>
+
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/matmul.h"
+
+namespace frugal::kernels::cpu {
+namespace {
+
+template <typename T>
+void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
+               const T* b, double beta, T* c) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using CMap = Eigen::Map<const Mat>;
+  Eigen::Map<Mat> C(c, m, n);
+  if (k == 0) {  // an empty sum: c = beta * c
+    if (beta == 0) {
+      C.setZero();
+    } else if (beta != 1) {
+      C *= static_cast<T>(beta);
+    }
+    return;
+  }
+  CMap A(a, trans_a ? k : m, trans_a ? m : k);  // [m, k] or stored [k, m]
+  CMap B(b, trans_b ? n : k, trans_b ? k : n);  // [k, n] or stored [n, k]
+  // beta == 0 never reads c (it may hold NaN from an uninitialised buffer).
+  auto run = [&](const auto& opa, const auto& opb) {
+    if (beta == 0) {
+      C.noalias() = opa * opb;
+    } else {
+      if (beta != 1) C *= static_cast<T>(beta);
+      C.noalias() += opa * opb;
+    }
+  };
+  if (!trans_a && !trans_b) run(A, B);
+  if (!trans_a && trans_b) run(A, B.transpose());
+  if (trans_a && !trans_b) run(A.transpose(), B);
+  if (trans_a && trans_b) run(A.transpose(), B.transpose());
+}
+
+}  // namespace
+
+void gemm(const Context& ctx, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
+          int64_t k, const void* a, const void* b, double beta, void* c) {
+  (void)ctx;
+  FRUGAL_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm: bad sizes m=", m, " n=", n, " k=", k);
+  if (m == 0 || n == 0) return;
+  FRUGAL_CPU_FLOAT_SWITCH(dtype, "gemm",
+                          gemm_impl<T>(trans_a, trans_b, m, n, k, static_cast<const T*>(a),
+                                       static_cast<const T*>(b), beta, static_cast<T*>(c)));
+}
+
+}  // namespace frugal::kernels::cpu

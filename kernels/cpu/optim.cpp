@@ -1,0 +1,72 @@
+// CPU fused optimizer updates (SGD with momentum, AdamW) over f32 parameters, following
+// PyTorch's single-tensor formulas term by term; found_inf != 0 skips the step untouched.
+#include <cmath>
+
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/optim.h"
+
+namespace frugal::kernels::cpu {
+namespace {
+
+constexpr int64_t kGrain = 16384;
+
+bool skip_step(const float* found_inf) { return found_inf != nullptr && *found_inf != 0.0f; }
+
+}  // namespace
+
+void sgd_step(const Context& ctx, int64_t n, float* param, const float* grad, float* momentum_buf,
+              const SgdParams& p, const float* found_inf) {
+  (void)ctx;
+  FRUGAL_CHECK(n >= 0, "sgd_step: negative size ", n);
+  FRUGAL_CHECK(p.momentum == 0 || momentum_buf != nullptr || n == 0,
+               "sgd_step: momentum ", p.momentum, " needs a momentum buffer");
+  FRUGAL_CHECK(!p.nesterov || (p.momentum > 0 && p.dampening == 0),
+               "sgd_step: nesterov needs momentum > 0 and dampening 0 (momentum ", p.momentum,
+               ", dampening ", p.dampening, ")");
+  if (skip_step(found_inf)) return;
+  const float lr = static_cast<float>(p.lr), wd = static_cast<float>(p.weight_decay);
+  const float mom = static_cast<float>(p.momentum);
+  const float keep = static_cast<float>(1.0 - p.dampening);
+  const bool use_mom = p.momentum != 0, first = p.first_step, nesterov = p.nesterov;
+  parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float g = grad[i];
+      if (wd != 0.0f) g += wd * param[i];
+      if (use_mom) {
+        float buf = first ? g : mom * momentum_buf[i] + keep * g;
+        momentum_buf[i] = buf;
+        g = nesterov ? g + mom * buf : buf;
+      }
+      param[i] -= lr * g;
+    }
+  });
+}
+
+void adamw_step(const Context& ctx, int64_t n, float* param, const float* grad, float* exp_avg,
+                float* exp_avg_sq, const AdamWParams& p, const float* found_inf) {
+  (void)ctx;
+  FRUGAL_CHECK(n >= 0, "adamw_step: negative size ", n);
+  FRUGAL_CHECK(p.step >= 1, "adamw_step: step ", p.step, " must be 1-based and positive");
+  if (skip_step(found_inf)) return;
+  const double t = static_cast<double>(p.step);
+  const float decay = static_cast<float>(1.0 - p.lr * p.weight_decay);
+  const float b2 = static_cast<float>(p.beta2);
+  const float one_minus_b1 = static_cast<float>(1.0 - p.beta1);
+  const float one_minus_b2 = static_cast<float>(1.0 - p.beta2);
+  const float step_size = static_cast<float>(p.lr / (1.0 - std::pow(p.beta1, t)));
+  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(p.beta2, t)));
+  const float eps = static_cast<float>(p.eps);
+  parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float g = grad[i];
+      float m = exp_avg[i] + one_minus_b1 * (g - exp_avg[i]);  // lerp, as PyTorch writes it
+      float v = b2 * exp_avg_sq[i] + one_minus_b2 * g * g;
+      exp_avg[i] = m;
+      exp_avg_sq[i] = v;
+      float denom = std::sqrt(v) / bc2_sqrt + eps;
+      param[i] = param[i] * decay - step_size * m / denom;
+    }
+  });
+}
+
+}  // namespace frugal::kernels::cpu

@@ -1,0 +1,245 @@
+// The caching allocator's block logic: best fit, split, merge, cache, cap and retry. The policy is
+// stated in caching_allocator.h; snapshot, invariants and the OOM message are in
+// caching_allocator_debug.cpp.
+#include "memory/caching_allocator.h"
+
+#include <cstdio>
+#include <tuple>
+
+#include "base/error.h"
+
+namespace frugal::memory {
+
+namespace {
+constexpr size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+}  // namespace
+
+size_t round_request(size_t bytes) {
+  return bytes < kRoundBytes ? kRoundBytes : round_up(bytes, kRoundBytes);
+}
+
+size_t segment_bytes_for(size_t rounded) {
+  if (rounded <= kSmallRequestMax) return kSmallSegmentBytes;
+  if (rounded < kMidRequestMax) return kMidSegmentBytes;
+  return round_up(rounded, kLargeRoundBytes);
+}
+
+bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
+  return std::tie(a->stream, a->size, a->addr) < std::tie(b->stream, b->size, b->addr);
+}
+
+CachingAllocator::CachingAllocator(std::unique_ptr<DeviceMemorySource> source, Device device)
+    : source_(std::move(source)), device_(device) {
+  FRUGAL_CHECK(source_ != nullptr, "CachingAllocator(", device.str(), "): no memory source");
+}
+
+CachingAllocator::~CachingAllocator() {
+  // Live DataPtrs must not outlive their allocator; process-wide allocators are never destroyed.
+  for (auto& [addr, head] : segments_) {
+    try {
+      source_->raw_free(reinterpret_cast<void*>(addr));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "frugal: freeing a segment of %s failed: %s\n", device_.str().c_str(),
+                   e.what());
+    }
+    for (Block* b = head; b != nullptr;) {
+      Block* next = b->next;
+      delete b;
+      b = next;
+    }
+  }
+}
+
+DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
+  if (bytes == 0) return {};
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t rounded = round_request(bytes);
+  const bool small_pool = rounded <= kSmallRequestMax;
+  Block* b = find_free(rounded, stream, small_pool);
+  if (b == nullptr) {
+    const size_t seg_bytes = segment_bytes_for(rounded);
+    if (!try_new_segment(seg_bytes, stream, small_pool, &b)) {
+      // Cached segments may be what stands between us and the memory: give them back, once.
+      stats_.num_alloc_retries++;
+      release_free_segments();
+      if (!try_new_segment(seg_bytes, stream, small_pool, &b)) {
+        stats_.num_ooms++;
+        throw_oom(bytes, rounded, seg_bytes, stream);
+      }
+    }
+  }
+  take(b, rounded, bytes);
+  return DataPtr(reinterpret_cast<void*>(b->addr), bytes, this);
+}
+
+CachingAllocator::Block* CachingAllocator::find_free(size_t rounded, StreamId stream,
+                                                     bool small_pool) {
+  Pool& pool = pool_of(small_pool);
+  Block key;
+  key.stream = stream;
+  key.size = rounded;
+  key.addr = 0;
+  auto it = pool.lower_bound(&key);
+  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  return *it;
+}
+
+bool CachingAllocator::try_new_segment(size_t seg_bytes, StreamId stream, bool small_pool,
+                                       Block** out) {
+  const auto reserved = static_cast<size_t>(stats_.reserved_bytes.current);
+  if (cap_bytes_ != 0 && reserved + seg_bytes > cap_bytes_) return false;
+  auto head = std::make_unique<Block>();  // before raw_alloc, so bad_alloc cannot leak a segment
+  head->size = seg_bytes;
+  head->stream = stream;
+  head->small_pool = small_pool;
+  void* ptr = source_->raw_alloc(seg_bytes);  // may throw on a driver error: nothing changed yet
+  if (ptr == nullptr) return false;
+  head->addr = reinterpret_cast<uintptr_t>(ptr);
+  *out = head.release();
+  segments_.emplace((*out)->addr, *out);
+  insert_free(*out);
+  stats_.reserved_bytes.add(static_cast<int64_t>(seg_bytes));
+  stats_.segment.add(1);
+  return true;
+}
+
+// Hands out free block `b` for a request of `requested` bytes (`rounded` after rounding),
+// splitting off the tail when the pool's rule says it is worth keeping.
+void CachingAllocator::take(Block* b, size_t rounded, size_t requested) {
+  erase_free(b);
+  const size_t remainder = b->size - rounded;
+  const bool split = b->small_pool ? remainder >= kSmallSplitMin : remainder > kLargeSplitMin;
+  if (split) {
+    auto* rest = new Block;
+    rest->addr = b->addr + rounded;
+    rest->size = remainder;
+    rest->stream = b->stream;
+    rest->small_pool = b->small_pool;
+    rest->prev = b;
+    rest->next = b->next;
+    if (b->next != nullptr) b->next->prev = rest;
+    b->next = rest;
+    b->size = rounded;
+    insert_free(rest);
+  }
+  b->allocated = true;
+  b->requested = requested;
+  allocated_.emplace(b->addr, b);
+  const auto n = static_cast<int64_t>(b->size);
+  stats_.allocated_bytes.add(n);
+  stats_.active_bytes.add(n);
+  stats_.requested_bytes.add(static_cast<int64_t>(requested));
+  stats_.allocation.add(1);
+}
+
+// A free block counts as inactive split while it shares its segment with other blocks. That
+// state only changes when the block itself is merged or split, i.e. outside the pool, so
+// counting on insert and erase keeps the stat exact.
+void CachingAllocator::insert_free(Block* b) {
+  pool_of(b->small_pool).insert(b);
+  if (b->is_split()) stats_.inactive_split_bytes.add(static_cast<int64_t>(b->size));
+}
+
+void CachingAllocator::erase_free(Block* b) {
+  pool_of(b->small_pool).erase(b);
+  if (b->is_split()) stats_.inactive_split_bytes.sub(static_cast<int64_t>(b->size));
+}
+
+void CachingAllocator::release(void* ptr, size_t /*size*/) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocated_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == allocated_.end()) {
+    // release() cannot throw; a double free or foreign pointer is a bug worth shouting about.
+    std::fprintf(stderr, "frugal: %s caching allocator: release of unknown pointer %p\n",
+                 device_.str().c_str(), ptr);
+    return;
+  }
+  Block* b = it->second;
+  allocated_.erase(it);
+  const auto n = static_cast<int64_t>(b->size);
+  stats_.allocated_bytes.sub(n);
+  stats_.active_bytes.sub(n);
+  stats_.requested_bytes.sub(static_cast<int64_t>(b->requested));
+  stats_.allocation.sub(1);
+  b->allocated = false;
+  b->requested = 0;
+  if (Block* next = b->next; next != nullptr && !next->allocated) {  // absorb the next block
+    erase_free(next);
+    b->size += next->size;
+    b->next = next->next;
+    if (b->next != nullptr) b->next->prev = b;
+    delete next;
+  }
+  if (Block* prev = b->prev; prev != nullptr && !prev->allocated) {  // the previous absorbs b
+    erase_free(prev);
+    prev->size += b->size;
+    prev->next = b->next;
+    if (prev->next != nullptr) prev->next->prev = prev;
+    delete b;
+    b = prev;
+  }
+  insert_free(b);
+}
+
+void CachingAllocator::free_segment(Block* head) {
+  erase_free(head);
+  segments_.erase(head->addr);
+  stats_.reserved_bytes.sub(static_cast<int64_t>(head->size));
+  stats_.segment.sub(1);
+  void* ptr = reinterpret_cast<void*>(head->addr);
+  delete head;
+  source_->raw_free(ptr);
+}
+
+size_t CachingAllocator::release_free_segments() {
+  size_t freed = 0;
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    Block* head = it->second;
+    ++it;  // free_segment erases head's entry
+    if (!head->allocated && head->next == nullptr) {
+      freed += head->size;
+      free_segment(head);
+    }
+  }
+  return freed;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_free_segments();
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
+                  &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.allocation,
+                  &stats_.segment}) {
+    s->reset_peak();
+  }
+}
+
+void CachingAllocator::set_memory_cap_bytes(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cap_bytes_ = bytes;
+}
+
+void CachingAllocator::set_memory_fraction(double fraction) {
+  FRUGAL_CHECK(fraction > 0.0 && fraction <= 1.0, "set_memory_fraction(", device_.str(),
+               "): fraction ", fraction, " is not in (0, 1]");
+  const size_t total = source_->total_bytes();
+  // At least one byte: 0 would mean "no cap", the opposite of a tiny fraction.
+  const auto cap = static_cast<size_t>(fraction * static_cast<double>(total));
+  set_memory_cap_bytes(cap == 0 ? 1 : cap);
+}
+
+size_t CachingAllocator::memory_cap_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cap_bytes_;
+}
+
+}  // namespace frugal::memory

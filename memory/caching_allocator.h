@@ -1,0 +1,146 @@
+// The caching allocator of one CUDA device (PyTorch's c10 design): segments come from a
+// DeviceMemorySource and are split into blocks, freed blocks stay cached for reuse.
+//
+// Policy (the constants below are the whole of it):
+//   - every request is rounded up to kRoundBytes (512 B);
+//   - small pool: rounded requests <= kSmallRequestMax (1 MiB) are carved from kSmallSegmentBytes
+//     (2 MiB) segments; large pool: requests < kMidRequestMax (10 MiB) get kMidSegmentBytes
+//     (20 MiB) segments, larger ones a segment rounded up to kLargeRoundBytes (2 MiB);
+//     the two pools never share a segment;
+//   - best fit: the free block with the smallest size >= request on the same stream, ties broken
+//     by the lowest address (free blocks are ordered by (stream, size, address));
+//   - split: the unused tail of a block becomes a free block when it is >= kSmallSplitMin (512 B)
+//     in the small pool, or > kLargeSplitMin (1 MiB) in the large pool; otherwise the whole block
+//     is handed out (allocated counts it, requested does not);
+//   - merge: a freed block absorbs its free neighbours in the same segment;
+//   - cache: freed blocks stay with their stream's pool; empty_cache() returns whole free
+//     segments to the source, never part of a segment;
+//   - cap: a segment that would push reserved over memory_cap_bytes() counts as a failed raw_alloc;
+//   - retry: on a failed raw_alloc or cap hit, release every cached whole segment
+//     (num_alloc_retries++), try once more, then throw frugal::OutOfMemoryError (num_ooms++)
+//     naming the request, cap, device total/free, allocated and reserved-but-unallocated bytes.
+// Streams are tags: a block freed on stream s is only reused on s. Cross-stream use
+// (record_stream) is not tracked, so active == allocated. One mutex guards everything.
+//
+//   CachingAllocator a(make_cuda_memory_source(0), Device::cuda(0));
+//   DataPtr p = a.allocate(3000);           // 3072 B block in a new 2 MiB segment
+//   p.reset();                              // cached: the next 3000 B request gets the same address
+//   a.empty_cache();                        // the 2 MiB segment goes back to cudaFree
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "memory/allocator.h"
+#include "memory/device_memory_source.h"
+
+namespace frugal::memory {
+
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr size_t kRoundBytes = 512;
+constexpr size_t kSmallRequestMax = 1 * kMiB;
+constexpr size_t kSmallSegmentBytes = 2 * kMiB;
+constexpr size_t kMidRequestMax = 10 * kMiB;  // exclusive: a 10 MiB request gets its own segment
+constexpr size_t kMidSegmentBytes = 20 * kMiB;
+constexpr size_t kLargeRoundBytes = 2 * kMiB;
+constexpr size_t kSmallSplitMin = 512;     // split when remainder >= this (small pool)
+constexpr size_t kLargeSplitMin = 1 * kMiB;  // split when remainder > this (large pool)
+
+using StreamId = uint64_t;
+constexpr StreamId kDefaultStream = 0;
+
+// Bytes a request occupies (>= 512, a multiple of 512).
+size_t round_request(size_t bytes);
+// Bytes of the segment a new block of `rounded` bytes is carved from.
+size_t segment_bytes_for(size_t rounded);
+
+struct BlockSnapshot {
+  size_t offset = 0;     // from the segment's start
+  size_t size = 0;       // rounded block size
+  size_t requested = 0;  // 0 when free
+  bool allocated = false;
+};
+
+struct SegmentSnapshot {
+  uintptr_t address = 0;
+  size_t size = 0;
+  StreamId stream = kDefaultStream;
+  bool small_pool = false;
+  std::vector<BlockSnapshot> blocks;  // by address, covering the segment exactly
+};
+
+class CachingAllocator final : public Allocator {
+ public:
+  CachingAllocator(std::unique_ptr<DeviceMemorySource> source, Device device);
+  ~CachingAllocator() override;  // returns every segment to the source
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  DataPtr allocate(size_t bytes) override { return allocate(bytes, kDefaultStream); }
+  DataPtr allocate(size_t bytes, StreamId stream);
+  MemoryStats stats() const override;
+  void reset_peak_stats() override;
+  void empty_cache() override;
+  Device device() const override { return device_; }
+
+  // 0 means no cap. A cap below the current reserved bytes only affects later segments.
+  void set_memory_cap_bytes(size_t bytes);
+  // Cap at `fraction` (0, 1] of the source's total bytes, like set_per_process_memory_fraction.
+  void set_memory_fraction(double fraction);
+  size_t memory_cap_bytes() const;
+
+  std::vector<SegmentSnapshot> snapshot() const;
+  // Walks every segment and checks links, coverage, pools and stats; throws frugal::Error naming
+  // the first broken invariant. For tests and debugging (linear in the number of blocks).
+  void check_invariants() const;
+
+  DeviceMemorySource& source() { return *source_; }
+
+ protected:
+  void release(void* ptr, size_t size) noexcept override;
+
+ private:
+  struct Block {
+    uintptr_t addr = 0;
+    size_t size = 0;
+    size_t requested = 0;
+    StreamId stream = kDefaultStream;
+    bool small_pool = false;
+    bool allocated = false;
+    Block* prev = nullptr;  // neighbours in the same segment, by address
+    Block* next = nullptr;
+    bool is_split() const { return prev != nullptr || next != nullptr; }
+  };
+  struct BlockOrder {  // (stream, size, address): lower_bound finds the best fit
+    bool operator()(const Block* a, const Block* b) const;
+  };
+  using Pool = std::set<Block*, BlockOrder>;
+
+  Pool& pool_of(bool small_pool) { return small_pool ? small_free_ : large_free_; }
+  Block* find_free(size_t rounded, StreamId stream, bool small_pool);
+  bool try_new_segment(size_t seg_bytes, StreamId stream, bool small_pool, Block** out);
+  void take(Block* b, size_t rounded, size_t requested);
+  void insert_free(Block* b);
+  void erase_free(Block* b);
+  size_t release_free_segments();  // whole free segments back to the source; returns bytes
+  void free_segment(Block* head);
+  [[noreturn]] void throw_oom(size_t bytes, size_t rounded, size_t seg_bytes, StreamId stream);
+
+  std::unique_ptr<DeviceMemorySource> source_;
+  Device device_;
+  mutable std::mutex mu_;
+  MemoryStats stats_;
+  size_t cap_bytes_ = 0;
+  Pool small_free_;
+  Pool large_free_;
+  std::unordered_map<uintptr_t, Block*> allocated_;  // by address
+  std::map<uintptr_t, Block*> segments_;              // segment head blocks, by address
+};
+
+}  // namespace frugal::memory
