@@ -160,15 +160,17 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
   if (c == 0) return;
   FRUGAL_CHECK(rows > 1, op, ": need more than one value per channel in training, got [", rows,
                ", ", c, "]");
-  FRUGAL_CHECK(save_mean != nullptr && save_invstd != nullptr, op,
-               ": CUDA needs save_mean and save_invstd");
   DeviceGuard guard(ctx.device);
   cudaStream_t s = stream_of(ctx, op);
   int splits = row_splits(ctx, rows, c);
-  memory::DataPtr ws = ctx.workspace(static_cast<size_t>(splits) * c * 2 * sizeof(float));
+  // partial sums [splits, C, 2], then room for mean and invstd [2, C] when the caller saves none
+  memory::DataPtr ws =
+      ctx.workspace((static_cast<size_t>(splits) * c * 2 + 2 * static_cast<size_t>(c)) *
+                    sizeof(float));
   auto partial = static_cast<float*>(ws.get());
-  auto mean = static_cast<float*>(save_mean);
-  auto invstd = static_cast<float*>(save_invstd);
+  float* scratch = partial + static_cast<int64_t>(splits) * c * 2;
+  auto mean = save_mean != nullptr ? static_cast<float*>(save_mean) : scratch;
+  auto invstd = save_invstd != nullptr ? static_cast<float*>(save_invstd) : scratch + c;
   dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>(splits));
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     auto xt = static_cast<const T*>(x);

@@ -14,15 +14,15 @@ struct SgdConsts {
   bool use_mom, first, nesterov;
 };
 
-__global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* buf_,
+__global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buf,
                            SgdConsts k, const float* found_inf) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   for (int64_t i = thread_index(); i < n; i += grid_stride()) {
     float g = grad[i];
     if (k.wd != 0.0f) g += k.wd * param[i];
     if (k.use_mom) {
-      float buf = k.first ? g : k.mom * buf_[i] + k.keep * g;
-      buf_[i] = buf;
+      float buf = k.first ? g : k.mom * momentum_buf[i] + k.keep * g;
+      momentum_buf[i] = buf;
       g = k.nesterov ? g + k.mom * buf : buf;
     }
     param[i] -= k.lr * g;
