@@ -1,0 +1,298 @@
+// 2-D convolution through cuDNN 9's legacy API in NHWC with OHWI filters ([K, kh, kw, C/groups]
+// is cuDNN's NHWC filter layout). Groups and depthwise use the group count. f16/bf16 may use
+// tensor cores, f32 is FMA only (no TF32) so it matches the CPU; compute is always float.
+//
+// Note [Conv algorithm cache]: for each (device, direction, dtype, shape) the heuristic list of
+// cudnnGet*Algorithm_v7 is filtered to algorithms whose workspace fits kConvWorkspaceCap and kept
+// in order. A call runs the first; when cuDNN answers "not supported" for it, the next is tried
+// and moved to the front, so the list converges on an algorithm that runs. Heuristics (not Find)
+// keep selection free of host synchronisation and of extra memory.
+#include <climits>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/conv.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/reduce.h"
+
+namespace frugal::kernels::cuda {
+namespace {
+
+constexpr size_t kConvWorkspaceCap = size_t{256} << 20;
+
+enum class Direction { forward, backward_data, backward_filter };
+
+struct Candidate {
+  int algo;
+  cudnnMathType_t math;
+  size_t workspace;
+};
+
+cudnnDataType_t cudnn_type(DType dtype, const char* op) {
+  switch (dtype) {
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    case DType::f64: FRUGAL_FAIL(op, ": f64 is CPU-only");
+    default: FRUGAL_FAIL(op, ": dtype ", dtype, " is not a floating type");
+  }
+}
+
+void check_shape(const Conv2dShape& s, const char* op) {
+  FRUGAL_CHECK(s.groups >= 1 && s.c % s.groups == 0 && s.k % s.groups == 0, op,
+               ": channels must divide into groups: ", s.str());
+  FRUGAL_CHECK(s.stride_h >= 1 && s.stride_w >= 1 && s.dil_h >= 1 && s.dil_w >= 1 &&
+                   s.pad_h >= 0 && s.pad_w >= 0 && s.kh >= 1 && s.kw >= 1,
+               op, ": bad kernel geometry ", s.str());
+  FRUGAL_CHECK(s.oh() >= 1 && s.ow() >= 1, op, ": empty output for ", s.str());
+  for (int64_t v : {s.n, s.h, s.w, s.c, s.k, s.oh(), s.ow()}) {
+    FRUGAL_CHECK(v >= 0 && v <= INT_MAX, op, ": sizes exceed cuDNN's 32-bit range: ", s.str());
+  }
+}
+
+// The four descriptors of one call; destroyed without throwing.
+struct ConvDescriptors {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+
+  ConvDescriptors(const Conv2dShape& s, DType dtype, const char* op) {
+    cudnnDataType_t t = cudnn_type(dtype, op);
+    auto i = [](int64_t v) { return static_cast<int>(v); };
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+    CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    // cuDNN takes dims in N, C, H, W order whatever the format.
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, t, i(s.n), i(s.c), i(s.h),
+                                           i(s.w)));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, t, i(s.n), i(s.k), i(s.oh()),
+                                           i(s.ow())));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NHWC, i(s.k),
+                                           i(s.cin_per_group()), i(s.kh), i(s.kw)));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, i(s.pad_h), i(s.pad_w), i(s.stride_h),
+                                                i(s.stride_w), i(s.dil_h), i(s.dil_w),
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, i(s.groups)));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(
+        conv, dtype == DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  }
+  ~ConvDescriptors() {
+    if (conv != nullptr) CUDNN_CHECK_NOTHROW(cudnnDestroyConvolutionDescriptor(conv));
+    if (w != nullptr) CUDNN_CHECK_NOTHROW(cudnnDestroyFilterDescriptor(w));
+    if (y != nullptr) CUDNN_CHECK_NOTHROW(cudnnDestroyTensorDescriptor(y));
+    if (x != nullptr) CUDNN_CHECK_NOTHROW(cudnnDestroyTensorDescriptor(x));
+  }
+  ConvDescriptors(const ConvDescriptors&) = delete;
+  ConvDescriptors& operator=(const ConvDescriptors&) = delete;
+};
+
+size_t workspace_size(cudnnHandle_t h, const ConvDescriptors& d, Direction dir, int algo,
+                      cudnnStatus_t* st) {
+  size_t bytes = 0;
+  switch (dir) {
+    case Direction::forward:
+      *st = cudnnGetConvolutionForwardWorkspaceSize(
+          h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(algo), &bytes);
+      break;
+    case Direction::backward_data:
+      *st = cudnnGetConvolutionBackwardDataWorkspaceSize(
+          h, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &bytes);
+      break;
+    case Direction::backward_filter:
+      *st = cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          h, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), &bytes);
+      break;
+  }
+  return bytes;
+}
+
+// Keeps the heuristic's order; drops failures, TF32 for f32 and workspaces above the cap.
+template <typename Perf>
+std::vector<Candidate> filter(cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
+                              bool is_f32, const Perf* perf, int count) {
+  std::vector<Candidate> out;
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    cudnnMathType_t math = perf[i].mathType;
+    if (is_f32) {
+      if (math != CUDNN_DEFAULT_MATH && math != CUDNN_FMA_MATH) continue;
+      math = CUDNN_FMA_MATH;
+    }
+    bool seen = false;
+    for (const Candidate& c : out) seen |= c.algo == static_cast<int>(perf[i].algo) && c.math == math;
+    if (seen) continue;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
+    cudnnStatus_t st;
+    size_t bytes = workspace_size(h, d, dir, static_cast<int>(perf[i].algo), &st);
+    if (st != CUDNN_STATUS_SUCCESS || bytes > kConvWorkspaceCap) continue;
+    out.push_back({static_cast<int>(perf[i].algo), math, bytes});
+  }
+  return out;
+}
+
+std::vector<Candidate> heuristic_candidates(cudnnHandle_t h, const ConvDescriptors& d,
+                                            Direction dir, bool is_f32) {
+  int got = 0;
+  switch (dir) {
+    case Direction::forward: {
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+          h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
+      return filter(h, d, dir, is_f32, perf, got);
+    }
+    case Direction::backward_data: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf));
+      return filter(h, d, dir, is_f32, perf, got);
+    }
+    case Direction::backward_filter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf));
+      return filter(h, d, dir, is_f32, perf, got);
+    }
+  }
+  return {};
+}
+
+std::mutex g_cache_mu;
+std::unordered_map<std::string, std::vector<Candidate>> g_cache;  // Note [Conv algorithm cache]
+
+const char* direction_name(Direction dir) {
+  switch (dir) {
+    case Direction::forward: return "conv2d_forward";
+    case Direction::backward_data: return "conv2d_backward_input";
+    case Direction::backward_filter: return "conv2d_backward_weight";
+  }
+  return "conv2d";
+}
+
+// Runs `launch(algo, workspace, bytes)` (returning the cuDNN status) with the cached algorithms
+// of this configuration, falling back along the list as Note [Conv algorithm cache] says.
+template <typename Launch>
+void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
+              DType dtype, const Conv2dShape& s, Launch launch) {
+  const char* op = direction_name(dir);
+  std::string key = ::frugal::detail::str(op, '|', ctx.device.index, '|', dtype_name(dtype), '|', s.str());
+  std::vector<Candidate> list;
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    auto it = g_cache.find(key);
+    if (it != g_cache.end()) list = it->second;
+  }
+  if (list.empty()) {
+    list = heuristic_candidates(h, d, dir, dtype == DType::f32);
+    FRUGAL_CHECK(!list.empty(), op, ": cuDNN offers no algorithm for ", s.str(), " in ", dtype,
+                 " within the ", kConvWorkspaceCap >> 20, " MiB workspace cap");
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    g_cache[key] = list;
+  }
+  cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Candidate& c = list[i];
+    CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+    memory::DataPtr ws = ctx.workspace(c.workspace);
+    last = launch(c.algo, ws.get(), c.workspace);
+    if (last == CUDNN_STATUS_SUCCESS) {
+      if (i > 0) {
+        std::lock_guard<std::mutex> lock(g_cache_mu);
+        std::vector<Candidate> reordered(list.begin() + static_cast<int64_t>(i), list.end());
+        g_cache[key] = reordered;  // the ones before it cannot run this configuration
+      }
+      return;
+    }
+    int category = CUDNN_STATUS_CATEGORY(last);
+    if (category != CUDNN_STATUS_NOT_SUPPORTED && category != CUDNN_STATUS_BAD_PARAM) {
+      CUDNN_CHECK(last);  // a real failure: throws with cuDNN's message
+    }
+  }
+  FRUGAL_FAIL(op, ": no cuDNN algorithm runs ", s.str(), " in ", dtype, " (last status ",
+              static_cast<int>(last), ": ", cudnnGetErrorString(last), ")");
+}
+
+// y[r, k] += bias[k] over rows of an NHWC output.
+template <typename T>
+__global__ void add_bias_kernel(int64_t n, int64_t k, const T* bias, T* y) {
+  for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+    y[i] = from_f<T>(to_f(y[i]) + to_f(bias[i % k]));
+  }
+}
+
+}  // namespace
+
+void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
+                    const void* w, const void* bias, void* y) {
+  cudaStream_t stream = stream_of(ctx, "conv2d_forward");
+  check_shape(s, "conv2d_forward");
+  if (s.n == 0 || s.k == 0) return;
+  DeviceGuard guard(ctx.device);
+  ConvDescriptors d(s, dtype, "conv2d_forward");
+  cudnnHandle_t h = cudnn_handle(ctx);
+  float one = 1.0f, zero = 0.0f;
+  run_conv(ctx, h, d, Direction::forward, dtype, s, [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionForward(h, &one, d.x, x, d.w, w, d.conv,
+                                   static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, bytes,
+                                   &zero, d.y, y);
+  });
+  if (bias != nullptr) {
+    int64_t n = s.n * s.oh() * s.ow() * s.k;
+    FRUGAL_CUDA_FLOAT_SWITCH(dtype, "conv2d_forward", {
+      add_bias_kernel<T><<<grid_for(ctx, n), kThreads, 0, stream>>>(
+          n, s.k, static_cast<const T*>(bias), static_cast<T*>(y));
+      FRUGAL_LAUNCH_CHECK();
+    });
+  }
+}
+
+void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s, const void* dy,
+                           const void* w, void* dx) {
+  stream_of(ctx, "conv2d_backward_input");
+  check_shape(s, "conv2d_backward_input");
+  if (s.n == 0 || s.c == 0) return;
+  DeviceGuard guard(ctx.device);
+  ConvDescriptors d(s, dtype, "conv2d_backward_input");
+  cudnnHandle_t h = cudnn_handle(ctx);
+  float one = 1.0f, zero = 0.0f;
+  run_conv(ctx, h, d, Direction::backward_data, dtype, s, [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionBackwardData(h, &one, d.w, w, d.y, dy, d.conv,
+                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws,
+                                        bytes, &zero, d.x, dx);
+  });
+}
+
+void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
+                            const void* dy, void* dw, void* dbias) {
+  cudaStream_t stream = stream_of(ctx, "conv2d_backward_weight");
+  check_shape(s, "conv2d_backward_weight");
+  cudnn_type(dtype, "conv2d_backward_weight");
+  DeviceGuard guard(ctx.device);
+  if (s.n == 0) {  // an empty batch contributes nothing
+    size_t esize = dtype_size(dtype);
+    size_t wbytes = static_cast<size_t>(s.k * s.kh * s.kw * s.cin_per_group()) * esize;
+    if (wbytes > 0) CUDA_CHECK(cudaMemsetAsync(dw, 0, wbytes, stream));
+    if (dbias != nullptr && s.k > 0) {
+      CUDA_CHECK(cudaMemsetAsync(dbias, 0, static_cast<size_t>(s.k) * esize, stream));
+    }
+    return;
+  }
+  if (s.k == 0) return;
+  ConvDescriptors d(s, dtype, "conv2d_backward_weight");
+  cudnnHandle_t h = cudnn_handle(ctx);
+  float one = 1.0f, zero = 0.0f;
+  run_conv(ctx, h, d, Direction::backward_filter, dtype, s,
+           [&](int algo, void* ws, size_t bytes) {
+             return cudnnConvolutionBackwardFilter(
+                 h, &one, d.x, x, d.y, dy, d.conv,
+                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes, &zero, d.w, dw);
+           });
+  if (dbias != nullptr) {
+    int64_t rows = s.n * s.oh() * s.ow();
+    cuda::sum_to(ctx, dtype, make_reduction(Shape{rows, s.k}, Shape{1, s.k}), dy, 1.0, dbias);
+  }
+}
+
+}  // namespace frugal::kernels::cuda

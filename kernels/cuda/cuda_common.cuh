@@ -1,0 +1,107 @@
+// Shared pieces of the CUDA kernels: the one dtype switch (f32, f16, bf16 storage; f64 is
+// CPU-only), float conversions (compute is always float), 16-byte packs and launch sizing.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/handles.h"
+
+namespace frugal::kernels::cuda {
+
+// Runs `body` with T bound to the CUDA storage type of `dtype`; f64 and non-floating dtypes throw
+// naming `op`.
+#define FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, ...)                                             \
+  switch (dtype) {                                                                           \
+    case ::frugal::DType::f32: {                                                             \
+      using T = float;                                                                       \
+      __VA_ARGS__;                                                                           \
+      break;                                                                                 \
+    }                                                                                        \
+    case ::frugal::DType::f16: {                                                             \
+      using T = __half;                                                                      \
+      __VA_ARGS__;                                                                           \
+      break;                                                                                 \
+    }                                                                                        \
+    case ::frugal::DType::bf16: {                                                            \
+      using T = __nv_bfloat16;                                                               \
+      __VA_ARGS__;                                                                           \
+      break;                                                                                 \
+    }                                                                                        \
+    case ::frugal::DType::f64:                                                               \
+      FRUGAL_FAIL(op, ": f64 is CPU-only (CUDA kernels take f32, f16, bf16)");               \
+    default:                                                                                 \
+      FRUGAL_FAIL(op, ": dtype ", dtype, " is not a floating type");                         \
+  }
+
+// Parameters, statistics, losses and optimizer state are f32 on CUDA; f64 is CPU-only.
+inline void check_f32(DType dtype, const char* what, const char* op) {
+  FRUGAL_CHECK(dtype != DType::f64, op, ": f64 is CPU-only (", what, " are f32 on CUDA)");
+  FRUGAL_CHECK(dtype == DType::f32, op, ": ", what, " must be f32, got ", dtype);
+}
+
+template <typename T>
+__device__ __forceinline__ float to_f(T v);
+template <>
+__device__ __forceinline__ float to_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// N elements loaded or stored as one aligned access (16 bytes when N = 16 / sizeof(T)).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+template <typename T>
+constexpr int kVec = static_cast<int>(16 / sizeof(T));
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+constexpr int kThreads = 256;
+
+// Blocks for `work` items of one thread each, capped for grid-stride loops (enough to fill the
+// device several times over; more blocks only add scheduling).
+inline unsigned grid_for(const Context& ctx, int64_t work, int threads = kThreads) {
+  int64_t blocks = (work + threads - 1) / threads;
+  int64_t cap = int64_t{sm_count(ctx.device.index)} * 32;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, cap)));
+}
+
+// Global thread index and stride of a 1-D grid-stride loop, in 64 bits.
+__device__ __forceinline__ int64_t thread_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_stride() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// Warp-wide sum and max (all lanes get the result).
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+}  // namespace frugal::kernels::cuda

@@ -1,0 +1,305 @@
+// CUDA elementwise kernels: broadcasting binary ops, affine, activations (forward and backward),
+// casts and fills. Same-shape operands take a 16-byte vectorised grid-stride path; everything
+// computes in float and stores the operand dtype.
+#include <cstring>
+
+#include "base/half.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/elementwise.h"
+
+namespace frugal::kernels::cuda {
+namespace {
+
+// y[i] = fn(x[i]); `vec` says x and y are 16-byte aligned so whole packs can be moved at once.
+template <typename T, typename Fn>
+__global__ void map1_kernel(int64_t n, const T* x, T* y, Fn fn, bool vec) {
+  constexpr int V = kVec<T>;
+  int64_t start = 0;
+  if (vec) {
+    int64_t nv = n / V;
+    auto xv = reinterpret_cast<const Pack<T, V>*>(x);
+    auto yv = reinterpret_cast<Pack<T, V>*>(y);
+    for (int64_t i = thread_index(); i < nv; i += grid_stride()) {
+      Pack<T, V> a = xv[i], r;
+#pragma unroll
+      for (int j = 0; j < V; ++j) r.v[j] = from_f<T>(fn(to_f(a.v[j])));
+      yv[i] = r;
+    }
+    start = nv * V;
+  }
+  for (int64_t i = start + thread_index(); i < n; i += grid_stride()) {
+    y[i] = from_f<T>(fn(to_f(x[i])));
+  }
+}
+
+// y[i] = fn(a[i], b[i])
+template <typename T, typename Fn>
+__global__ void map2_kernel(int64_t n, const T* a, const T* b, T* y, Fn fn, bool vec) {
+  constexpr int V = kVec<T>;
+  int64_t start = 0;
+  if (vec) {
+    int64_t nv = n / V;
+    auto av = reinterpret_cast<const Pack<T, V>*>(a);
+    auto bv = reinterpret_cast<const Pack<T, V>*>(b);
+    auto yv = reinterpret_cast<Pack<T, V>*>(y);
+    for (int64_t i = thread_index(); i < nv; i += grid_stride()) {
+      Pack<T, V> pa = av[i], pb = bv[i], r;
+#pragma unroll
+      for (int j = 0; j < V; ++j) r.v[j] = from_f<T>(fn(to_f(pa.v[j]), to_f(pb.v[j])));
+      yv[i] = r;
+    }
+    start = nv * V;
+  }
+  for (int64_t i = start + thread_index(); i < n; i += grid_stride()) {
+    y[i] = from_f<T>(fn(to_f(a[i]), to_f(b[i])));
+  }
+}
+
+struct BinaryFn {
+  BinaryOp op;
+  __device__ float operator()(float a, float b) const {
+    switch (op) {
+      case BinaryOp::add: return a + b;
+      case BinaryOp::sub: return a - b;
+      case BinaryOp::mul: return a * b;
+      case BinaryOp::div: return a / b;
+    }
+    return 0.0f;
+  }
+};
+
+// out[i] = a[ia] op b[ib] with ia, ib from bc's per-dimension strides (0 where broadcast).
+template <typename T>
+__global__ void binary_broadcast_kernel(Broadcast bc, BinaryFn fn, const T* a, const T* b,
+                                        T* out) {
+  for (int64_t i = thread_index(); i < bc.numel; i += grid_stride()) {
+    int64_t rem = i, ia = 0, ib = 0;
+    for (int d = bc.ndim - 1; d >= 0; --d) {
+      int64_t q = rem / bc.out_dims[d];
+      int64_t idx = rem - q * bc.out_dims[d];
+      rem = q;
+      ia += idx * bc.a_strides[d];
+      ib += idx * bc.b_strides[d];
+    }
+    out[i] = from_f<T>(fn(to_f(a[ia]), to_f(b[ib])));
+  }
+}
+
+struct AffineFn {
+  float alpha, beta;
+  __device__ float operator()(float x) const { return alpha * x + beta; }
+};
+
+__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+struct ActForwardFn {
+  Activation act;
+  __device__ float operator()(float x) const {
+    switch (act) {
+      case Activation::relu: return x > 0.0f ? x : 0.0f;
+      case Activation::relu6: return fminf(fmaxf(x, 0.0f), 6.0f);
+      case Activation::hardswish: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+      case Activation::silu: return x * sigmoidf(x);
+      case Activation::sigmoid: return sigmoidf(x);
+    }
+    return 0.0f;
+  }
+};
+
+// dx = f'(x) * dy; the kinks follow PyTorch (relu/relu6 pass where 0 < x (< 6), hardswish is
+// x/3 + 1/2 on [-3, 3]).
+struct ActBackwardFn {
+  Activation act;
+  __device__ float operator()(float x, float dy) const {
+    switch (act) {
+      case Activation::relu: return x > 0.0f ? dy : 0.0f;
+      case Activation::relu6: return (x > 0.0f && x < 6.0f) ? dy : 0.0f;
+      case Activation::hardswish:
+        return x < -3.0f ? 0.0f : (x <= 3.0f ? dy * (x / 3.0f + 0.5f) : dy);
+      case Activation::silu: {
+        float s = sigmoidf(x);
+        return dy * s * (1.0f + x * (1.0f - s));
+      }
+      case Activation::sigmoid: {
+        float s = sigmoidf(x);
+        return dy * s * (1.0f - s);
+      }
+    }
+    return 0.0f;
+  }
+};
+
+template <typename In, typename Out>
+__global__ void cast_kernel(int64_t n, const In* x, Out* y, bool vec) {
+  constexpr int V = 4;
+  int64_t start = 0;
+  if (vec) {
+    int64_t nv = n / V;
+    auto xv = reinterpret_cast<const Pack<In, V>*>(x);
+    auto yv = reinterpret_cast<Pack<Out, V>*>(y);
+    for (int64_t i = thread_index(); i < nv; i += grid_stride()) {
+      Pack<In, V> a = xv[i];
+      Pack<Out, V> r;
+#pragma unroll
+      for (int j = 0; j < V; ++j) r.v[j] = from_f<Out>(to_f(a.v[j]));
+      yv[i] = r;
+    }
+    start = nv * V;
+  }
+  for (int64_t i = start + thread_index(); i < n; i += grid_stride()) {
+    y[i] = from_f<Out>(to_f(x[i]));
+  }
+}
+
+template <typename U>
+__global__ void fill_kernel(int64_t n, U* y, U value) {
+  for (int64_t i = thread_index(); i < n; i += grid_stride()) y[i] = value;
+}
+
+template <typename T, typename Fn>
+void launch_map1(const Context& ctx, cudaStream_t s, int64_t n, const void* x, void* y, Fn fn) {
+  bool vec = aligned16(x) && aligned16(y);
+  int64_t work = vec ? n / kVec<T> + kVec<T> : n;
+  map1_kernel<T><<<grid_for(ctx, work), kThreads, 0, s>>>(n, static_cast<const T*>(x),
+                                                           static_cast<T*>(y), fn, vec);
+  FRUGAL_LAUNCH_CHECK();
+}
+
+template <typename T, typename Fn>
+void launch_map2(const Context& ctx, cudaStream_t s, int64_t n, const void* a, const void* b,
+                 void* y, Fn fn) {
+  bool vec = aligned16(a) && aligned16(b) && aligned16(y);
+  int64_t work = vec ? n / kVec<T> + kVec<T> : n;
+  map2_kernel<T><<<grid_for(ctx, work), kThreads, 0, s>>>(
+      n, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), fn, vec);
+  FRUGAL_LAUNCH_CHECK();
+}
+
+// True when a and b are both laid out exactly like out (no broadcasting anywhere).
+bool is_plain(const Broadcast& bc) {
+  int64_t stride = 1;
+  for (int d = bc.ndim - 1; d >= 0; --d) {
+    if (bc.out_dims[d] != 1 && (bc.a_strides[d] != stride || bc.b_strides[d] != stride)) {
+      return false;
+    }
+    stride *= bc.out_dims[d];
+  }
+  return true;
+}
+
+template <typename In>
+void launch_cast_from(const Context& ctx, cudaStream_t s, DType to, int64_t n, const void* x,
+                      void* y) {
+  FRUGAL_CUDA_FLOAT_SWITCH(to, "cast", {
+    bool vec = reinterpret_cast<uintptr_t>(x) % (4 * sizeof(In)) == 0 &&
+               reinterpret_cast<uintptr_t>(y) % (4 * sizeof(T)) == 0;
+    cast_kernel<In, T><<<grid_for(ctx, vec ? n / 4 + 4 : n), kThreads, 0, s>>>(
+        n, static_cast<const In*>(x), static_cast<T*>(y), vec);
+    FRUGAL_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace
+
+void binary(const Context& ctx, BinaryOp op, DType dtype, const Broadcast& bc, const void* a,
+            const void* b, void* out) {
+  cudaStream_t s = stream_of(ctx, "binary");
+  if (bc.numel == 0) return;
+  DeviceGuard guard(ctx.device);
+  FRUGAL_CUDA_FLOAT_SWITCH(dtype, "binary", {
+    if (is_plain(bc)) {
+      launch_map2<T>(ctx, s, bc.numel, a, b, out, BinaryFn{op});
+    } else {
+      binary_broadcast_kernel<T><<<grid_for(ctx, bc.numel), kThreads, 0, s>>>(
+          bc, BinaryFn{op}, static_cast<const T*>(a), static_cast<const T*>(b),
+          static_cast<T*>(out));
+      FRUGAL_LAUNCH_CHECK();
+    }
+  });
+}
+
+void affine(const Context& ctx, DType dtype, int64_t n, const void* x, double alpha, double beta,
+            void* y) {
+  cudaStream_t s = stream_of(ctx, "affine");
+  if (n == 0) return;
+  DeviceGuard guard(ctx.device);
+  AffineFn fn{static_cast<float>(alpha), static_cast<float>(beta)};
+  FRUGAL_CUDA_FLOAT_SWITCH(dtype, "affine", launch_map1<T>(ctx, s, n, x, y, fn));
+}
+
+void activation_forward(const Context& ctx, Activation act, DType dtype, int64_t n,
+                        const void* x, void* y) {
+  cudaStream_t s = stream_of(ctx, "activation_forward");
+  if (n == 0) return;
+  DeviceGuard guard(ctx.device);
+  FRUGAL_CUDA_FLOAT_SWITCH(dtype, "activation_forward",
+                           launch_map1<T>(ctx, s, n, x, y, ActForwardFn{act}));
+}
+
+void activation_backward(const Context& ctx, Activation act, DType dtype, int64_t n,
+                         const void* x, const void* dy, void* dx) {
+  cudaStream_t s = stream_of(ctx, "activation_backward");
+  if (n == 0) return;
+  DeviceGuard guard(ctx.device);
+  FRUGAL_CUDA_FLOAT_SWITCH(dtype, "activation_backward",
+                           launch_map2<T>(ctx, s, n, x, dy, dx, ActBackwardFn{act}));
+}
+
+void cast(const Context& ctx, DType from, DType to, int64_t n, const void* x, void* y) {
+  cudaStream_t s = stream_of(ctx, "cast");
+  FRUGAL_CHECK(from != DType::f64 && to != DType::f64, "cast: f64 is CPU-only (", from, " to ",
+               to, " on ", ctx.device, ")");
+  if (n == 0) return;
+  DeviceGuard guard(ctx.device);
+  if (from == to) {
+    CUDA_CHECK(cudaMemcpyAsync(y, x, static_cast<size_t>(n) * dtype_size(from),
+                               cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  FRUGAL_CUDA_FLOAT_SWITCH(from, "cast", {
+    using In = T;
+    launch_cast_from<In>(ctx, s, to, n, x, y);
+  });
+}
+
+void fill(const Context& ctx, DType dtype, int64_t n, void* y, double value) {
+  cudaStream_t s = stream_of(ctx, "fill");
+  FRUGAL_CHECK(dtype != DType::f64, "fill: f64 is CPU-only");
+  if (n == 0) return;
+  DeviceGuard guard(ctx.device);
+  // The element's bit pattern, made on the host with the same rounding as the CPU.
+  uint64_t bits = 0;
+  switch (dtype) {
+    case DType::f32: bits = float_bits(static_cast<float>(value)); break;
+    case DType::f16: bits = float_to_f16(static_cast<float>(value)); break;
+    case DType::bf16: bits = float_to_bf16(static_cast<float>(value)); break;
+    case DType::i64: {
+      auto v = static_cast<int64_t>(value);
+      std::memcpy(&bits, &v, 8);
+      break;
+    }
+    case DType::u8: bits = static_cast<uint8_t>(value); break;
+    default: FRUGAL_FAIL("fill: dtype ", dtype, " is not supported on CUDA");
+  }
+  size_t size = dtype_size(dtype);
+  bool uniform_bytes = true;  // e.g. zero: one memset does it
+  for (size_t k = 1; k < size; ++k) {
+    uniform_bytes &= ((bits >> (8 * k)) & 0xffu) == (bits & 0xffu);
+  }
+  if (uniform_bytes) {
+    CUDA_CHECK(cudaMemsetAsync(y, static_cast<int>(bits & 0xffu), static_cast<size_t>(n) * size,
+                               s));
+    return;
+  }
+  unsigned grid = grid_for(ctx, n);
+  switch (size) {
+    case 2: fill_kernel<<<grid, kThreads, 0, s>>>(n, static_cast<uint16_t*>(y),
+                                                 static_cast<uint16_t>(bits)); break;
+    case 4: fill_kernel<<<grid, kThreads, 0, s>>>(n, static_cast<uint32_t*>(y),
+                                                 static_cast<uint32_t>(bits)); break;
+    default: fill_kernel<<<grid, kThreads, 0, s>>>(n, static_cast<uint64_t*>(y), bits); break;
+  }
+  FRUGAL_LAUNCH_CHECK();
+}
+
+}  // namespace frugal::kernels::cuda

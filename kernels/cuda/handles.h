@@ -1,0 +1,37 @@
+// Host-side plumbing shared by the CUDA kernels: the current-device guard, the stream of a
+// context, device properties and the cuBLAS/cuDNN handles (one per device and thread, bound to
+// the stream of the call). Defined in runtime.cpp.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "kernels/context.h"
+
+namespace frugal::kernels::cuda {
+
+// Makes `device` current for the scope and restores the previous device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(Device device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// ctx.stream, or the device's compute stream when the context carries none. Checks that ctx is
+// a CUDA context, naming `op` otherwise.
+cudaStream_t stream_of(const Context& ctx, const char* op);
+int sm_count(int device);  // multiprocessors of `device`, read once
+
+// Handles of the calling thread for ctx.device, bound to stream_of(ctx). cuBLAS gets its
+// workspace from the device allocator (kCublasWorkspaceBytes), never from cudaMalloc.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // PyTorch's default on Hopper
+cublasHandle_t cublas_handle(const Context& ctx);
+cudnnHandle_t cudnn_handle(const Context& ctx);
+
+}  // namespace frugal::kernels::cuda

@@ -1,0 +1,91 @@
+// Fused SGD and AdamW updates over f32 parameters on CUDA, term by term as the CPU twins
+// (kernels/cpu/optim.cpp, PyTorch's single-tensor formulas). The loss scaler's found_inf flag is
+// read on the device: a non-zero flag makes every thread return, so no host sync is needed.
+#include <cmath>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/optim.h"
+
+namespace frugal::kernels::cuda {
+namespace {
+
+struct SgdConsts {
+  float lr, wd, mom, keep;
+  bool use_mom, first, nesterov;
+};
+
+__global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buf,
+                           SgdConsts k, const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+    float g = grad[i];
+    if (k.wd != 0.0f) g += k.wd * param[i];
+    if (k.use_mom) {
+      float buf = k.first ? g : k.mom * momentum_buf[i] + k.keep * g;
+      momentum_buf[i] = buf;
+      g = k.nesterov ? g + k.mom * buf : buf;
+    }
+    param[i] -= k.lr * g;
+  }
+}
+
+struct AdamWConsts {
+  float decay, b2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt, eps;
+};
+
+__global__ void adamw_kernel(int64_t n, float* param, const float* grad, float* exp_avg,
+                             float* exp_avg_sq, AdamWConsts k, const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+    float g = grad[i];
+    float m = exp_avg[i] + k.one_minus_b1 * (g - exp_avg[i]);  // lerp, as PyTorch writes it
+    float v = k.b2 * exp_avg_sq[i] + k.one_minus_b2 * g * g;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    float denom = sqrtf(v) / k.bc2_sqrt + k.eps;
+    param[i] = param[i] * k.decay - k.step_size * m / denom;
+  }
+}
+
+}  // namespace
+
+void sgd_step(const Context& ctx, int64_t n, float* param, const float* grad, float* momentum_buf,
+              const SgdParams& p, const float* found_inf) {
+  cudaStream_t s = stream_of(ctx, "sgd_step");
+  FRUGAL_CHECK(n >= 0, "sgd_step: negative size ", n);
+  FRUGAL_CHECK(p.momentum == 0 || momentum_buf != nullptr || n == 0, "sgd_step: momentum ",
+               p.momentum, " needs a momentum buffer");
+  FRUGAL_CHECK(!p.nesterov || (p.momentum > 0 && p.dampening == 0),
+               "sgd_step: nesterov needs momentum > 0 and dampening 0 (momentum ", p.momentum,
+               ", dampening ", p.dampening, ")");
+  if (n == 0) return;
+  DeviceGuard guard(ctx.device);
+  SgdConsts k{static_cast<float>(p.lr),       static_cast<float>(p.weight_decay),
+              static_cast<float>(p.momentum), static_cast<float>(1.0 - p.dampening),
+              p.momentum != 0,                p.first_step,
+              p.nesterov};
+  sgd_kernel<<<grid_for(ctx, n), kThreads, 0, s>>>(n, param, grad, momentum_buf, k, found_inf);
+  FRUGAL_LAUNCH_CHECK();
+}
+
+void adamw_step(const Context& ctx, int64_t n, float* param, const float* grad, float* exp_avg,
+                float* exp_avg_sq, const AdamWParams& p, const float* found_inf) {
+  cudaStream_t s = stream_of(ctx, "adamw_step");
+  FRUGAL_CHECK(n >= 0, "adamw_step: negative size ", n);
+  FRUGAL_CHECK(p.step >= 1, "adamw_step: step ", p.step, " must be 1-based and positive");
+  if (n == 0) return;
+  DeviceGuard guard(ctx.device);
+  auto t = static_cast<double>(p.step);
+  AdamWConsts k{static_cast<float>(1.0 - p.lr * p.weight_decay),
+                static_cast<float>(p.beta2),
+                static_cast<float>(1.0 - p.beta1),
+                static_cast<float>(1.0 - p.beta2),
+                static_cast<float>(p.lr / (1.0 - std::pow(p.beta1, t))),
+                static_cast<float>(std::sqrt(1.0 - std::pow(p.beta2, t))),
+                static_cast<float>(p.eps)};
+  adamw_kernel<<<grid_for(ctx, n), kThreads, 0, s>>>(n, param, grad, exp_avg, exp_avg_sq, k,
+                                                     found_inf);
+  FRUGAL_LAUNCH_CHECK();
+}
+
+}  // namespace frugal::kernels::cuda

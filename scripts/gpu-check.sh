@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One lease, one command: build for the H200 (sm_90), run the GPU parity tests, then the
+# benchmarks when they exist. Everything is logged to "${OUT:-/tmp}/gpu-check.log".
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+LOG="${OUT:-/tmp}/gpu-check.log"
+mkdir -p "$(dirname "$LOG")"
+: > "$LOG"
+status=0
+
+{
+  echo "== gpu-check $(date -u +%FT%TZ) on $(hostname)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
+  nvcc --version | tail -1
+} 2>&1 | tee -a "$LOG"
+
+echo "== build" | tee -a "$LOG"
+start=$(date +%s)
+if ! (cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+      cmake --build build-gpu -j16) 2>&1 | tee -a "$LOG"; then
+  echo "== BUILD FAILED" | tee -a "$LOG"
+  exit 1
+fi
+echo "== build took $(( $(date +%s) - start )) s" | tee -a "$LOG"
+
+echo "== gpu tests" | tee -a "$LOG"
+if ! (cd build-gpu && ctest -L gpu --output-on-failure) 2>&1 | tee -a "$LOG"; then
+  echo "== GPU TESTS FAILED" | tee -a "$LOG"
+  status=1
+fi
+
+# ---- benchmarks (added later) -------------------------------------------------------------
+# Each benchmark script is run only when it exists and is executable, so this script works
+# before they are written. Append new ones here.
+for bench in scripts/gpu-bench.sh; do
+  if [ -x "$bench" ]; then
+    echo "== bench $bench" | tee -a "$LOG"
+    "$bench" 2>&1 | tee -a "$LOG" || { echo "== BENCH FAILED: $bench" | tee -a "$LOG"; status=1; }
+  fi
+done
+# -------------------------------------------------------------------------------------------
+
+echo "== gpu-check done, status $status (log: $LOG)" | tee -a "$LOG"
+exit $status

@@ -1,0 +1,100 @@
+// CUDA (cuDNN) vs CPU convolution: forward with and without bias, input gradient, weight and
+// bias gradients, for 1x1, 3x3 pad 1, stride 2, dilation 2, groups 2, depthwise stride 1 and 2
+// and a non-square odd case, in f32 (no TF32, so 1e-5 holds), f16 and bf16.
+#include "gpu_test_util.h"
+#include "kernels/conv.h"
+
+using namespace frugal;
+using namespace frugal::gputest;
+
+namespace {
+
+kernels::Conv2dShape conv(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t kh,
+                          int64_t kw, int64_t stride, int64_t pad_h, int64_t pad_w,
+                          int64_t dil, int64_t groups) {
+  kernels::Conv2dShape s;
+  s.n = n, s.h = h, s.w = w, s.c = c, s.k = k, s.kh = kh, s.kw = kw;
+  s.stride_h = s.stride_w = stride;
+  s.pad_h = pad_h, s.pad_w = pad_w;
+  s.dil_h = s.dil_w = dil;
+  s.groups = groups;
+  return s;
+}
+
+std::vector<kernels::Conv2dShape> configs() {
+  return {
+      conv(2, 7, 9, 8, 12, 1, 1, 1, 0, 0, 1, 1),      // 1x1
+      conv(2, 9, 7, 6, 10, 3, 3, 1, 1, 1, 1, 1),      // 3x3 pad 1
+      conv(2, 11, 9, 5, 7, 3, 3, 2, 1, 1, 1, 1),      // stride 2
+      conv(2, 11, 10, 4, 6, 3, 3, 1, 2, 2, 2, 1),     // dilation 2
+      conv(2, 8, 9, 8, 6, 3, 3, 1, 1, 1, 1, 2),       // groups 2
+      conv(2, 9, 9, 16, 16, 3, 3, 1, 1, 1, 1, 16),    // depthwise stride 1
+      conv(2, 10, 11, 8, 8, 3, 3, 2, 1, 1, 1, 8),     // depthwise stride 2
+      conv(3, 5, 13, 3, 5, 5, 3, 1, 2, 1, 1, 1),      // odd, non-square kernel
+  };
+}
+
+}  // namespace
+
+TEST(GpuConv, ForwardAndBackwardMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : kDTypes) {
+    for (const kernels::Conv2dShape& s : configs()) {
+      SCOPED_TRACE(detail::str(dtype_name(t), " ", s.str()));
+      int64_t nx = s.n * s.h * s.w * s.c, ny = s.n * s.oh() * s.ow() * s.k;
+      int64_t nw = s.k * s.kh * s.kw * s.cin_per_group();
+      auto x = random_values(static_cast<size_t>(nx), 21, t);
+      auto w = random_values(static_cast<size_t>(nw), 22, t);
+      auto bias = random_values(static_cast<size_t>(s.k), 23, t);
+      auto dy = random_values(static_cast<size_t>(ny), 24, t);
+      DeviceBuffer dxin = to_device(t, x), dw_in = to_device(t, w), dbias_in = to_device(t, bias),
+                   ddy = to_device(t, dy);
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(with_bias ? "bias" : "no bias");
+        std::vector<float> ref(static_cast<size_t>(ny));
+        kernels::cpu::conv2d_forward(cpu(), DType::f32, s, x.data(), w.data(),
+                                     with_bias ? bias.data() : nullptr, ref.data());
+        DeviceBuffer dout(t, ny);
+        dout.poison();
+        kernels::cuda::conv2d_forward(gpu(), t, s, dxin.get(), dw_in.get(),
+                                      with_bias ? dbias_in.get() : nullptr, dout.get());
+        EXPECT_CLOSE(dout.download(), ref, tolerance(t));
+      }
+      {
+        std::vector<float> ref(static_cast<size_t>(nx));
+        kernels::cpu::conv2d_backward_input(cpu(), DType::f32, s, dy.data(), w.data(),
+                                            ref.data());
+        DeviceBuffer dout(t, nx);
+        dout.poison();
+        kernels::cuda::conv2d_backward_input(gpu(), t, s, ddy.get(), dw_in.get(), dout.get());
+        EXPECT_CLOSE(dout.download(), ref, tolerance(t));
+      }
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(with_bias ? "dbias" : "no dbias");
+        std::vector<float> ref_w(static_cast<size_t>(nw)), ref_b(static_cast<size_t>(s.k));
+        kernels::cpu::conv2d_backward_weight(cpu(), DType::f32, s, x.data(), dy.data(),
+                                             ref_w.data(), with_bias ? ref_b.data() : nullptr);
+        DeviceBuffer dgw(t, nw), dgb(t, s.k);
+        dgw.poison();
+        dgb.poison();
+        kernels::cuda::conv2d_backward_weight(gpu(), t, s, dxin.get(), ddy.get(), dgw.get(),
+                                              with_bias ? dgb.get() : nullptr);
+        EXPECT_CLOSE(dgw.download(), ref_w, tolerance(t));
+        if (with_bias) EXPECT_CLOSE(dgb.download(), ref_b, tolerance(t));
+      }
+    }
+  }
+}
+
+TEST(GpuConv, F64IsRejectedNamingTheOp) {
+  SKIP_WITHOUT_GPU();
+  kernels::Conv2dShape s = configs()[0];
+  DeviceBuffer d(DType::f32, 4096);
+  try {
+    kernels::cuda::conv2d_forward(gpu(), DType::f64, s, d.get(), d.get(), nullptr, d.get());
+    FAIL() << "f64 conv on CUDA did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("conv2d_forward"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CPU-only"), std::string::npos) << e.what();
+  }
+}

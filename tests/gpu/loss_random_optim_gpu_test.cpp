@@ -1,0 +1,148 @@
+// CUDA vs CPU: cross-entropy with label smoothing (f32 logits), random fills and dropout (bit
+// for bit), and the fused SGD / AdamW updates including the found_inf skip.
+#include "gpu_test_util.h"
+#include "kernels/loss.h"
+#include "kernels/optim.h"
+#include "kernels/random.h"
+
+using namespace frugal;
+using namespace frugal::gputest;
+
+TEST(GpuLoss, CrossEntropyMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t c : {10, 1000}) {
+    for (double smoothing : {0.0, 0.1}) {
+      SCOPED_TRACE(detail::str("classes ", c, " smoothing ", smoothing));
+      const int64_t n = 37;
+      auto logits = random_values(static_cast<size_t>(n * c), 51, DType::f32, -5, 5);
+      auto dloss = random_values(static_cast<size_t>(n), 52, DType::f32);
+      std::vector<int64_t> labels(n);
+      for (int64_t i = 0; i < n; ++i) labels[i] = (i * 7919) % c;
+      std::vector<float> loss(n), lse(n), dlogits(n * c);
+      kernels::cpu::cross_entropy_forward(cpu(), DType::f32, n, c, logits.data(), labels.data(),
+                                          smoothing, loss.data(), lse.data());
+      kernels::cpu::cross_entropy_backward(cpu(), DType::f32, n, c, logits.data(), labels.data(),
+                                           smoothing, lse.data(), dloss.data(), dlogits.data());
+      DeviceBuffer dlog = to_device(DType::f32, logits), ddl = to_device(DType::f32, dloss);
+      DeviceBuffer dlab(DType::i64, n), dloss_out(DType::f32, n), dlse(DType::f32, n),
+          dgrad(DType::f32, n * c);
+      dlab.upload_raw(labels.data());
+      dloss_out.poison();
+      dlse.poison();
+      dgrad.poison();
+      kernels::cuda::cross_entropy_forward(gpu(), DType::f32, n, c, dlog.get(),
+                                           dlab.as<int64_t>(), smoothing, dloss_out.get(),
+                                           dlse.get());
+      EXPECT_CLOSE(dloss_out.download(), loss, 1e-5);
+      EXPECT_CLOSE(dlse.download(), lse, 1e-5);
+      kernels::cuda::cross_entropy_backward(gpu(), DType::f32, n, c, dlog.get(),
+                                            dlab.as<int64_t>(), smoothing, dlse.get(), ddl.get(),
+                                            dgrad.get());
+      EXPECT_CLOSE(dgrad.download(), dlogits, 1e-5);
+    }
+  }
+}
+
+TEST(GpuLoss, BadLabelGivesNanAndLowPrecisionLogitsThrow) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 2, c = 3;
+  DeviceBuffer dlog = to_device(DType::f32, {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f});
+  DeviceBuffer dlab(DType::i64, n), dloss(DType::f32, n), dlse(DType::f32, n);
+  std::vector<int64_t> labels = {1, 3};
+  dlab.upload_raw(labels.data());
+  kernels::cuda::cross_entropy_forward(gpu(), DType::f32, n, c, dlog.get(), dlab.as<int64_t>(),
+                                       0.0, dloss.get(), dlse.get());
+  std::vector<float> loss = dloss.download();
+  EXPECT_FALSE(std::isnan(loss[0]));
+  EXPECT_TRUE(std::isnan(loss[1]));
+  EXPECT_THROW(kernels::cuda::cross_entropy_forward(gpu(), DType::f16, n, c, dlog.get(),
+                                                    dlab.as<int64_t>(), 0.0, dloss.get(),
+                                                    dlse.get()),
+               Error);
+}
+
+TEST(GpuRandom, FillsAndDropoutMatchCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 100003;
+  const uint64_t seed = 0x5eedull, offset = 12345;
+  // The CPU computes in f32; 16-bit tensors are that value rounded (Note [CPU dtypes]).
+  std::vector<float> uni(n), nor(n);
+  kernels::cpu::fill_uniform(cpu(), DType::f32, n, uni.data(), seed, offset, -2.0, 3.0);
+  kernels::cpu::fill_normal(cpu(), DType::f32, n, nor.data(), seed, offset, 0.5, 2.0);
+  for (DType t : kDTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto rounded = [&](std::vector<float> v) {
+      for (float& f : v) f = round_to(t, f);
+      return v;
+    };
+    DeviceBuffer d(t, n);
+    d.poison();
+    kernels::cuda::fill_uniform(gpu(), t, n, d.get(), seed, offset, -2.0, 3.0);
+    EXPECT_EQ(d.download(), rounded(uni));
+    d.poison();
+    kernels::cuda::fill_normal(gpu(), t, n, d.get(), seed, offset, 0.5, 2.0);
+    EXPECT_EQ(d.download(), rounded(nor));
+
+    const double p = 0.3;
+    auto x = random_values(static_cast<size_t>(n), 61, t);
+    std::vector<float> y(n), gx(n);
+    std::vector<uint8_t> mask(n), got_mask(n);
+    kernels::cpu::dropout_forward(cpu(), DType::f32, n, x.data(), p, seed, offset, y.data(),
+                                  mask.data());
+    kernels::cpu::dropout_backward(cpu(), DType::f32, n, x.data(), mask.data(), p, gx.data());
+    DeviceBuffer dx = to_device(t, x), dy(t, n), dmask(DType::u8, n), dgx(t, n);
+    dy.poison();
+    dmask.poison();
+    dgx.poison();
+    kernels::cuda::dropout_forward(gpu(), t, n, dx.get(), p, seed, offset, dy.get(),
+                                   dmask.as<uint8_t>());
+    kernels::cuda::dropout_backward(gpu(), t, n, dx.get(), dmask.as<uint8_t>(), p, dgx.get());
+    dmask.download_raw(got_mask.data());
+    EXPECT_EQ(got_mask, mask);
+    EXPECT_EQ(dy.download(), rounded(y));
+    EXPECT_EQ(dgx.download(), rounded(gx));
+  }
+}
+
+TEST(GpuOptim, SgdAndAdamWMatchCpuAndSkipOnInf) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 10007;
+  auto p0 = random_values(n, 71, DType::f32);
+  auto g = random_values(n, 72, DType::f32);
+  auto m0 = random_values(n, 73, DType::f32);
+  auto v0 = random_values(n, 74, DType::f32, 0, 1);
+  DeviceBuffer dg = to_device(DType::f32, g);
+  for (float inf_flag : {0.0f, 1.0f}) {
+    DeviceBuffer dflag = to_device(DType::f32, {inf_flag});
+    for (int variant = 0; variant < 3; ++variant) {
+      kernels::SgdParams sp;
+      sp.lr = 0.05, sp.momentum = 0.9, sp.weight_decay = 1e-3;
+      sp.nesterov = variant == 1;
+      sp.first_step = variant == 2;
+      SCOPED_TRACE(detail::str("sgd variant ", variant, " found_inf ", inf_flag));
+      std::vector<float> p = p0, m = m0;
+      if (inf_flag == 0.0f) {
+        kernels::cpu::sgd_step(cpu(), n, p.data(), g.data(), m.data(), sp, nullptr);
+      }
+      DeviceBuffer dp = to_device(DType::f32, p0), dm = to_device(DType::f32, m0);
+      kernels::cuda::sgd_step(gpu(), n, dp.as<float>(), dg.as<float>(), dm.as<float>(), sp,
+                              dflag.as<float>());
+      EXPECT_CLOSE(dp.download(), p, 1e-6);
+      EXPECT_CLOSE(dm.download(), m, 1e-6);
+    }
+    kernels::AdamWParams ap;
+    ap.lr = 1e-2, ap.step = 3;
+    SCOPED_TRACE(detail::str("adamw found_inf ", inf_flag));
+    std::vector<float> p = p0, m = m0, v = v0;
+    if (inf_flag == 0.0f) {
+      kernels::cpu::adamw_step(cpu(), n, p.data(), g.data(), m.data(), v.data(), ap, nullptr);
+    }
+    DeviceBuffer dp = to_device(DType::f32, p0), dm = to_device(DType::f32, m0),
+                 dv = to_device(DType::f32, v0);
+    kernels::cuda::adamw_step(gpu(), n, dp.as<float>(), dg.as<float>(), dm.as<float>(),
+                              dv.as<float>(), ap, dflag.as<float>());
+    EXPECT_CLOSE(dp.download(), p, 1e-6);
+    EXPECT_CLOSE(dm.download(), m, 1e-6);
+    EXPECT_CLOSE(dv.download(), v, 1e-6);
+  }
+}

@@ -1,0 +1,134 @@
+// CUDA vs CPU: batch norm (training forward with running statistics, evaluation, backward) and
+// max/average/global-average pooling in both directions, on odd NHWC sizes.
+#include "gpu_test_util.h"
+#include "kernels/batch_norm.h"
+#include "kernels/pooling.h"
+
+using namespace frugal;
+using namespace frugal::gputest;
+
+TEST(GpuBatchNorm, TrainEvalBackwardMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  struct Size {
+    int64_t rows, c;
+  };
+  const double eps = 1e-5, momentum = 0.1;
+  for (DType t : kDTypes) {
+    for (Size sz : {Size{70, 13}, Size{3001, 37}, Size{2, 5}}) {
+      SCOPED_TRACE(detail::str(dtype_name(t), " rows ", sz.rows, " c ", sz.c));
+      const int64_t n = sz.rows * sz.c;
+      const auto c = static_cast<size_t>(sz.c);
+      auto x = random_values(static_cast<size_t>(n), 31, t, 2, 4);  // mean far from 0
+      auto dy = random_values(static_cast<size_t>(n), 32, t);
+      auto gamma = random_values(c, 33, DType::f32, 0.5, 1.5);
+      auto beta = random_values(c, 34, DType::f32);
+      auto rm0 = random_values(c, 35, DType::f32);
+      auto rv0 = random_values(c, 36, DType::f32, 0.5, 2);
+      // CPU reference in f32 on the same rounded values.
+      std::vector<float> y(n), mean(c), invstd(c), rm = rm0, rv = rv0;
+      kernels::cpu::batch_norm_forward_train(cpu(), DType::f32, sz.rows, sz.c, x.data(),
+                                             gamma.data(), beta.data(), eps, momentum, y.data(),
+                                             mean.data(), invstd.data(), rm.data(), rv.data());
+      DeviceBuffer dx = to_device(t, x), ddy = to_device(t, dy);
+      DeviceBuffer dg = to_device(DType::f32, gamma), db = to_device(DType::f32, beta);
+      DeviceBuffer drm = to_device(DType::f32, rm0), drv = to_device(DType::f32, rv0);
+      DeviceBuffer dy_out(t, n), dmean(DType::f32, sz.c), dinv(DType::f32, sz.c);
+      dy_out.poison();
+      dmean.poison();
+      dinv.poison();
+      kernels::cuda::batch_norm_forward_train(gpu(), t, sz.rows, sz.c, dx.get(), dg.get(),
+                                              db.get(), eps, momentum, dy_out.get(), dmean.get(),
+                                              dinv.get(), drm.get(), drv.get());
+      EXPECT_CLOSE(dy_out.download(), y, tolerance(t));
+      EXPECT_CLOSE(dmean.download(), mean, 1e-5);
+      EXPECT_CLOSE(dinv.download(), invstd, 1e-4);
+      EXPECT_CLOSE(drm.download(), rm, 1e-5);
+      EXPECT_CLOSE(drv.download(), rv, 1e-4);
+
+      std::vector<float> y_eval(n);
+      kernels::cpu::batch_norm_forward_eval(cpu(), DType::f32, sz.rows, sz.c, x.data(),
+                                            gamma.data(), beta.data(), rm0.data(), rv0.data(),
+                                            eps, y_eval.data());
+      DeviceBuffer drm0 = to_device(DType::f32, rm0), drv0 = to_device(DType::f32, rv0);
+      dy_out.poison();
+      kernels::cuda::batch_norm_forward_eval(gpu(), t, sz.rows, sz.c, dx.get(), dg.get(),
+                                             db.get(), drm0.get(), drv0.get(), eps, dy_out.get());
+      EXPECT_CLOSE(dy_out.download(), y_eval, tolerance(t));
+
+      std::vector<float> gx(n), ggamma(c), gbeta(c);
+      kernels::cpu::batch_norm_backward(cpu(), DType::f32, sz.rows, sz.c, x.data(), dy.data(),
+                                        gamma.data(), mean.data(), invstd.data(), gx.data(),
+                                        ggamma.data(), gbeta.data());
+      DeviceBuffer dgx(t, n), dgg(DType::f32, sz.c), dgb(DType::f32, sz.c);
+      DeviceBuffer dmean_ref = to_device(DType::f32, mean), dinv_ref = to_device(DType::f32, invstd);
+      dgx.poison();
+      dgg.poison();
+      dgb.poison();
+      kernels::cuda::batch_norm_backward(gpu(), t, sz.rows, sz.c, dx.get(), ddy.get(), dg.get(),
+                                         dmean_ref.get(), dinv_ref.get(), dgx.get(), dgg.get(),
+                                         dgb.get());
+      // dx cancels two sums of similar size, so it loses a little more than y.
+      EXPECT_CLOSE(dgx.download(), gx, t == DType::f32 ? 1e-4 : tolerance(t));
+      EXPECT_CLOSE(dgg.download(), ggamma, 1e-4);
+      EXPECT_CLOSE(dgb.download(), gbeta, 1e-5);
+    }
+  }
+}
+
+TEST(GpuPooling, MaxAvgGlobalMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t k, stride, pad;
+    bool include_pad;
+  };
+  for (DType t : kDTypes) {
+    for (Case pc : {Case{3, 2, 1, true}, Case{2, 2, 0, true}, Case{3, 1, 1, false},
+                    Case{3, 2, 1, false}}) {
+      kernels::Pool2dShape s;
+      s.n = 2, s.h = 9, s.w = 7, s.c = 5, s.kh = s.kw = pc.k, s.stride_h = s.stride_w = pc.stride;
+      s.pad_h = s.pad_w = pc.pad;
+      s.count_include_pad = pc.include_pad;
+      SCOPED_TRACE(detail::str(dtype_name(t), " k", pc.k, " s", pc.stride, " p", pc.pad,
+                               " include_pad ", pc.include_pad));
+      int64_t nx = s.n * s.h * s.w * s.c, ny = s.n * s.oh() * s.ow() * s.c;
+      auto x = random_values(static_cast<size_t>(nx), 41, t);
+      auto dy = random_values(static_cast<size_t>(ny), 42, t);
+      DeviceBuffer dx = to_device(t, x), ddy = to_device(t, dy), dy_out(t, ny), dx_out(t, nx);
+      std::vector<float> ref_y(ny), ref_dx(nx);
+
+      kernels::cpu::max_pool2d_forward(cpu(), DType::f32, s, x.data(), ref_y.data());
+      dy_out.poison();
+      kernels::cuda::max_pool2d_forward(gpu(), t, s, dx.get(), dy_out.get());
+      EXPECT_CLOSE(dy_out.download(), ref_y, tolerance(t));
+      kernels::cpu::max_pool2d_backward(cpu(), DType::f32, s, x.data(), dy.data(), ref_dx.data());
+      dx_out.poison();
+      kernels::cuda::max_pool2d_backward(gpu(), t, s, dx.get(), ddy.get(), dx_out.get());
+      EXPECT_CLOSE(dx_out.download(), ref_dx, tolerance(t));
+
+      kernels::cpu::avg_pool2d_forward(cpu(), DType::f32, s, x.data(), ref_y.data());
+      dy_out.poison();
+      kernels::cuda::avg_pool2d_forward(gpu(), t, s, dx.get(), dy_out.get());
+      EXPECT_CLOSE(dy_out.download(), ref_y, tolerance(t));
+      kernels::cpu::avg_pool2d_backward(cpu(), DType::f32, s, dy.data(), ref_dx.data());
+      dx_out.poison();
+      kernels::cuda::avg_pool2d_backward(gpu(), t, s, ddy.get(), dx_out.get());
+      EXPECT_CLOSE(dx_out.download(), ref_dx, tolerance(t));
+    }
+    SCOPED_TRACE(detail::str(dtype_name(t), " global"));
+    const int64_t n = 3, hw = 49, c = 37;
+    auto x = random_values(static_cast<size_t>(n * hw * c), 43, t);
+    auto dy = random_values(static_cast<size_t>(n * c), 44, t);
+    std::vector<float> ref_y(n * c), ref_dx(n * hw * c);
+    kernels::cpu::global_avg_pool_forward(cpu(), DType::f32, n, hw, c, x.data(), ref_y.data());
+    kernels::cpu::global_avg_pool_backward(cpu(), DType::f32, n, hw, c, dy.data(),
+                                           ref_dx.data());
+    DeviceBuffer dx = to_device(t, x), ddy = to_device(t, dy), dy_out(t, n * c),
+                 dx_out(t, n * hw * c);
+    dy_out.poison();
+    dx_out.poison();
+    kernels::cuda::global_avg_pool_forward(gpu(), t, n, hw, c, dx.get(), dy_out.get());
+    kernels::cuda::global_avg_pool_backward(gpu(), t, n, hw, c, ddy.get(), dx_out.get());
+    EXPECT_CLOSE(dy_out.download(), ref_y, tolerance(t));
+    EXPECT_CLOSE(dx_out.download(), ref_dx, tolerance(t));
+  }
+}
