@@ -9,21 +9,9 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "kernels/random.h"
-#include "models/model_config.h"
 #include "nn/init.h"
 
 namespace frugal::models {
-
-void check_config(const char* model, const ModelConfig& cfg) {
-  FRUGAL_CHECK(cfg.num_classes > 0, model, ": num_classes must be positive, got ", cfg.num_classes);
-  FRUGAL_CHECK(cfg.in_channels > 0, model, ": in_channels must be positive, got ", cfg.in_channels);
-  FRUGAL_CHECK(cfg.width > 0 && std::isfinite(cfg.width), model,
-               ": width must be positive, got ", cfg.width);
-  FRUGAL_CHECK(cfg.dropout >= 0 && cfg.dropout <= 1, model, ": dropout must be in [0, 1], got ",
-               cfg.dropout);
-  FRUGAL_CHECK(cfg.drop_connect >= 0 && cfg.drop_connect <= 1, model,
-               ": drop_connect must be in [0, 1], got ", cfg.drop_connect);
-}
 
 int64_t make_divisible(double v, int64_t divisor, int64_t min_value) {
   FRUGAL_CHECK(divisor > 0 && v > 0, "make_divisible: bad value ", v, " or divisor ", divisor);
@@ -37,10 +25,14 @@ int64_t make_divisible(double v, int64_t divisor, int64_t min_value) {
 
 std::shared_ptr<nn::Module> make_activation(Act act) {
   switch (act) {
-    case Act::none: return nullptr;
-    case Act::relu: return std::make_shared<nn::ReLU>();
-    case Act::relu6: return std::make_shared<nn::ReLU6>();
-    case Act::silu: return std::make_shared<nn::SiLU>();
+    case Act::none:
+      return nullptr;
+    case Act::relu:
+      return std::make_shared<nn::ReLU>();
+    case Act::relu6:
+      return std::make_shared<nn::ReLU6>();
+    case Act::silu:
+      return std::make_shared<nn::SiLU>();
   }
   FRUGAL_FAIL("make_activation: unknown activation ", static_cast<int>(act));
 }
@@ -48,10 +40,11 @@ std::shared_ptr<nn::Module> make_activation(Act act) {
 Conv2dNormActivation::Conv2dNormActivation(int64_t in_channels, int64_t out_channels,
                                            ConvNormOptions opt) {
   FRUGAL_CHECK(opt.kernel % 2 == 1, "Conv2dNormActivation: odd kernel expected, got ", opt.kernel);
-  push_back(std::make_shared<nn::Conv2d>(
-      in_channels, out_channels, opt.kernel,
-      nn::Conv2dOptions{.stride = opt.stride, .padding = (opt.kernel - 1) / 2, .groups = opt.groups,
-                        .bias = false}));
+  push_back(std::make_shared<nn::Conv2d>(in_channels, out_channels, opt.kernel,
+                                         nn::Conv2dOptions{.stride = opt.stride,
+                                                           .padding = (opt.kernel - 1) / 2,
+                                                           .groups = opt.groups,
+                                                           .bias = false}));
   push_back(std::make_shared<nn::BatchNorm2d>(out_channels, opt.bn_eps, opt.bn_momentum));
   if (auto a = make_activation(opt.act)) push_back(a);
 }
@@ -66,9 +59,9 @@ SqueezeExcitation::SqueezeExcitation(int64_t channels, int64_t squeeze_channels,
 }
 
 Tensor SqueezeExcitation::forward(const Tensor& x) {
-  Tensor s = nn::functional::global_avg_pool(x);             // [N, 1, 1, C]
+  Tensor s = nn::functional::global_avg_pool(x);  // [N, 1, 1, C]
   s = nn::functional::sigmoid(fc2_->forward(act_->forward(fc1_->forward(s))));
-  return s * x;                                              // broadcast over H, W
+  return s * x;  // broadcast over H, W
 }
 
 StochasticDepth::StochasticDepth(double p, Generator& gen) : p_(p), gen_(&gen) {
@@ -107,8 +100,11 @@ void init_module(nn::Module& m, LinearInit linear) {
     nn::init::constant_(bn->bias, 0.0);
   } else if (auto* fc = dynamic_cast<nn::Linear*>(&m)) {
     switch (linear) {
-      case LinearInit::pytorch_default: break;  // the constructor already drew it
-      case LinearInit::normal_001: nn::init::normal_(fc->weight, 0.0, 0.01); break;
+      case LinearInit::pytorch_default:
+        break;  // the constructor already drew it
+      case LinearInit::normal_001:
+        nn::init::normal_(fc->weight, 0.0, 0.01);
+        break;
       case LinearInit::uniform_fan_out: {
         double r = 1.0 / std::sqrt(static_cast<double>(fc->weight.size(0)));
         nn::init::uniform_(fc->weight, -r, r);

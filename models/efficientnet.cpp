@@ -23,7 +23,8 @@ MBConv::MBConv(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
       expanded, std::max<int64_t>(1, in_channels / 4), Act::silu));
   block_->push_back(std::make_shared<Conv2dNormActivation>(
       expanded, out_channels, ConvNormOptions{.kernel = 1, .act = Act::none}));
-  sd_ = register_module("stochastic_depth", std::make_shared<StochasticDepth>(stochastic_depth_prob));
+  sd_ =
+      register_module("stochastic_depth", std::make_shared<StochasticDepth>(stochastic_depth_prob));
 }
 
 Tensor MBConv::forward(const Tensor& x) {
@@ -38,8 +39,8 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
     double expand;
     int64_t kernel, stride, in, out, layers;
   };
-  constexpr Stage kStages[] = {{1, 3, 1, 32, 16, 1},   {6, 3, 2, 16, 24, 2},  {6, 5, 2, 24, 40, 2},
-                               {6, 3, 2, 40, 80, 3},   {6, 5, 1, 80, 112, 3}, {6, 5, 2, 112, 192, 4},
+  constexpr Stage kStages[] = {{1, 3, 1, 32, 16, 1},  {6, 3, 2, 16, 24, 2},  {6, 5, 2, 24, 40, 2},
+                               {6, 3, 2, 40, 80, 3},  {6, 5, 1, 80, 112, 3}, {6, 5, 2, 112, 192, 4},
                                {6, 3, 1, 192, 320, 1}};
   auto ch = [&](int64_t c) { return make_divisible(static_cast<double>(c) * cfg.width); };
   int64_t total_blocks = 0;
@@ -54,7 +55,8 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
     auto stage = std::make_shared<nn::Sequential>();
     for (int64_t i = 0; i < st.layers; ++i) {
       // torchvision: p * block_id / total_blocks, so the first block never drops.
-      double p = cfg.drop_connect * static_cast<double>(block_id) / static_cast<double>(total_blocks);
+      double p =
+          cfg.drop_connect * static_cast<double>(block_id) / static_cast<double>(total_blocks);
       stage->push_back(std::make_shared<MBConv>(i == 0 ? ch(st.in) : ch(st.out), ch(st.out),
                                                 st.kernel, i == 0 ? st.stride : 1, st.expand, p));
       ++block_id;
@@ -74,8 +76,8 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
 
 Tensor EfficientNetB0::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "EfficientNetB0: expected input [N, H, W, C], got ", describe(x));
-  Tensor h = features_->forward(x);          // [N, H/32, W/32, 1280]
-  h = nn::functional::global_avg_pool(h);    // [N, 1, 1, 1280]
+  Tensor h = features_->forward(x);        // [N, H/32, W/32, 1280]
+  h = nn::functional::global_avg_pool(h);  // [N, 1, 1, 1280]
   return classifier_->forward(h.flatten(1));
 }
 

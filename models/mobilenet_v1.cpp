@@ -5,13 +5,14 @@
 namespace frugal::models {
 
 DepthwiseSeparable::DepthwiseSeparable(int64_t in_channels, int64_t out_channels, int64_t stride) {
-  dw_ = register_module("dw", std::make_shared<Conv2dNormActivation>(
-                                  in_channels, in_channels,
-                                  ConvNormOptions{.kernel = 3, .stride = stride,
-                                                  .groups = in_channels, .act = Act::relu}));
-  pw_ = register_module("pw", std::make_shared<Conv2dNormActivation>(
-                                  in_channels, out_channels,
-                                  ConvNormOptions{.kernel = 1, .act = Act::relu}));
+  dw_ = register_module(
+      "dw",
+      std::make_shared<Conv2dNormActivation>(
+          in_channels, in_channels,
+          ConvNormOptions{.kernel = 3, .stride = stride, .groups = in_channels, .act = Act::relu}));
+  pw_ = register_module(
+      "pw", std::make_shared<Conv2dNormActivation>(in_channels, out_channels,
+                                                   ConvNormOptions{.kernel = 1, .act = Act::relu}));
 }
 
 Tensor DepthwiseSeparable::forward(const Tensor& x) { return pw_->forward(dw_->forward(x)); }
@@ -23,8 +24,8 @@ MobileNetV1::MobileNetV1(const ModelConfig& cfg) {
   };
   // Table 1 of the paper; the last depthwise runs at stride 1 (the table's "s2" on a 7x7 input
   // is a known typo: the network ends at 7x7 for a 224 input, as every implementation has it).
-  constexpr Block kBlocks[] = {{64, 1},  {128, 2}, {128, 1}, {256, 2}, {256, 1},
-                               {512, 2}, {512, 1}, {512, 1}, {512, 1}, {512, 1},
+  constexpr Block kBlocks[] = {{64, 1},  {128, 2},  {128, 1}, {256, 2}, {256, 1},
+                               {512, 2}, {512, 1},  {512, 1}, {512, 1}, {512, 1},
                                {512, 1}, {1024, 2}, {1024, 1}};
   auto ch = [&](int64_t c) { return make_divisible(static_cast<double>(c) * cfg.width); };
   int64_t in = ch(32);
@@ -42,8 +43,8 @@ MobileNetV1::MobileNetV1(const ModelConfig& cfg) {
 
 Tensor MobileNetV1::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "MobileNetV1: expected input [N, H, W, C], got ", describe(x));
-  Tensor h = features_->forward(x);          // [N, H/32, W/32, 1024]
-  h = nn::functional::global_avg_pool(h);    // [N, 1, 1, 1024]
+  Tensor h = features_->forward(x);        // [N, H/32, W/32, 1024]
+  h = nn::functional::global_avg_pool(h);  // [N, 1, 1, 1024]
   return classifier_->forward(dropout_->forward(h.flatten(1)));
 }
 

@@ -10,7 +10,8 @@ namespace frugal::models {
 InvertedResidual::InvertedResidual(int64_t in_channels, int64_t out_channels, int64_t stride,
                                    int64_t expand_ratio) {
   FRUGAL_CHECK(stride == 1 || stride == 2, "InvertedResidual: stride must be 1 or 2, got ", stride);
-  const auto hidden = static_cast<int64_t>(std::llround(static_cast<double>(in_channels * expand_ratio)));
+  const auto hidden =
+      static_cast<int64_t>(std::llround(static_cast<double>(in_channels * expand_ratio)));
   use_res_ = stride == 1 && in_channels == out_channels;
   conv_ = register_module("conv", std::make_shared<nn::Sequential>());
   if (expand_ratio != 1) {
@@ -20,8 +21,8 @@ InvertedResidual::InvertedResidual(int64_t in_channels, int64_t out_channels, in
   conv_->push_back(std::make_shared<Conv2dNormActivation>(
       hidden, hidden,
       ConvNormOptions{.kernel = 3, .stride = stride, .groups = hidden, .act = Act::relu6}));
-  conv_->push_back(std::make_shared<nn::Conv2d>(hidden, out_channels, 1,
-                                                nn::Conv2dOptions{.bias = false}));
+  conv_->push_back(
+      std::make_shared<nn::Conv2d>(hidden, out_channels, 1, nn::Conv2dOptions{.bias = false}));
   conv_->push_back(std::make_shared<nn::BatchNorm2d>(out_channels));
 }
 
@@ -35,8 +36,8 @@ MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
   struct Stage {
     int64_t t, c, n, s;  // expand ratio, channels, repeats, first stride
   };
-  constexpr Stage kStages[] = {{1, 16, 1, 1},  {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
-                               {6, 96, 3, 1},  {6, 160, 3, 2}, {6, 320, 1, 1}};
+  constexpr Stage kStages[] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
+                               {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
   int64_t in = make_divisible(32 * cfg.width);
   const int64_t last = make_divisible(1280 * std::max(1.0, cfg.width));
 
@@ -61,9 +62,9 @@ MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
 
 Tensor MobileNetV2::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "MobileNetV2: expected input [N, H, W, C], got ", describe(x));
-  Tensor h = features_->forward(x);              // [N, H/32, W/32, last]
-  h = nn::functional::global_avg_pool(h);        // [N, 1, 1, last]
-  return classifier_->forward(h.flatten(1));     // [N, classes]
+  Tensor h = features_->forward(x);           // [N, H/32, W/32, last]
+  h = nn::functional::global_avg_pool(h);     // [N, 1, 1, last]
+  return classifier_->forward(h.flatten(1));  // [N, classes]
 }
 
 }  // namespace frugal::models

@@ -1,5 +1,7 @@
 // The shared blocks against reference loops: channel rounding, squeeze-excitation in f64,
 // stochastic depth's per-sample mask and gradient, the inverted residual's skip connection.
+#include "models/blocks.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,9 +9,8 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "kernels/random.h"
-#include "models/blocks.h"
-#include "models/mobilenet_v2.h"
 #include "model_test_util.h"
+#include "models/mobilenet_v2.h"
 
 using namespace frugal;
 
@@ -61,7 +62,7 @@ TEST(Blocks, SqueezeExcitationMatchesReference) {
     for (int64_t j = 0; j < s; ++j) {
       double a = b1[j];
       for (int64_t k = 0; k < c; ++k) a += w1[j * c + k] * pooled[k];  // w1 [s, 1, 1, c]
-      hidden[j] = a / (1 + std::exp(-a));                                // SiLU
+      hidden[j] = a / (1 + std::exp(-a));                              // SiLU
     }
     for (int64_t k = 0; k < c; ++k) {
       double a = b2[k];

@@ -6,9 +6,9 @@
 
 #include "core/factory.h"
 #include "core/ops.h"
+#include "model_test_util.h"
 #include "models/registry.h"
 #include "nn/functional.h"
-#include "model_test_util.h"
 
 using namespace frugal;
 
@@ -70,8 +70,8 @@ TEST(Models, MobileNetV2BackwardReachesEveryParameter) {
 TEST(Models, EvalIsDeterministicTrainIsNot) {
   Generator gen(4);
   Tensor x = randn(Shape{4, 32, 32, 1}, gen);
-  auto net = models::create("mobilenet_v2", {.num_classes = 10, .in_channels = 1, .width = 0.25,
-                                             .dropout = 0.5});
+  auto net = models::create("mobilenet_v2",
+                            {.num_classes = 10, .in_channels = 1, .width = 0.25, .dropout = 0.5});
   net->eval();
   Tensor e1 = net->forward(x), e2 = net->forward(x);
   EXPECT_EQ(max_abs_diff(e1, e2), 0.0);

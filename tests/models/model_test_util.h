@@ -23,7 +23,8 @@ inline nn::Module* submodule(nn::Module& root, const std::string& path) {
   size_t start = 0;
   while (m != nullptr && start <= path.size()) {
     size_t dot = path.find('.', start);
-    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     nn::Module* next = nullptr;
     for (const auto& [name, child] : m->named_children()) {
       if (name == part) next = child.get();
