@@ -45,8 +45,8 @@ struct TrainingState {
   int64_t step = 0;         // optimizer steps taken
   uint64_t seed = 0;        // the run's seed
   uint64_t rng_offset = 0;  // default_generator() offset, so dropout/shuffles continue the stream
-  std::string optimizer;    // opt.name() when saved with one; filled in by load_checkpoint
-  Metadata extra;           // free-form user entries (keys must not start with "frugal.")
+  std::string optimizer{};  // opt.name() when saved with one; filled in by load_checkpoint
+  Metadata extra{};         // free-form user entries (keys must not start with "frugal.")
 };
 
 // One file: model tensors under their names, optimizer state under "optimizer.<name>", the
