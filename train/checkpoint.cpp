@@ -31,8 +31,10 @@ void permute_4d(const U* src, U* dst, const std::vector<int64_t>& d, bool to_oih
         for (int64_t j = 0; j < w_n; ++j) {
           const int64_t ohwi = ((k * h_n + i) * w_n + j) * c_n + c;
           const int64_t oihw = ((k * c_n + c) * h_n + i) * w_n + j;
-          if (to_oihw) dst[oihw] = src[ohwi];
-          else dst[ohwi] = src[oihw];
+          if (to_oihw)
+            dst[oihw] = src[ohwi];
+          else
+            dst[ohwi] = src[oihw];
         }
 }
 
@@ -43,11 +45,24 @@ Tensor convert_4d(const Tensor& t, bool to_oihw) {
   Tensor out = Tensor::empty(out_shape, {.dtype = src.dtype()});
   if (src.numel() == 0) return out;
   switch (dtype_size(src.dtype())) {
-    case 1: permute_4d(static_cast<const uint8_t*>(src.data_ptr()), static_cast<uint8_t*>(out.data_ptr()), d, to_oihw); break;
-    case 2: permute_4d(static_cast<const uint16_t*>(src.data_ptr()), static_cast<uint16_t*>(out.data_ptr()), d, to_oihw); break;
-    case 4: permute_4d(static_cast<const uint32_t*>(src.data_ptr()), static_cast<uint32_t*>(out.data_ptr()), d, to_oihw); break;
-    case 8: permute_4d(static_cast<const uint64_t*>(src.data_ptr()), static_cast<uint64_t*>(out.data_ptr()), d, to_oihw); break;
-    default: FRUGAL_FAIL("checkpoint layout: unexpected element size of ", src.dtype());
+    case 1:
+      permute_4d(static_cast<const uint8_t*>(src.data_ptr()), static_cast<uint8_t*>(out.data_ptr()),
+                 d, to_oihw);
+      break;
+    case 2:
+      permute_4d(static_cast<const uint16_t*>(src.data_ptr()),
+                 static_cast<uint16_t*>(out.data_ptr()), d, to_oihw);
+      break;
+    case 4:
+      permute_4d(static_cast<const uint32_t*>(src.data_ptr()),
+                 static_cast<uint32_t*>(out.data_ptr()), d, to_oihw);
+      break;
+    case 8:
+      permute_4d(static_cast<const uint64_t*>(src.data_ptr()),
+                 static_cast<uint64_t*>(out.data_ptr()), d, to_oihw);
+      break;
+    default:
+      FRUGAL_FAIL("checkpoint layout: unexpected element size of ", src.dtype());
   }
   return out;
 }
@@ -91,17 +106,20 @@ ModelLoad plan_model_load(const char* op, const std::string& path, const nn::Mod
     if (!dst.defined()) continue;
     auto it = by_name.find(name);
     if (it == by_name.end()) {
-      problems.push_back(detail::str("missing tensor '", name, "' (expected ", describe_entry(dst), ")"));
+      problems.push_back(
+          detail::str("missing tensor '", name, "' (expected ", describe_entry(dst), ")"));
       continue;
     }
     used.insert(name);
     const Tensor& src = it->second;
     if (src.dtype() != dst.dtype()) {
-      problems.push_back(detail::str("tensor '", name, "' has dtype ", safetensors_dtype_name(src.dtype()),
-                                     ", expected ", safetensors_dtype_name(dst.dtype())));
+      problems.push_back(detail::str("tensor '", name, "' has dtype ",
+                                     safetensors_dtype_name(src.dtype()), ", expected ",
+                                     safetensors_dtype_name(dst.dtype())));
     } else if (src.shape() != dst.shape()) {
       std::string as_stored =
-          src.ndim() == 4 ? detail::str(" (", raw_by_name[name]->shape(), " OIHW in the file)") : "";
+          src.ndim() == 4 ? detail::str(" (", raw_by_name[name]->shape(), " OIHW in the file)")
+                          : "";
       problems.push_back(detail::str("tensor '", name, "' has shape ", src.shape(), as_stored,
                                      ", expected ", dst.shape()));
     } else {
@@ -117,7 +135,8 @@ ModelLoad plan_model_load(const char* op, const std::string& path, const nn::Mod
   if (!problems.empty()) {
     std::string all;
     for (const auto& p : problems) all += "\n  " + p;
-    FRUGAL_FAIL(op, ": '", path, "' does not match the ", model.type_name(), " (nothing was loaded):", all);
+    FRUGAL_FAIL(op, ": '", path, "' does not match the ", model.type_name(),
+                " (nothing was loaded):", all);
   }
   return plan;
 }
@@ -209,8 +228,10 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
   NamedTensors model_part, opt_part;
   const size_t plen = std::strlen(kOptimizerPrefix);
   for (auto& [name, t] : file.tensors) {
-    if (name.rfind(kOptimizerPrefix, 0) == 0) opt_part.emplace_back(name.substr(plen), t);
-    else model_part.emplace_back(name, t);
+    if (name.rfind(kOptimizerPrefix, 0) == 0)
+      opt_part.emplace_back(name.substr(plen), t);
+    else
+      model_part.emplace_back(name, t);
   }
   // 1. The model part, checked only.
   ModelLoad plan = plan_model_load("load_checkpoint", path, model, model_part);
@@ -223,8 +244,8 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
     try {
       opt->load_state_dict(from_file_layout(opt_part));
     } catch (const Error& e) {
-      FRUGAL_FAIL("load_checkpoint: '", path, "': optimizer part rejected (nothing was loaded): ",
-                  e.what());
+      FRUGAL_FAIL("load_checkpoint: '", path,
+                  "': optimizer part rejected (nothing was loaded): ", e.what());
     }
   }
   // 3. The model copies, which cannot fail on shapes or dtypes any more.

@@ -4,8 +4,8 @@
 //
 //   train::save_model("mnv2.safetensors", model);
 //   train::load_model("mnv2.safetensors", model);     // all-or-nothing; in place, any device
-//   train::save_checkpoint("ckpt.safetensors", model, &opt, {.epoch = 3, .step = 1200, .seed = 42});
-//   train::TrainingState s = train::load_checkpoint("ckpt.safetensors", model, &opt);
+//   train::save_checkpoint("ckpt.safetensors", model, &opt, {.epoch = 3, .step = 1200, .seed =
+//   42}); train::TrainingState s = train::load_checkpoint("ckpt.safetensors", model, &opt);
 //
 // Note [Checkpoint layout]
 // frugal keeps conv weights OHWI [K, kh, kw, C/groups] (DESIGN.md: NHWC everywhere); PyTorch and

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -47,13 +46,14 @@ struct Entry {
   uint64_t begin, end;
 };
 
-// Checks one header entry (name -> {dtype, shape, data_offsets}); data_start is the absolute
-// offset of the data section, for messages.
+// Checks one header entry (name -> {dtype, shape, data_offsets}); header_offset (where the JSON
+// starts in the file) is the offset messages give, as nlohmann does not keep value positions.
 Entry parse_entry(const std::string& path, const std::string& name, const json& v,
                   uint64_t header_offset) {
   if (!v.is_object()) bad_file(path, name, header_offset, "header entry is not a JSON object");
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
-    if (!v.contains(key)) bad_file(path, name, header_offset, std::string("no '") + key + "' field");
+    if (!v.contains(key))
+      bad_file(path, name, header_offset, std::string("no '") + key + "' field");
   }
   Entry e;
   e.name = name;
@@ -66,7 +66,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   if (!shape.is_array()) bad_file(path, name, header_offset, "shape is not an array");
   for (const json& d : shape) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-      bad_file(path, name, header_offset, "shape " + shape.dump() + " has a bad extent " + d.dump());
+      bad_file(path, name, header_offset,
+               "shape " + shape.dump() + " has a bad extent " + d.dump());
     }
     e.dims.push_back(d.get<int64_t>());
   }
@@ -79,15 +80,15 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
   if (e.end < e.begin) {
-    bad_file(path, name, header_offset,
-             "data_offsets " + off.dump() + " end before they begin");
+    bad_file(path, name, header_offset, "data_offsets " + off.dump() + " end before they begin");
   }
   uint64_t want = 0;
   if (!byte_size(e.dims, e.dtype, &want) || e.end - e.begin != want) {
-    bad_file(path, name, header_offset,
-             detail::str("data_offsets ", off.dump(), " hold ", e.end - e.begin, " bytes but shape ",
-                         Shape(e.dims), " of ", safetensors_dtype_name(e.dtype), " needs ",
-                         byte_size(e.dims, e.dtype, &want) ? std::to_string(want) : "over 2^64"));
+    bad_file(
+        path, name, header_offset,
+        detail::str("data_offsets ", off.dump(), " hold ", e.end - e.begin, " bytes but shape ",
+                    Shape(e.dims), " of ", safetensors_dtype_name(e.dtype), " needs ",
+                    byte_size(e.dims, e.dtype, &want) ? std::to_string(want) : "over 2^64"));
   }
   return e;
 }
@@ -117,12 +118,18 @@ void write_all(int fd, const char* buf, size_t n, const std::string& tmp) {
 
 const char* safetensors_dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::f16: return "F16";
-    case DType::bf16: return "BF16";
-    case DType::f64: return "F64";
-    case DType::i64: return "I64";
-    case DType::u8: return "U8";
+    case DType::f32:
+      return "F32";
+    case DType::f16:
+      return "F16";
+    case DType::bf16:
+      return "BF16";
+    case DType::f64:
+      return "F64";
+    case DType::i64:
+      return "I64";
+    case DType::u8:
+      return "U8";
   }
   return "?";
 }
@@ -188,15 +195,15 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
       }
     }
     // The bytes must be on disk before the rename makes them the file's only version.
-    FRUGAL_CHECK(::fsync(fd) == 0, "save_safetensors: fsync of '", tmp, "' failed: ",
-                 std::strerror(errno));
-    FRUGAL_CHECK(::close(fd) == 0, "save_safetensors: closing '", tmp, "' failed: ",
-                 std::strerror(errno));
+    FRUGAL_CHECK(::fsync(fd) == 0, "save_safetensors: fsync of '", tmp,
+                 "' failed: ", std::strerror(errno));
+    FRUGAL_CHECK(::close(fd) == 0, "save_safetensors: closing '", tmp,
+                 "' failed: ", std::strerror(errno));
     fd = -1;
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
-    FRUGAL_CHECK(!ec, "save_safetensors: renaming '", tmp, "' to '", path, "' failed: ",
-                 ec.message());
+    FRUGAL_CHECK(!ec, "save_safetensors: renaming '", tmp, "' to '", path,
+                 "' failed: ", ec.message());
   } catch (...) {
     if (fd >= 0) ::close(fd);
     std::error_code ignored;
@@ -212,19 +219,22 @@ SafetensorsFile load_safetensors(const std::string& path) {
   const uint64_t file_size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
   if (file_size < 8) {
-    bad_file(path, "", 0,
-             detail::str("the file is ", file_size, " bytes, shorter than the 8-byte header length"));
+    bad_file(
+        path, "", 0,
+        detail::str("the file is ", file_size, " bytes, shorter than the 8-byte header length"));
   }
   unsigned char len_bytes[8];
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   const uint64_t n = get_u64_le(len_bytes);
   if (n > kMaxSafetensorsHeader) {
-    bad_file(path, "", 0,
-             detail::str("header length ", n, " exceeds the ", kMaxSafetensorsHeader, "-byte limit"));
+    bad_file(
+        path, "", 0,
+        detail::str("header length ", n, " exceeds the ", kMaxSafetensorsHeader, "-byte limit"));
   }
   if (n > file_size - 8) {
-    bad_file(path, "", 0,
-             detail::str("header length ", n, " runs past the end of the ", file_size, "-byte file"));
+    bad_file(
+        path, "", 0,
+        detail::str("header length ", n, " runs past the end of the ", file_size, "-byte file"));
   }
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
@@ -236,7 +246,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   json header;
   try {
     header = json::parse(text, [&](int depth, json::parse_event_t ev, json& parsed) {
-      if (depth == 1 && ev == json::parse_event_t::key && !keys.insert(parsed.get<std::string>()).second) {
+      if (depth == 1 && ev == json::parse_event_t::key &&
+          !keys.insert(parsed.get<std::string>()).second) {
         duplicate = parsed.get<std::string>();
       }
       return true;
@@ -293,9 +304,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
     prev = &e;
   }
   if (expected != data_size) {
-    bad_file(path, "", data_start + expected,
-             detail::str("the data section is ", data_size, " bytes but the tensors cover ",
-                         expected));
+    bad_file(
+        path, "", data_start + expected,
+        detail::str("the data section is ", data_size, " bytes but the tensors cover ", expected));
   }
 
   for (const Entry& e : entries) {

@@ -33,7 +33,7 @@ struct SafetensorsFile {
   Metadata metadata;
 };
 
-// "F32" <-> DType::f32, ...; the parse throws on anything else.
+// "F32" <-> DType::f32, ...; parse returns false on anything else.
 const char* safetensors_dtype_name(DType t);
 bool parse_safetensors_dtype(const std::string& s, DType* out);
 

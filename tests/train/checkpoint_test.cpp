@@ -1,5 +1,8 @@
 // Training checkpoints: resuming SGD with momentum gives bit-identical parameters to an
-// uninterrupted run; any bad part (optimizer, model, metadata) leaves model and optimizer as they were.
+// uninterrupted run; any bad part (optimizer, model, metadata) leaves model and optimizer as they
+// were.
+#include "train/checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -9,7 +12,6 @@
 #include "file_test_util.h"
 #include "nn/layers.h"
 #include "optim/optimizer.h"
-#include "train/checkpoint.h"
 
 using namespace frugal;
 using frugal::test::ScratchFile;
@@ -27,7 +29,8 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 void expect_mentions(const std::string& msg, const std::vector<std::string>& parts) {
-  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  for (const auto& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
 }
 
 // Conv2d(2, 3, 3) (4-D weight, so its momentum crosses the layout conversion) and Linear(4, 3).
@@ -37,7 +40,8 @@ std::shared_ptr<nn::Sequential> tiny_model(uint64_t seed) {
       std::make_shared<nn::Conv2d>(2, 3, 3), std::make_shared<nn::Linear>(4, 3)});
 }
 
-constexpr optim::SgdOptions kSgd = {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01};
+constexpr optim::SgdOptions kSgd = {
+    .lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01};
 
 // Gradients set by hand, a function of the step and the parameter only.
 void train_steps(nn::Module& m, optim::Optimizer& opt, int from, int to) {
@@ -51,7 +55,9 @@ void train_steps(nn::Module& m, optim::Optimizer& opt, int from, int to) {
   }
 }
 
-std::vector<std::string> params_of(const nn::Module& m) { return test::snapshot(m.named_parameters()); }
+std::vector<std::string> params_of(const nn::Module& m) {
+  return test::snapshot(m.named_parameters());
+}
 
 // A checkpoint of tiny_model(1) after 3 SGD steps; `at_save` gets its parameters then.
 void write_checkpoint(const std::string& path, std::vector<std::string>* at_save = nullptr) {
@@ -59,8 +65,9 @@ void write_checkpoint(const std::string& path, std::vector<std::string>* at_save
   optim::SGD opt(a->parameters(), kSgd);
   train_steps(*a, opt, 0, 3);
   if (at_save) *at_save = params_of(*a);
-  train::save_checkpoint(path, *a, &opt, {.epoch = 1, .step = 3, .seed = 42, .rng_offset = 99,
-                                          .extra = {{"run", "unit-test"}}});
+  train::save_checkpoint(
+      path, *a, &opt,
+      {.epoch = 1, .step = 3, .seed = 42, .rng_offset = 99, .extra = {{"run", "unit-test"}}});
 }
 
 // Rewrites a checkpoint with `edit` applied to its raw (file-layout) tensors or metadata.
@@ -78,12 +85,14 @@ TEST(Checkpoint, ResumedSgdMatchesAnUninterruptedRunBitForBit) {
   auto a = tiny_model(1);
   optim::SGD opt_a(a->parameters(), kSgd);
   train_steps(*a, opt_a, 0, 3);
-  train::save_checkpoint(f.path(), *a, &opt_a,
-                         {.epoch = 1, .step = 3, .seed = 42, .rng_offset = 99, .extra = {{"run", "x"}}});
+  train::save_checkpoint(
+      f.path(), *a, &opt_a,
+      {.epoch = 1, .step = 3, .seed = 42, .rng_offset = 99, .extra = {{"run", "x"}}});
   train_steps(*a, opt_a, 3, 5);
 
   auto b = tiny_model(7);
-  optim::SGD opt_b(b->parameters(), {.lr = 0.5, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01});
+  optim::SGD opt_b(b->parameters(),
+                   {.lr = 0.5, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01});
   train::TrainingState s = train::load_checkpoint(f.path(), *b, &opt_b);
   EXPECT_EQ(s.epoch, 1);
   EXPECT_EQ(s.step, 3);
@@ -146,12 +155,15 @@ TEST(Checkpoint, BadPartsChangeNothing) {
            if (n == "optimizer.state.0.momentum_buffer") x = full({3, 2, 3, 2}, 1.0);
        },
        {"optimizer part rejected", "momentum_buffer"}},
-      {"no lr", [&](auto& t, auto&) { erase(t, "optimizer.lr"); }, {"optimizer part rejected", "lr"}},
+      {"no lr",
+       [&](auto& t, auto&) { erase(t, "optimizer.lr"); },
+       {"optimizer part rejected", "lr"}},
       {"extra optimizer entry",
        [](auto& t, auto&) { t.emplace_back("optimizer.state.9.momentum_buffer", full({2}, 1.0)); },
        {"optimizer part rejected", "state.9.momentum_buffer"}},
       {"model part", [&](auto& t, auto&) { erase(t, "1.bias"); }, {"missing tensor '1.bias'"}},
-      {"other optimizer", [](auto&, auto& md) { md["frugal.optimizer"] = "adamw"; },
+      {"other optimizer",
+       [](auto&, auto& md) { md["frugal.optimizer"] = "adamw"; },
        {"holds adamw optimizer state, but a sgd"}},
       {"no optimizer part",
        [&](auto& t, auto& md) {
@@ -160,7 +172,9 @@ TEST(Checkpoint, BadPartsChangeNothing) {
        },
        {"holds no optimizer state"}},
       {"bad epoch", [](auto&, auto& md) { md["frugal.epoch"] = "3x"; }, {"'frugal.epoch' = '3x'"}},
-      {"weights only", [](auto&, auto& md) { md.erase("frugal.format"); }, {"not a frugal checkpoint"}},
+      {"weights only",
+       [](auto&, auto& md) { md.erase("frugal.format"); },
+       {"not a frugal checkpoint"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);

@@ -76,7 +76,8 @@ template <typename Named>
 std::vector<std::string> snapshot(const Named& tensors) {
   std::vector<std::string> out;
   for (const auto& [name, t] : tensors) {
-    out.push_back(name + " " + t.shape().str() + " " + dtype_name(t.dtype()) + " " + tensor_bytes(t));
+    out.push_back(name + " " + t.shape().str() + " " + dtype_name(t.dtype()) + " " +
+                  tensor_bytes(t));
   }
   return out;
 }

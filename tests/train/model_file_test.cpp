@@ -28,7 +28,8 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 void expect_mentions(const std::string& msg, const std::vector<std::string>& parts) {
-  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  for (const auto& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
 }
 
 nn::NamedTensors state_of(const nn::Module& m) {
@@ -68,12 +69,11 @@ TEST(ModelFile, LoadsATorchLayoutConvWeightAndWritesItBack) {
     for (int64_t c = 0; c < C; ++c)
       for (int64_t i = 0; i < R; ++i)
         for (int64_t j = 0; j < R; ++j) w.push_back(torch_value(k, c, i, j));
-  std::string json =
-      R"({"weight":{"dtype":"F32","shape":[3,2,3,3],"data_offsets":[0,216]},)"
-      R"("bias":{"dtype":"F32","shape":[3],"data_offsets":[216,228]}})";
+  std::string json = R"({"weight":{"dtype":"F32","shape":[3,2,3,3],"data_offsets":[0,216]},)"
+                     R"("bias":{"dtype":"F32","shape":[3],"data_offsets":[216,228]}})";
   ScratchFile f("torch");
-  test::write_bytes(f.path(), test::safetensors_bytes(json, test::f32_bytes(w) +
-                                                                 test::f32_bytes({0.5f, -1, 2})));
+  test::write_bytes(
+      f.path(), test::safetensors_bytes(json, test::f32_bytes(w) + test::f32_bytes({0.5f, -1, 2})));
   manual_seed(5);
   nn::Conv2d conv(2, 3, 3);
   train::load_model(f.path(), conv);
@@ -115,7 +115,9 @@ TEST(ModelFile, LayoutConversionOfEveryElementSize) {
     for (int k = 0; k < 2; ++k)
       for (int i = 0; i < 3; ++i)
         for (int c = 0; c < 4; ++c) {
-          EXPECT_EQ(std::memcmp(out + ((k * 4 + c) * 3 + i) * es, bytes + ((k * 3 + i) * 4 + c) * es, es), 0)
+          EXPECT_EQ(
+              std::memcmp(out + ((k * 4 + c) * 3 + i) * es, bytes + ((k * 3 + i) * 4 + c) * es, es),
+              0)
               << "k=" << k << " i=" << i << " c=" << c;
         }
     auto back = train::from_file_layout(oihw);
@@ -180,19 +182,30 @@ TEST(ModelFile, MismatchesRejectedWithTheModelUnchanged) {
     std::vector<std::string> mentions;
   };
   std::vector<Case> cases = {
-      {"missing", with([](auto& t) {
+      {"missing",
+       with([](auto& t) {
          std::erase_if(t, [](const auto& e) { return e.first == "1.running_var"; });
        }),
        {"missing tensor '1.running_var'", "expected [4] F32"}},
-      {"extra", with([](auto& t) { t.emplace_back("3.weight", full({2}, 1.0)); }),
+      {"extra",
+       with([](auto& t) { t.emplace_back("3.weight", full({2}, 1.0)); }),
        {"unexpected tensor '3.weight'", "[2] F32"}},
-      {"linear shape", with([&](auto& t) { replace(t, "2.weight", full({2, 6}, 1.0)); }),
+      {"linear shape",
+       with([&](auto& t) {
+         replace(t, "2.weight", full({2, 6}, 1.0));
+       }),
        {"'2.weight' has shape [2, 6]", "expected [2, 5]"}},
-      {"conv shape", with([&](auto& t) { replace(t, "0.weight", full({4, 3, 5, 5}, 1.0)); }),
-       {"'0.weight' has shape [4, 5, 5, 3]", "[4, 3, 5, 5] OIHW in the file", "expected [4, 3, 3, 3]"}},
-      {"dtype", with([&](auto& t) { replace(t, "2.bias", full({2}, 1.0, {.dtype = DType::f16})); }),
+      {"conv shape",
+       with([&](auto& t) {
+         replace(t, "0.weight", full({4, 3, 5, 5}, 1.0));
+       }),
+       {"'0.weight' has shape [4, 5, 5, 3]", "[4, 3, 5, 5] OIHW in the file",
+        "expected [4, 3, 3, 3]"}},
+      {"dtype",
+       with([&](auto& t) { replace(t, "2.bias", full({2}, 1.0, {.dtype = DType::f16})); }),
        {"'2.bias' has dtype F16", "expected F32"}},
-      {"count dtype", with([&](auto& t) { replace(t, "1.num_batches_tracked", full({}, 3.0)); }),
+      {"count dtype",
+       with([&](auto& t) { replace(t, "1.num_batches_tracked", full({}, 3.0)); }),
        {"'1.num_batches_tracked' has dtype F32", "expected I64"}},
   };
   for (const auto& c : cases) {

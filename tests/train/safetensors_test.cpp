@@ -1,5 +1,7 @@
 // safetensors files: bit-exact round trips of every dtype and shape, the reference's byte layout,
 // and each kind of bad file rejected with the file, tensor and byte offset named.
+#include "train/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,7 +12,6 @@
 
 #include "core/factory.h"
 #include "file_test_util.h"
-#include "train/safetensors.h"
 
 using namespace frugal;
 using frugal::test::ScratchFile;
@@ -36,7 +37,8 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 void expect_mentions(const std::string& msg, const std::vector<std::string>& parts) {
-  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  for (const auto& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
 }
 
 // The load error for `bytes` written to a scratch file, checked to name the file and `parts`.
@@ -53,7 +55,8 @@ void expect_bad_file(const std::string& bytes, const std::vector<std::string>& p
 TEST(Safetensors, RoundTripEveryDTypeAndShapeBitExact) {
   std::mt19937_64 rng(7);
   const DType dtypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i64, DType::u8};
-  const Shape shapes[] = {Shape{}, Shape{0}, Shape{5}, Shape{3, 0, 2}, Shape{3, 7}, Shape{2, 3, 1, 5}};
+  const Shape shapes[] = {Shape{},        Shape{0},    Shape{5},
+                          Shape{3, 0, 2}, Shape{3, 7}, Shape{2, 3, 1, 5}};
   train::NamedTensors tensors;
   for (DType d : dtypes) {
     for (size_t s = 0; s < std::size(shapes); ++s) {
@@ -159,7 +162,8 @@ TEST(SafetensorsBadFile, ShorterThanTheLengthField) {
 }
 
 TEST(SafetensorsBadFile, HeaderLengthPastTheEnd) {
-  expect_bad_file(test::u64_le(64) + "{}      ", {"header length 64", "16-byte file", "byte offset 0"});
+  expect_bad_file(test::u64_le(64) + "{}      ",
+                  {"header length 64", "16-byte file", "byte offset 0"});
 }
 
 TEST(SafetensorsBadFile, HeaderLengthOverTheLimit) {
@@ -187,8 +191,10 @@ TEST(SafetensorsBadFile, ShapeDoesNotMatchOffsets) {
   expect_bad_file(test::safetensors_bytes(json, std::string(20, '\1')),
                   {"tensor 'w'", "hold 20 bytes", "[2, 3]", "needs 24", "byte offset 8"});
   std::string neg = R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})";
-  expect_bad_file(test::safetensors_bytes(neg, std::string(8, '\1')), {"tensor 'w'", "bad extent -2"});
-  std::string huge = R"({"w":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,0]}})";
+  expect_bad_file(test::safetensors_bytes(neg, std::string(8, '\1')),
+                  {"tensor 'w'", "bad extent -2"});
+  std::string huge =
+      R"({"w":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,0]}})";
   expect_bad_file(test::safetensors_bytes(huge, ""), {"tensor 'w'", "over 2^64"});
 }
 
@@ -203,8 +209,8 @@ TEST(SafetensorsBadFile, OverlappingTensors) {
                      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
   std::string bytes = test::safetensors_bytes(json, std::string(12, '\1'));
   uint64_t data_start = bytes.size() - 12;
-  expect_bad_file(bytes, {"tensor 'b'", "overlap tensor 'a'",
-                          "byte offset " + std::to_string(data_start + 4)});
+  expect_bad_file(
+      bytes, {"tensor 'b'", "overlap tensor 'a'", "byte offset " + std::to_string(data_start + 4)});
 }
 
 TEST(SafetensorsBadFile, GapBetweenTensors) {
