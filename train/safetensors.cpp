@@ -1,0 +1,324 @@
+// Reading and writing safetensors files: strict validation on load (every defect names the file,
+// the tensor and the byte offset), atomic replacement on save.
+#include "train/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace frugal::train {
+
+namespace {
+
+using json = nlohmann::ordered_json;  // keeps the writer's key order (__metadata__ first)
+
+constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16,
+                                DType::f64, DType::i64, DType::u8};
+
+// One place for the load errors' wording: file, then the tensor when there is one, then where.
+[[noreturn]] void bad_file(const std::string& path, const std::string& tensor, uint64_t offset,
+                           const std::string& what) {
+  std::string who = tensor.empty() ? "" : "tensor '" + tensor + "': ";
+  FRUGAL_FAIL("load_safetensors: '", path, "': ", who, what, " (at byte offset ", offset, ")");
+}
+
+// n_elements * size in bytes, or false when it does not fit in 64 bits.
+bool byte_size(const std::vector<int64_t>& dims, DType t, uint64_t* out) {
+  uint64_t n = dtype_size(t);
+  for (int64_t d : dims) {
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return false;
+  }
+  *out = n;
+  return true;
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> dims;
+  uint64_t begin, end;
+};
+
+// Checks one header entry (name -> {dtype, shape, data_offsets}); header_offset (where the JSON
+// starts in the file) is the offset messages give, as nlohmann does not keep value positions.
+Entry parse_entry(const std::string& path, const std::string& name, const json& v,
+                  uint64_t header_offset) {
+  if (!v.is_object()) bad_file(path, name, header_offset, "header entry is not a JSON object");
+  for (const char* key : {"dtype", "shape", "data_offsets"}) {
+    if (!v.contains(key))
+      bad_file(path, name, header_offset, std::string("no '") + key + "' field");
+  }
+  Entry e;
+  e.name = name;
+  const json& dt = v["dtype"];
+  if (!dt.is_string() || !parse_safetensors_dtype(dt.get<std::string>(), &e.dtype)) {
+    bad_file(path, name, header_offset,
+             "unknown dtype " + dt.dump() + " (frugal reads F32, F16, BF16, F64, I64, U8)");
+  }
+  const json& shape = v["shape"];
+  if (!shape.is_array()) bad_file(path, name, header_offset, "shape is not an array");
+  for (const json& d : shape) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      bad_file(path, name, header_offset,
+               "shape " + shape.dump() + " has a bad extent " + d.dump());
+    }
+    e.dims.push_back(d.get<int64_t>());
+  }
+  const json& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+      !off[1].is_number_unsigned()) {
+    bad_file(path, name, header_offset,
+             "data_offsets " + off.dump() + " is not a pair of non-negative integers");
+  }
+  e.begin = off[0].get<uint64_t>();
+  e.end = off[1].get<uint64_t>();
+  if (e.end < e.begin) {
+    bad_file(path, name, header_offset, "data_offsets " + off.dump() + " end before they begin");
+  }
+  uint64_t want = 0;
+  if (!byte_size(e.dims, e.dtype, &want) || e.end - e.begin != want) {
+    bad_file(
+        path, name, header_offset,
+        detail::str("data_offsets ", off.dump(), " hold ", e.end - e.begin, " bytes but shape ",
+                    Shape(e.dims), " of ", safetensors_dtype_name(e.dtype), " needs ",
+                    byte_size(e.dims, e.dtype, &want) ? std::to_string(want) : "over 2^64"));
+  }
+  return e;
+}
+
+void put_u64_le(uint64_t v, char* out) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+uint64_t get_u64_le(const unsigned char* in) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | in[i];
+  return v;
+}
+
+// Writes all of buf or throws with errno's text.
+void write_all(int fd, const char* buf, size_t n, const std::string& tmp) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, buf, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) FRUGAL_FAIL("save_safetensors: writing '", tmp, "' failed: ", std::strerror(errno));
+    buf += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+}  // namespace
+
+const char* safetensors_dtype_name(DType t) {
+  switch (t) {
+    case DType::f32:
+      return "F32";
+    case DType::f16:
+      return "F16";
+    case DType::bf16:
+      return "BF16";
+    case DType::f64:
+      return "F64";
+    case DType::i64:
+      return "I64";
+    case DType::u8:
+      return "U8";
+  }
+  return "?";
+}
+
+bool parse_safetensors_dtype(const std::string& s, DType* out) {
+  for (DType t : kAllDTypes) {
+    if (s == safetensors_dtype_name(t)) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const Metadata& metadata) {
+  std::set<std::string> names;
+  for (const auto& [name, t] : tensors) {
+    FRUGAL_CHECK(name != "__metadata__", "save_safetensors: '", path,
+                 "': '__metadata__' is reserved and cannot name a tensor");
+    FRUGAL_CHECK(names.insert(name).second, "save_safetensors: '", path, "': tensor name '", name,
+                 "' appears twice");
+    FRUGAL_CHECK(t.defined(), "save_safetensors: '", path, "': tensor '", name, "' is undefined");
+    FRUGAL_CHECK(!t.device().is_meta(), "save_safetensors: '", path, "': tensor '", name,
+                 "' is on the meta device and has no data");
+  }
+  // Widest elements first keeps every tensor aligned to its element size (the reference's order).
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return dtype_size(tensors[a].second.dtype()) > dtype_size(tensors[b].second.dtype());
+  });
+
+  json header = json::object();
+  if (!metadata.empty()) {
+    json m = json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    header["__metadata__"] = std::move(m);
+  }
+  uint64_t offset = 0;
+  for (size_t i : order) {
+    const Tensor& t = tensors[i].second;
+    header[tensors[i].first] = {{"dtype", safetensors_dtype_name(t.dtype())},
+                                {"shape", t.shape().dims()},
+                                {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
+
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  FRUGAL_CHECK(fd >= 0, "save_safetensors: cannot create '", tmp, "': ", std::strerror(errno));
+  try {
+    char len[8];
+    put_u64_le(text.size(), len);
+    write_all(fd, len, 8, tmp);
+    write_all(fd, text.data(), text.size(), tmp);
+    for (size_t i : order) {
+      Tensor host = tensors[i].second.detach().to(Device::cpu());  // synchronises a device copy
+      if (host.nbytes() > 0) {
+        write_all(fd, static_cast<const char*>(host.data_ptr()), host.nbytes(), tmp);
+      }
+    }
+    // The bytes must be on disk before the rename makes them the file's only version.
+    FRUGAL_CHECK(::fsync(fd) == 0, "save_safetensors: fsync of '", tmp,
+                 "' failed: ", std::strerror(errno));
+    FRUGAL_CHECK(::close(fd) == 0, "save_safetensors: closing '", tmp,
+                 "' failed: ", std::strerror(errno));
+    fd = -1;
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    FRUGAL_CHECK(!ec, "save_safetensors: renaming '", tmp, "' to '", path,
+                 "' failed: ", ec.message());
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
+  }
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  FRUGAL_CHECK(in.good(), "load_safetensors: cannot open '", path, "'");
+  in.seekg(0, std::ios::end);
+  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  if (file_size < 8) {
+    bad_file(
+        path, "", 0,
+        detail::str("the file is ", file_size, " bytes, shorter than the 8-byte header length"));
+  }
+  unsigned char len_bytes[8];
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  const uint64_t n = get_u64_le(len_bytes);
+  if (n > kMaxSafetensorsHeader) {
+    bad_file(
+        path, "", 0,
+        detail::str("header length ", n, " exceeds the ", kMaxSafetensorsHeader, "-byte limit"));
+  }
+  if (n > file_size - 8) {
+    bad_file(
+        path, "", 0,
+        detail::str("header length ", n, " runs past the end of the ", file_size, "-byte file"));
+  }
+  std::string text(n, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(n));
+  FRUGAL_CHECK(in.good(), "load_safetensors: '", path, "': reading the header failed");
+
+  // Parse, noting duplicate top-level keys (a JSON object would silently keep the last one).
+  std::set<std::string> keys;
+  std::string duplicate;
+  json header;
+  try {
+    header = json::parse(text, [&](int depth, json::parse_event_t ev, json& parsed) {
+      if (depth == 1 && ev == json::parse_event_t::key &&
+          !keys.insert(parsed.get<std::string>()).second) {
+        duplicate = parsed.get<std::string>();
+      }
+      return true;
+    });
+  } catch (const json::parse_error& e) {
+    bad_file(path, "", 8 + (e.byte > 0 ? e.byte - 1 : 0),
+             std::string("the header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) bad_file(path, "", 8, "the header is not a JSON object");
+  if (!duplicate.empty()) bad_file(path, duplicate, 8, "the name appears twice in the header");
+
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (const auto& [name, v] : header.items()) {
+    if (name == "__metadata__") {
+      if (!v.is_object()) bad_file(path, "", 8, "__metadata__ is not a JSON object");
+      for (const auto& [k, s] : v.items()) {
+        if (!s.is_string()) {
+          bad_file(path, "", 8, "__metadata__ value of '" + k + "' is not a string: " + s.dump());
+        }
+        out.metadata[k] = s.get<std::string>();
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(path, name, v, 8));
+  }
+
+  // The tensors must tile the data section: sorted by offset, each begins where the last ended.
+  const uint64_t data_start = 8 + n;
+  const uint64_t data_size = file_size - data_start;
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t expected = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin < expected) {
+      bad_file(path, e.name, data_start + e.begin,
+               detail::str("data_offsets [", e.begin, ", ", e.end, "] overlap tensor '", prev->name,
+                           "' [", prev->begin, ", ", prev->end, "]"));
+    }
+    if (e.begin > expected) {
+      bad_file(path, e.name, data_start + expected,
+               detail::str("data_offsets [", e.begin, ", ", e.end, "] leave a gap of ",
+                           e.begin - expected, " bytes after ",
+                           prev ? "tensor '" + prev->name + "'" : "the header"));
+    }
+    if (e.end > data_size) {
+      bad_file(path, e.name, data_start + e.begin,
+               detail::str("data_offsets [", e.begin, ", ", e.end,
+                           "] reach outside the data section of ", data_size, " bytes"));
+    }
+    expected = e.end;
+    prev = &e;
+  }
+  if (expected != data_size) {
+    bad_file(
+        path, "", data_start + expected,
+        detail::str("the data section is ", data_size, " bytes but the tensors cover ", expected));
+  }
+
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::empty(Shape(e.dims), {.dtype = e.dtype});
+    if (t.nbytes() > 0) {
+      in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+      in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+      if (!in.good()) bad_file(path, e.name, data_start + e.begin, "reading the data failed");
+    }
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace frugal::train
