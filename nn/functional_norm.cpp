@@ -63,7 +63,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                        bias.data_ptr(), running_mean.data_ptr(),
                                        running_var.data_ptr(), opt.eps, y.data_ptr());
     }
-    if (autograd::any_requires_grad({x, weight, bias})) {
+    if (autograd::any_requires_grad({x, weight, bias}) && meta) {
+      mean = Tensor::empty(Shape{c}, {acc, x.device()});
+      invstd = Tensor::empty(Shape{c}, {acc, x.device()});
+    } else if (autograd::any_requires_grad({x, weight, bias})) {
       // In evaluation the statistics are constants: the backward below is the training one
       // with mean/invstd from the running buffers and no batch-statistic terms.
       autograd::NoGradGuard ng;

@@ -67,7 +67,11 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   if (is_training()) {
     // Counted on the host and written with an asynchronous fill, so training never waits for
     // the device; the host copy is read back once (after construction or a checkpoint load).
-    if (tracked_ < 0) tracked_ = static_cast<int64_t>(num_batches_tracked.item());
+    if (tracked_ < 0) {
+      tracked_ = num_batches_tracked.device().is_meta()
+                     ? 0
+                     : static_cast<int64_t>(num_batches_tracked.item());
+    }
     fill_(num_batches_tracked, static_cast<double>(++tracked_));
   }
   return functional::batch_norm(x, weight, bias, running_mean, running_var,
