@@ -1,0 +1,72 @@
+// Flag parsing with errors that name the command, the flag and the bad value.
+#include "tools/args.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace frugal::tools {
+
+Args::Args(const std::string& command, std::vector<std::string> argv,
+           std::set<std::string> valued, std::set<std::string> switches)
+    : command_(command) {
+  for (size_t i = 0; i < argv.size(); ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      throw UsageError(command + ": unexpected argument '" + a + "' (see frugal " + command +
+                       " --help)");
+    }
+    std::string name = a.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    if (switches.count(name)) {
+      if (inline_value) throw UsageError(command + ": --" + name + " takes no value");
+      switches_on_.insert(name);
+    } else if (valued.count(name)) {
+      if (!inline_value) {
+        if (i + 1 >= argv.size()) throw UsageError(command + ": --" + name + " needs a value");
+        value = argv[++i];
+      }
+      values_[name] = value;
+    } else {
+      throw UsageError(command + ": unknown flag --" + name + " (see frugal " + command +
+                       " --help)");
+    }
+  }
+}
+
+std::string Args::str(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+int64_t Args::integer(const std::string& name, int64_t fallback, int64_t min) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (errno != 0 || end == it->second.c_str() || *end != '\0' || v < min) {
+    throw UsageError(command_ + ": --" + name + " expects an integer" +
+                     (min > INT64_MIN ? " >= " + std::to_string(min) : std::string()) +
+                     ", got '" + it->second + "'");
+  }
+  return v;
+}
+
+double Args::number(const std::string& name, double fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(it->second.c_str(), &end);
+  if (errno != 0 || end == it->second.c_str() || *end != '\0') {
+    throw UsageError(command_ + ": --" + name + " expects a number, got '" + it->second + "'");
+  }
+  return v;
+}
+
+}  // namespace frugal::tools

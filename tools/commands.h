@@ -1,0 +1,16 @@
+// The `frugal` subcommands. Each parses its own flags and returns the process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace frugal::tools {
+
+int cmd_train(const std::vector<std::string>& args);
+int cmd_eval(const std::vector<std::string>& args);
+int cmd_models(const std::vector<std::string>& args);
+
+// "auto" -> cuda:0 when a CUDA device is present, else cpu; otherwise parse_device.
+std::string resolve_device(const std::string& flag);
+
+}  // namespace frugal::tools

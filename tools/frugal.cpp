@@ -1,0 +1,44 @@
+// The `frugal` command line: train, eval, models.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: frugal <command> [flags]\n"
+    "commands:\n"
+    "  train    train a model (frugal train --help)\n"
+    "  eval     evaluate saved weights (frugal eval --help)\n"
+    "  models   list the model registry with parameter counts\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  std::vector<std::string> rest(argv + 2, argv + argc);
+  try {
+    if (cmd == "train") return frugal::tools::cmd_train(rest);
+    if (cmd == "eval") return frugal::tools::cmd_eval(rest);
+    if (cmd == "models") return frugal::tools::cmd_models(rest);
+    std::fprintf(stderr, "frugal: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    return 2;
+  } catch (const frugal::tools::UsageError& e) {
+    std::fprintf(stderr, "frugal %s\n", e.what());
+    return 2;
+  } catch (const frugal::OutOfMemoryError& e) {
+    std::fprintf(stderr, "frugal %s: out of memory\n%s\n", cmd.c_str(), e.what());
+    return 3;
+  } catch (const frugal::Error& e) {
+    std::fprintf(stderr, "frugal %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}

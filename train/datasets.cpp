@@ -1,0 +1,48 @@
+// Data set construction by name, with the standard transform pipelines.
+#include "train/datasets.h"
+
+#include "data/fashion_mnist.h"
+#include "data/synthetic.h"
+
+namespace frugal::train {
+namespace {
+
+// Fashion-MNIST's pixel statistics over the training set (scaled to [0, 1]).
+constexpr float kFashionMean = 0.2860f;
+constexpr float kFashionStd = 0.3530f;
+
+}  // namespace
+
+DataSplits make_data(const DataConfig& cfg) {
+  DataSplits out;
+  if (cfg.name == "fashion-mnist") {
+    std::string dir = cfg.dir.empty() ? data::default_fashion_mnist_dir() : cfg.dir;
+    out.train = std::make_shared<data::FashionMnist>(dir, true, cfg.limit);
+    out.test = std::make_shared<data::FashionMnist>(dir, false, cfg.test_limit);
+    out.num_classes = data::FashionMnist::kClasses;
+    std::vector<data::TransformPtr> common;
+    if (cfg.image_size != 28) common.push_back(data::make_resize(cfg.image_size, cfg.image_size));
+    common.push_back(data::make_normalize({kFashionMean}, {kFashionStd}));
+    if (cfg.channels != 1) common.push_back(data::make_repeat_channels(cfg.channels));
+    std::vector<data::TransformPtr> train = common;
+    if (cfg.augment) {
+      train.insert(train.begin(), data::make_random_horizontal_flip(0.5f));
+      train.insert(train.begin(), data::make_random_crop(28, 28, 2));
+    }
+    out.train_transforms = std::make_shared<data::Compose>(train);
+    out.test_transforms = std::make_shared<data::Compose>(common);
+    return out;
+  }
+  if (cfg.name == "synthetic") {
+    Shape shape{cfg.image_size, cfg.image_size, cfg.channels};
+    out.train = std::make_shared<data::SyntheticDataset>(shape, cfg.synthetic_classes,
+                                                         cfg.synthetic_size, 1);
+    out.test = std::make_shared<data::SyntheticDataset>(shape, cfg.synthetic_classes,
+                                                        std::max<int64_t>(cfg.synthetic_size / 4, 1), 2);
+    out.num_classes = cfg.synthetic_classes;
+    return out;
+  }
+  FRUGAL_FAIL("unknown data set '", cfg.name, "' (expected fashion-mnist or synthetic)");
+}
+
+}  // namespace frugal::train

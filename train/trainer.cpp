@@ -1,0 +1,112 @@
+// The epoch loop: the running loss sum stays on the device and is read back only at log points,
+// so a CUDA step never waits for the host.
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <unistd.h>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/ops.h"
+#include "kernels/context.h"
+#include "nn/functional.h"
+
+namespace frugal::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Rows whose argmax equals the label. Evaluation reads the predictions back (8 bytes a
+// sample), which is cheap next to the forward pass and keeps the op set small.
+int64_t correct_count(const Tensor& logits, const Tensor& labels) {
+  std::vector<double> p = argmax(logits.detach()).to_vector(), l = labels.to_vector();
+  int64_t n = 0;
+  for (size_t i = 0; i < p.size(); ++i) n += p[i] == l[i] ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+void print_progress(const Progress& p) {
+  constexpr int kWidth = 24;
+  int filled = p.steps > 0 ? static_cast<int>(kWidth * p.step / p.steps) : 0;
+  std::string bar(static_cast<size_t>(filled), '=');
+  bar.resize(kWidth, ' ');
+  bool tty = isatty(fileno(stderr)) != 0;
+  std::fprintf(stderr, "%sepoch %lld/%lld [%s] %lld/%lld loss %.4f | %.0f img/s | mem %.1f MiB%s",
+               tty ? "\r" : "", static_cast<long long>(p.epoch + 1),
+               static_cast<long long>(p.epochs), bar.c_str(), static_cast<long long>(p.step),
+               static_cast<long long>(p.steps), p.loss, p.images_per_second,
+               static_cast<double>(p.allocated) / (1024.0 * 1024.0),
+               (tty && p.step < p.steps) ? "" : "\n");
+  std::fflush(stderr);
+}
+
+EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedule* schedule,
+                       data::DataLoader& loader, int64_t epoch, const EpochOptions& options) {
+  model.train();
+  Device device = opt.params().empty() ? Device::cpu() : opt.params()[0].device();
+  memory::Allocator& alloc = memory::allocator_for(device);
+  alloc.reset_peak_stats();
+  ProgressFn progress = options.progress ? options.progress : print_progress;
+  nn::functional::CrossEntropyOptions ce{.label_smoothing = options.label_smoothing};
+
+  EpochStats stats;
+  const int64_t steps = loader.batches_per_epoch();
+  Tensor loss_sum = zeros({}, {.device = device});  // device-side running sums
+  int64_t step = 0, since_log = 0;
+  auto t0 = Clock::now(), t_log = t0;
+  loader.begin_epoch(epoch);
+  while (auto batch = loader.next()) {
+    opt.zero_grad();
+    Tensor logits = model.forward(batch->images);
+    Tensor loss = nn::functional::cross_entropy(logits, batch->labels, ce);
+    loss.backward();
+    opt.step();
+    if (schedule != nullptr) schedule->step();
+    {
+      autograd::NoGradGuard ng;
+      loss_sum = add(loss_sum, mul(loss.detach(), static_cast<double>(batch->images.size(0))));
+    }
+    stats.samples += batch->images.size(0);
+    since_log += batch->images.size(0);
+    ++step;
+    if (step % options.log_every == 0 || step == steps) {
+      double now = seconds_since(t_log);
+      Progress p{epoch, options.epochs, step, steps, loss.item(),
+                 now > 0 ? static_cast<double>(since_log) / now : 0,
+                 alloc.stats().allocated_bytes.current};
+      progress(p);
+      t_log = Clock::now();
+      since_log = 0;
+    }
+  }
+  stats.seconds = seconds_since(t0);
+  stats.loss = stats.samples > 0 ? loss_sum.item() / static_cast<double>(stats.samples) : 0;
+  stats.images_per_second = stats.seconds > 0 ? static_cast<double>(stats.samples) / stats.seconds : 0;
+  memory::MemoryStats ms = alloc.stats();
+  stats.peak_allocated = ms.allocated_bytes.peak;
+  stats.peak_reserved = ms.reserved_bytes.peak;
+  return stats;
+}
+
+double evaluate(nn::Module& model, data::DataLoader& loader) {
+  bool was_training = model.is_training();
+  model.eval();
+  autograd::NoGradGuard ng;
+  int64_t correct = 0, seen = 0;
+  loader.begin_epoch(0);
+  while (auto batch = loader.next()) {
+    correct += correct_count(model.forward(batch->images), batch->labels);
+    seen += batch->images.size(0);
+  }
+  model.train(was_training);
+  return seen > 0 ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
+}
+
+}  // namespace frugal::train

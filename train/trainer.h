@@ -1,0 +1,55 @@
+// The training loop users call from C++ and the `frugal train` command runs: one epoch of
+// forward / loss / backward / step with a progress line, and evaluation (accuracy).
+//
+//   train::EpochStats s = train::train_epoch(*model, opt, &sched, loader, epoch, {.label_smoothing = 0.1});
+//   double acc = train::evaluate(*model, test_loader);
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "data/loader.h"
+#include "nn/module.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+
+namespace frugal::train {
+
+struct EpochStats {
+  double loss = 0;            // mean training loss over the epoch
+  int64_t samples = 0;
+  double seconds = 0;
+  double images_per_second = 0;
+  int64_t peak_allocated = 0;  // device allocator peak during the epoch, bytes
+  int64_t peak_reserved = 0;
+};
+
+// Called every `every` steps (and at the end) with progress; the default prints one line.
+struct Progress {
+  int64_t epoch = 0, epochs = 0, step = 0, steps = 0;
+  double loss = 0, images_per_second = 0;
+  int64_t allocated = 0;
+};
+using ProgressFn = std::function<void(const Progress&)>;
+
+struct EpochOptions {
+  double label_smoothing = 0.0;
+  int64_t epochs = 1;   // for the progress line only
+  int64_t log_every = 20;
+  ProgressFn progress = nullptr;  // null: print a progress bar to stderr
+};
+
+// Trains `model` for one pass over `loader` (begin_epoch(epoch) is called here). `schedule`
+// (nullable) is stepped after each optimizer step. Loss values are read back only every
+// log_every steps so the host does not wait on the device each step.
+EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedule* schedule,
+                       data::DataLoader& loader, int64_t epoch, const EpochOptions& options = {});
+
+// Top-1 accuracy of `model` (put in eval mode for the pass, then restored) over `loader`.
+double evaluate(nn::Module& model, data::DataLoader& loader);
+
+// The progress bar used when EpochOptions::progress is null.
+void print_progress(const Progress& p);
+
+}  // namespace frugal::train
