@@ -4,6 +4,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -32,12 +33,15 @@ std::vector<uint8_t> read_file(const std::string& path) {
 // Inflates every gzip member of raw, one after the other, into out.
 std::vector<uint8_t> inflate_gzip(const std::string& path, const std::vector<uint8_t>& raw) {
   std::vector<uint8_t> out;
-  // The last member's trailer holds its inflated size mod 2^32: a good first guess.
+  // The last member's trailer holds its inflated size mod 2^32: a good first guess, capped by
+  // deflate's best ratio (1032:1) and 1 GiB so that a corrupt trailer cannot reserve more.
   if (raw.size() >= 18) {
     size_t n = raw.size();
-    out.reserve(uint32_t(raw[n - 4]) | uint32_t(raw[n - 3]) << 8 | uint32_t(raw[n - 2]) << 16 |
-                uint32_t(raw[n - 1]) << 24);
+    size_t isize = uint32_t(raw[n - 4]) | uint32_t(raw[n - 3]) << 8 |
+                   uint32_t(raw[n - 2]) << 16 | uint32_t(raw[n - 1]) << 24;
+    out.reserve(std::min({isize, n * 1032, size_t{1} << 30}));
   }
+  std::vector<uint8_t> chunk(size_t{1} << 18);
   size_t at = 0;  // start of the current member in raw
   while (at < raw.size()) {
     if (!is_gzip_member(raw, at)) {
@@ -50,22 +54,17 @@ std::vector<uint8_t> inflate_gzip(const std::string& path, const std::vector<uin
     zs.avail_in = static_cast<uInt>(raw.size() - at);  // files beyond 4 GB are not IDX files
     int rc = Z_OK;
     while (rc == Z_OK) {
-      if (out.size() == out.capacity()) out.reserve(out.capacity() * 2 + (1 << 16));
-      size_t done = out.size();
-      size_t room = out.capacity() - done;
-      out.resize(out.capacity());
-      zs.next_out = out.data() + done;
-      zs.avail_out = static_cast<uInt>(room);
+      zs.next_out = chunk.data();
+      zs.avail_out = static_cast<uInt>(chunk.size());
       rc = inflate(&zs, Z_NO_FLUSH);
-      out.resize(done + (room - zs.avail_out));
-      if (rc == Z_BUF_ERROR && zs.avail_in == 0) break;  // input ran out before the end
-      if (rc == Z_BUF_ERROR) rc = Z_OK;                   // output was full: grow and go on
+      out.insert(out.end(), chunk.data(), chunk.data() + (chunk.size() - zs.avail_out));
     }
     size_t consumed = raw.size() - at - zs.avail_in;
     std::string msg = zs.msg != nullptr ? zs.msg : "";
     inflateEnd(&zs);
     if (rc != Z_STREAM_END) {
-      if (rc == Z_BUF_ERROR || (rc == Z_OK && zs.avail_in == 0)) {
+      // With a whole chunk of room for output, Z_BUF_ERROR means the input ended early.
+      if (rc == Z_BUF_ERROR) {
         FRUGAL_FAIL(path, ": corrupt gzip: unexpected end of compressed data at compressed byte ",
                     at + consumed, " of ", raw.size(), " (zlib: ", zError(Z_BUF_ERROR), ")");
       }

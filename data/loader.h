@@ -35,7 +35,7 @@ struct LoaderOptions {
   int num_workers = 0;  // threads; 0 loads in the calling thread inside next()
   int prefetch = 2;     // batches built ahead of the consumer (queue depth), >= 1
   uint64_t seed = 0;
-  TransformPtr transforms;  // per-sample, may be null
+  TransformPtr transforms = nullptr;  // per-sample, may be null
   Device device = Device::cpu();
 };
 
