@@ -50,8 +50,8 @@ FashionMnist::FashionMnist(std::string dir, bool train, int64_t limit) {
 }
 
 void FashionMnist::get(int64_t i, float* image, int64_t* label) const {
-  FRUGAL_CHECK(i >= 0 && i < count_, "FashionMnist::get: index ", i, " out of range [0, ",
-               count_, ")");
+  FRUGAL_CHECK(i >= 0 && i < count_, "FashionMnist::get: index ", i, " out of range [0, ", count_,
+               ")");
   const int64_t n = rows_ * cols_;
   const uint8_t* src = pixels_.data() + i * n;
   for (int64_t j = 0; j < n; ++j) image[j] = static_cast<float>(src[j]) * (1.0f / 255.0f);

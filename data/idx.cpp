@@ -15,7 +15,8 @@ namespace frugal::data {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool is_gzip_member(const std::vector<uint8_t>& raw, size_t at) {
@@ -37,8 +38,8 @@ std::vector<uint8_t> inflate_gzip(const std::string& path, const std::vector<uin
   // deflate's best ratio (1032:1) and 1 GiB so that a corrupt trailer cannot reserve more.
   if (raw.size() >= 18) {
     size_t n = raw.size();
-    size_t isize = uint32_t(raw[n - 4]) | uint32_t(raw[n - 3]) << 8 |
-                   uint32_t(raw[n - 2]) << 16 | uint32_t(raw[n - 1]) << 24;
+    size_t isize = uint32_t(raw[n - 4]) | uint32_t(raw[n - 3]) << 8 | uint32_t(raw[n - 2]) << 16 |
+                   uint32_t(raw[n - 1]) << 24;
     out.reserve(std::min({isize, n * 1032, size_t{1} << 30}));
   }
   std::vector<uint8_t> chunk(size_t{1} << 18);

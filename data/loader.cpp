@@ -92,8 +92,8 @@ struct DataLoader::Impl {
                      "DataLoader: sample ", idx, " transformed to ", s, ", expected ", out_shape);
         std::copy(tmp.begin(), tmp.end(), dst);
       }
-      FRUGAL_CHECK(labels[j] >= 0 && labels[j] < dataset->num_classes(), "DataLoader: sample ",
-                   idx, " has label ", labels[j], " outside [0, ", dataset->num_classes(), ")");
+      FRUGAL_CHECK(labels[j] >= 0 && labels[j] < dataset->num_classes(), "DataLoader: sample ", idx,
+                   " has label ", labels[j], " outside [0, ", dataset->num_classes(), ")");
     }
     return true;
   }
@@ -103,8 +103,8 @@ struct DataLoader::Impl {
     std::unique_lock<std::mutex> lock(mu);
     while (true) {
       work_cv.wait(lock, [&] {
-        return stop || (plan && next_claim < plan->num_batches &&
-                        next_claim < delivered + opts.prefetch);
+        return stop ||
+               (plan && next_claim < plan->num_batches && next_claim < delivered + opts.prefetch);
       });
       if (stop) return;
       std::shared_ptr<const EpochPlan> p = plan;
@@ -165,8 +165,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   FRUGAL_CHECK(dataset != nullptr, "DataLoader: null dataset");
   FRUGAL_CHECK(options.batch_size >= 1, "DataLoader: batch_size ", options.batch_size,
                " must be >= 1");
-  FRUGAL_CHECK(options.num_workers >= 0, "DataLoader: negative num_workers ",
-               options.num_workers);
+  FRUGAL_CHECK(options.num_workers >= 0, "DataLoader: negative num_workers ", options.num_workers);
   FRUGAL_CHECK(options.prefetch >= 1, "DataLoader: prefetch ", options.prefetch, " must be >= 1");
   FRUGAL_CHECK(options.device.is_cpu() || options.device.is_cuda(),
                "DataLoader: batches go to the CPU or a CUDA device, not ", options.device);
@@ -184,8 +183,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   const int64_t keep = m.opts.prefetch + 3;
   memory::Allocator& host =
       m.opts.device.is_cuda() ? memory::pinned_host_allocator() : memory::cpu_allocator();
-  m.image_pool = BufferPool::create(host, static_cast<size_t>(b * m.out_shape.numel()) *
-                                              sizeof(float), keep);
+  m.image_pool =
+      BufferPool::create(host, static_cast<size_t>(b * m.out_shape.numel()) * sizeof(float), keep);
   m.label_pool = BufferPool::create(host, static_cast<size_t>(b) * sizeof(int64_t), keep);
   for (int i = 0; i < m.opts.num_workers; ++i) m.workers.emplace_back([&m] { m.worker_loop(); });
 }
@@ -211,8 +210,8 @@ void DataLoader::begin_epoch(int64_t epoch) {
   p->epoch = epoch;
   p->order = epoch_permutation(m.dataset->size(), m.opts.seed, epoch, m.opts.shuffle);
   p->num_batches = m.num_batches;
-  p->transform_seed = kernels::mix64(kernels::mix64(m.opts.seed ^ 0x7472616e73ull) +
-                                     static_cast<uint64_t>(epoch));
+  p->transform_seed =
+      kernels::mix64(kernels::mix64(m.opts.seed ^ 0x7472616e73ull) + static_cast<uint64_t>(epoch));
   std::map<int64_t, Built> dropped;
   {
     std::lock_guard<std::mutex> lock(m.mu);

@@ -40,8 +40,8 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  Tensor images;  // [N, H, W, C] f32 on the loader's device
-  Tensor labels;  // [N] i64
+  Tensor images;      // [N, H, W, C] f32 on the loader's device
+  Tensor labels;      // [N] i64
   int64_t index = 0;  // batch number within the epoch
 };
 

@@ -12,8 +12,8 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch, 
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
   if (!shuffle) return order;
-  const uint64_t key = kernels::mix64(kernels::mix64(seed ^ 0x73687566666c65ull) +
-                                      static_cast<uint64_t>(epoch));
+  const uint64_t key =
+      kernels::mix64(kernels::mix64(seed ^ 0x73687566666c65ull) + static_cast<uint64_t>(epoch));
   for (int64_t i = n - 1; i > 0; --i) {
     uint64_t r = kernels::mix64(key ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull));
     // 64-bit draws: the bias of the multiply-shift is below 2^-32 for any dataset size.

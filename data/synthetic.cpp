@@ -40,8 +40,8 @@ float SyntheticDataset::class_mean(int64_t c, int64_t j) const {
 }
 
 void SyntheticDataset::get(int64_t i, float* image, int64_t* label) const {
-  FRUGAL_CHECK(i >= 0 && i < size_, "SyntheticDataset::get: index ", i, " out of range [0, ",
-               size_, ")");
+  FRUGAL_CHECK(i >= 0 && i < size_, "SyntheticDataset::get: index ", i, " out of range [0, ", size_,
+               ")");
   const int64_t n = shape_.numel();
   const int64_t c = label_of(i);
   const uint64_t noise_seed = stream_seed(seed_, kNoiseStream);

@@ -112,8 +112,8 @@ class RandomCrop : public Transform {
   }
   Shape output_shape(const Shape& in) const override {
     check_hwc(in, "RandomCrop");
-    FRUGAL_CHECK(in[0] + 2 * pad_ >= h_ && in[1] + 2 * pad_ >= w_, "RandomCrop: crop ", h_, "x",
-                 w_, " larger than the padded image ", in, " + ", pad_, " on each side");
+    FRUGAL_CHECK(in[0] + 2 * pad_ >= h_ && in[1] + 2 * pad_ >= w_, "RandomCrop: crop ", h_, "x", w_,
+                 " larger than the padded image ", in, " + ", pad_, " on each side");
     return {h_, w_, in[2]};
   }
   void apply(std::vector<float>& image, Shape& shape, SampleRng& rng) const override {

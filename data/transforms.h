@@ -24,7 +24,7 @@ uint64_t sample_seed(uint64_t epoch_seed, int64_t index);
 class SampleRng {
  public:
   explicit SampleRng(uint64_t seed) : seed_(seed) {}
-  float uniform();           // [0, 1)
+  float uniform();             // [0, 1)
   int64_t randint(int64_t n);  // uniform in [0, n), n >= 1
 
  private:

@@ -1,18 +1,19 @@
 // CopyEvent on CUDA: a timing-free event recorded on the stream that ran the copy.
+#include "data/copy_event.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdio>
 
 #include "base/error.h"
-#include "data/copy_event.h"
 
-#define FRUGAL_DATA_CUDA_CHECK(call)                                                       \
-  do {                                                                                     \
-    cudaError_t frugal_err_ = (call);                                                      \
-    if (frugal_err_ != cudaSuccess) {                                                      \
-      FRUGAL_FAIL("CUDA error in ", #call, ": ", cudaGetErrorName(frugal_err_), " (",      \
-                  cudaGetErrorString(frugal_err_), ")");                                   \
-    }                                                                                      \
+#define FRUGAL_DATA_CUDA_CHECK(call)                                                  \
+  do {                                                                                \
+    cudaError_t frugal_err_ = (call);                                                 \
+    if (frugal_err_ != cudaSuccess) {                                                 \
+      FRUGAL_FAIL("CUDA error in ", #call, ": ", cudaGetErrorName(frugal_err_), " (", \
+                  cudaGetErrorString(frugal_err_), ")");                              \
+    }                                                                                 \
   } while (0)
 
 namespace frugal::data {

@@ -112,8 +112,8 @@ TEST(Idx, TrailingBytes) {
   gz.insert(gz.end(), {0xde, 0xad, 0xbe, 0xef});
   write_file(q, gz);
   expect_error([&] { read_idx_labels(q); },
-               {"labels.gz", "trailing garbage after gzip data at compressed byte " +
-                                 std::to_string(member)});
+               {"labels.gz",
+                "trailing garbage after gzip data at compressed byte " + std::to_string(member)});
 }
 
 TEST(Idx, CorruptGzip) {
@@ -125,8 +125,8 @@ TEST(Idx, CorruptGzip) {
   junk[0] = 0xff;  // block type 3 (reserved) in the first deflate header bits
   bad.insert(bad.end(), junk.begin(), junk.end());
   write_file(p, bad);
-  expect_error([&] { read_idx_images(p); }, {"images.gz", "corrupt gzip", "compressed byte",
-                                             "zlib: invalid block type"});
+  expect_error([&] { read_idx_images(p); },
+               {"images.gz", "corrupt gzip", "compressed byte", "zlib: invalid block type"});
   // A gzip stream cut in half.
   std::vector<uint8_t> gz = gzip(idx_images_bytes(7, 5, 3, pattern_bytes(105, 8)));
   std::vector<uint8_t> half(gz.begin(), gz.begin() + static_cast<long>(gz.size() / 2));
@@ -136,7 +136,8 @@ TEST(Idx, CorruptGzip) {
                                  std::to_string(half.size())});
   // A .gz name whose bytes are not gzip at all.
   write_file(p, pattern_bytes(40, 9));
-  expect_error([&] { read_idx_images(p); }, {"images.gz", "not a gzip stream at compressed byte 0"});
+  expect_error([&] { read_idx_images(p); },
+               {"images.gz", "not a gzip stream at compressed byte 0"});
 }
 
 TEST(Idx, MissingFile) {
@@ -174,9 +175,9 @@ TEST(FashionMnistFiles, ReadsFolderAndChecksCounts) {
   write_file(dir.file("t10k-images-idx3-ubyte.gz"), gzip(idx_images_bytes(n, r, c, pixels)));
   write_file(dir.file("t10k-labels-idx1-ubyte.gz"),
              gzip(idx_labels_bytes(n - 1, std::vector<uint8_t>(labels.begin(), labels.end() - 1))));
-  expect_error([&] { FashionMnist t(dir.path(), false); },
-               {"t10k-images-idx3-ubyte.gz", "9 images", "t10k-labels-idx1-ubyte.gz",
-                "8 labels", "byte 4"});
+  expect_error(
+      [&] { FashionMnist t(dir.path(), false); },
+      {"t10k-images-idx3-ubyte.gz", "9 images", "t10k-labels-idx1-ubyte.gz", "8 labels", "byte 4"});
   // A label outside the 10 classes.
   labels[5] = 10;
   write_file(dir.file("t10k-labels-idx1-ubyte.gz"), gzip(idx_labels_bytes(n, labels)));

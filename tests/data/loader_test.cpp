@@ -74,8 +74,8 @@ TEST(DataLoader, EverySampleOncePerEpochOrderChangesAndWorkersAgree) {
   auto ds = std::make_shared<IndexDataset>(103);
   std::map<int, std::vector<std::vector<std::vector<int64_t>>>> runs;
   for (int workers : {0, 1, 3}) {
-    DataLoader loader(ds, {.batch_size = 10, .shuffle = true, .num_workers = workers,
-                           .prefetch = 2, .seed = 5});
+    DataLoader loader(
+        ds, {.batch_size = 10, .shuffle = true, .num_workers = workers, .prefetch = 2, .seed = 5});
     EXPECT_EQ(loader.batches_per_epoch(), 11);
     for (int64_t e = 0; e < 3; ++e) {
       auto batches = run_epoch(loader, e);
@@ -124,9 +124,9 @@ TEST(DataLoader, DropLast) {
 
 TEST(DataLoader, TransformsAreDeterministicAcrossWorkers) {
   auto ds = std::make_shared<SyntheticDataset>(Shape{6, 5, 1}, 3, 37, 2);
-  auto t = std::make_shared<Compose>(std::vector<TransformPtr>{
-      make_random_crop(6, 5, 2), make_random_horizontal_flip(0.5f), make_resize(8, 8),
-      make_repeat_channels(3)});
+  auto t = std::make_shared<Compose>(
+      std::vector<TransformPtr>{make_random_crop(6, 5, 2), make_random_horizontal_flip(0.5f),
+                                make_resize(8, 8), make_repeat_channels(3)});
   std::vector<std::vector<double>> first;
   for (int workers : {0, 3}) {
     DataLoader loader(ds, {.batch_size = 4, .num_workers = workers, .seed = 8, .transforms = t});
@@ -222,7 +222,7 @@ TEST(DataLoader, WorkerErrorsReachTheConsumerAtTheirBatch) {
     }
     EXPECT_FALSE(loader.next().has_value());  // the failed epoch is over
     loader.begin_epoch(1);  // a new epoch runs again (and fails again at sample 23)
-    EXPECT_THROW(while (loader.next()) {}, Error);
+    EXPECT_THROW(while (loader.next()){}, Error);
   }
   EXPECT_THROW(DataLoader(std::make_shared<IndexDataset>(5), {.batch_size = 0}), Error);
   EXPECT_THROW(DataLoader(std::make_shared<IndexDataset>(5), {.prefetch = 0}), Error);

@@ -66,8 +66,8 @@ TEST(Transforms, ResizeOddSizesAgainstReference) {
   struct Case {
     int64_t ih, iw, c, oh, ow;
   };
-  for (Case t : {Case{5, 7, 2, 9, 4}, Case{28, 28, 1, 32, 32}, Case{6, 3, 3, 2, 11},
-                 Case{1, 1, 2, 3, 3}}) {
+  for (Case t :
+       {Case{5, 7, 2, 9, 4}, Case{28, 28, 1, 32, 32}, Case{6, 3, 3, 2, 11}, Case{1, 1, 2, 3, 3}}) {
     Shape s{t.ih, t.iw, t.c};
     std::vector<float> img = random_image(s, t.ih * 100 + t.ow);
     std::vector<double> ref = resize_reference(img, t.ih, t.iw, t.c, t.oh, t.ow);
@@ -127,8 +127,8 @@ TEST(Transforms, RandomCropWithZeroPadding) {
       for (int64_t x = 0; x < cw; ++x)
         for (int64_t k = 0; k < c; ++k) {
           int64_t sy = y + top, sx = x + left;
-          float want = (sy < 0 || sy >= h || sx < 0 || sx >= w) ? 0.0f
-                                                                 : orig[(sy * w + sx) * c + k];
+          float want =
+              (sy < 0 || sy >= h || sx < 0 || sx >= w) ? 0.0f : orig[(sy * w + sx) * c + k];
           ASSERT_EQ(img[(y * cw + x) * c + k], want);
         }
   }
@@ -146,16 +146,15 @@ TEST(Transforms, NormalizeAndRepeatChannels) {
   const std::vector<float> tiled = {0, 0, 0, 0.5f, 0.5f, 0.5f, 1, 1, 1, 0.25f, 0.25f, 0.25f};
   EXPECT_EQ(img, tiled);
   make_normalize({0.5f, 0.25f, 1.0f}, {0.5f, 2.0f, 0.25f})->apply(img, s, rng);
-  const std::vector<float> want = {-1.0f, -0.125f, -4.0f, 0.0f, 0.125f, -2.0f,
-                                   1.0f,  0.375f,  0.0f,  -0.5f, 0.0f,  -3.0f};
+  const std::vector<float> want = {-1.0f, -0.125f, -4.0f, 0.0f,  0.125f, -2.0f,
+                                   1.0f,  0.375f,  0.0f,  -0.5f, 0.0f,   -3.0f};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(img[i], want[i]) << i;
   EXPECT_THROW(make_normalize({0.5f}, {0.5f})->output_shape(s), Error);
   EXPECT_THROW(make_normalize({0.5f}, {0.0f}), Error);
 }
 
 TEST(Transforms, ComposeChainsShapesAndValues) {
-  Compose t({make_resize(4, 4), make_repeat_channels(3),
-             make_normalize({1, 2, 3}, {2, 2, 2})});
+  Compose t({make_resize(4, 4), make_repeat_channels(3), make_normalize({1, 2, 3}, {2, 2, 2})});
   EXPECT_EQ(t.output_shape(Shape{2, 2, 1}), (Shape{4, 4, 3}));
   std::vector<float> img = {1, 2, 3, 4};
   Shape s{2, 2, 1};
