@@ -1,0 +1,17 @@
+// CopyEvent without CUDA: nothing is ever asynchronous, so there is nothing to wait for.
+// The CUDA build compiles data/cuda/copy_event.cpp instead.
+#include "data/copy_event.h"
+
+#if !defined(FRUGAL_WITH_CUDA)
+namespace frugal::data {
+
+CopyEvent::~CopyEvent() = default;
+
+void CopyEvent::record(const kernels::Context& ctx) {
+  FRUGAL_FAIL("CopyEvent: frugal was built without CUDA, cannot record on ", ctx.device);
+}
+
+void CopyEvent::wait() {}
+
+}  // namespace frugal::data
+#endif

@@ -1,0 +1,272 @@
+// DataLoader internals: one mutex guards the epoch plan, the claim counter and the map of built
+// batches; workers claim batch numbers in order but at most `prefetch` ahead of the consumer, so
+// at most `prefetch` batches are ever built and waiting. Stale work (a restarted or aborted epoch,
+// or shutdown) is recognised by its generation number and dropped, returning its buffers.
+#include "data/loader.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "base/error.h"
+#include "data/buffer_pool.h"
+#include "data/copy_event.h"
+#include "data/shuffle.h"
+#include "kernels/elementwise.h"
+#include "kernels/random.h"
+#include "memory/cuda_allocators.h"
+
+namespace frugal::data {
+namespace {
+
+struct EpochPlan {
+  uint64_t generation = 0;
+  int64_t epoch = 0;
+  std::vector<int64_t> order;
+  int64_t num_batches = 0;
+  uint64_t transform_seed = 0;
+};
+
+struct HostBatch {
+  PooledBuffer images;  // [N, H, W, C] f32
+  PooledBuffer labels;  // [N] i64
+  int64_t n = 0;
+};
+
+struct Built {
+  HostBatch batch;
+  std::exception_ptr error;
+};
+
+}  // namespace
+
+struct DataLoader::Impl {
+  std::shared_ptr<const Dataset> dataset;
+  LoaderOptions opts;
+  Shape in_shape, out_shape;  // [H, W, C] before / after the transforms
+  int64_t num_batches = 0;
+  std::shared_ptr<BufferPool> image_pool, label_pool;
+  std::vector<float> scratch;  // the calling thread's, when num_workers == 0
+
+  std::mutex mu;
+  std::condition_variable work_cv, ready_cv;
+  std::shared_ptr<const EpochPlan> plan;  // null before the first begin_epoch
+  std::atomic<uint64_t> generation{0};
+  bool stop = false;
+  int64_t next_claim = 0;  // next batch number a worker may build
+  int64_t delivered = 0;   // batches handed to the consumer this epoch
+  std::map<int64_t, Built> ready;
+  std::vector<std::thread> workers;
+
+  // CUDA: the previous batch's pinned buffers stay on loan until its copy has finished.
+  CopyEvent copy_done;
+  HostBatch in_flight;
+
+  // Fills batch k of `plan`; returns false when the plan went stale midway.
+  bool build(const EpochPlan& p, int64_t k, HostBatch& out, std::vector<float>& tmp) {
+    const int64_t b = opts.batch_size;
+    const int64_t first = k * b;
+    const int64_t n = std::min<int64_t>(b, static_cast<int64_t>(p.order.size()) - first);
+    out.images = image_pool->acquire();
+    out.labels = label_pool->acquire();
+    out.n = n;
+    const int64_t in_numel = in_shape.numel(), out_numel = out_shape.numel();
+    float* images = out.images.as<float>();
+    int64_t* labels = out.labels.as<int64_t>();
+    for (int64_t j = 0; j < n; ++j) {
+      if (generation.load(std::memory_order_relaxed) != p.generation) return false;
+      const int64_t idx = p.order[static_cast<size_t>(first + j)];
+      float* dst = images + j * out_numel;
+      if (!opts.transforms) {
+        dataset->get(idx, dst, &labels[j]);
+      } else {
+        tmp.resize(static_cast<size_t>(in_numel));
+        dataset->get(idx, tmp.data(), &labels[j]);
+        Shape s = in_shape;
+        SampleRng rng(sample_seed(p.transform_seed, idx));
+        opts.transforms->apply(tmp, s, rng);
+        FRUGAL_CHECK(s == out_shape && static_cast<int64_t>(tmp.size()) == out_numel,
+                     "DataLoader: sample ", idx, " transformed to ", s, ", expected ", out_shape);
+        std::copy(tmp.begin(), tmp.end(), dst);
+      }
+      FRUGAL_CHECK(labels[j] >= 0 && labels[j] < dataset->num_classes(), "DataLoader: sample ", idx,
+                   " has label ", labels[j], " outside [0, ", dataset->num_classes(), ")");
+    }
+    return true;
+  }
+
+  void worker_loop() {
+    std::vector<float> tmp;
+    std::unique_lock<std::mutex> lock(mu);
+    while (true) {
+      work_cv.wait(lock, [&] {
+        return stop ||
+               (plan && next_claim < plan->num_batches && next_claim < delivered + opts.prefetch);
+      });
+      if (stop) return;
+      std::shared_ptr<const EpochPlan> p = plan;
+      const int64_t k = next_claim++;
+      lock.unlock();
+      Built built;
+      bool fresh = true;
+      try {
+        fresh = build(*p, k, built.batch, tmp);
+      } catch (...) {
+        built.error = std::current_exception();
+      }
+      lock.lock();
+      if (fresh && p->generation == generation.load()) {
+        ready.emplace(k, std::move(built));
+        ready_cv.notify_all();
+      } else {
+        lock.unlock();  // stale: its buffers go back to the pool outside the lock
+        built = Built{};
+        lock.lock();
+      }
+    }
+  }
+
+  // Ends the current epoch early: workers stop claiming, stale results are dropped.
+  void abort_epoch_locked() {
+    generation.fetch_add(1);
+    plan.reset();
+    ready.clear();
+  }
+
+  Batch to_batch(HostBatch hb, int64_t k) {
+    const Shape image_shape{hb.n, out_shape[0], out_shape[1], out_shape[2]};
+    if (!opts.device.is_cuda()) {
+      Batch b{wrap_pooled(std::move(hb.images), image_shape, DType::f32),
+              wrap_pooled(std::move(hb.labels), {hb.n}, DType::i64), k};
+      return b;
+    }
+    // Note [Loader host copies] in loader.h.
+    copy_done.wait();
+    in_flight = HostBatch{};
+    Batch b{Tensor::empty(image_shape, {DType::f32, opts.device}),
+            Tensor::empty({hb.n}, {DType::i64, opts.device}), k};
+    kernels::Context ctx = kernels::Context::of(opts.device);
+    kernels::copy_bytes(ctx, opts.device, b.images.data_ptr(), Device::cpu(), hb.images.get(),
+                        b.images.nbytes());
+    kernels::copy_bytes(ctx, opts.device, b.labels.data_ptr(), Device::cpu(), hb.labels.get(),
+                        b.labels.nbytes());
+    copy_done.record(ctx);
+    in_flight = std::move(hb);
+    return b;
+  }
+};
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  FRUGAL_CHECK(dataset != nullptr, "DataLoader: null dataset");
+  FRUGAL_CHECK(options.batch_size >= 1, "DataLoader: batch_size ", options.batch_size,
+               " must be >= 1");
+  FRUGAL_CHECK(options.num_workers >= 0, "DataLoader: negative num_workers ", options.num_workers);
+  FRUGAL_CHECK(options.prefetch >= 1, "DataLoader: prefetch ", options.prefetch, " must be >= 1");
+  FRUGAL_CHECK(options.device.is_cpu() || options.device.is_cuda(),
+               "DataLoader: batches go to the CPU or a CUDA device, not ", options.device);
+  m.dataset = std::move(dataset);
+  m.opts = std::move(options);
+  m.in_shape = m.dataset->sample_shape();
+  FRUGAL_CHECK(m.in_shape.ndim() == 3, "DataLoader: dataset samples must be [H, W, C], got ",
+               m.in_shape);
+  m.out_shape = m.opts.transforms ? m.opts.transforms->output_shape(m.in_shape) : m.in_shape;
+  const int64_t n = m.dataset->size(), b = m.opts.batch_size;
+  m.num_batches = m.opts.drop_last ? n / b : (n + b - 1) / b;
+
+  // Buffers on loan at once: `prefetch` built ahead, one being built by the calling thread
+  // (num_workers == 0) or delivered, one held by the consumer and one in a CUDA copy.
+  const int64_t keep = m.opts.prefetch + 3;
+  memory::Allocator& host =
+      m.opts.device.is_cuda() ? memory::pinned_host_allocator() : memory::cpu_allocator();
+  m.image_pool =
+      BufferPool::create(host, static_cast<size_t>(b * m.out_shape.numel()) * sizeof(float), keep);
+  m.label_pool = BufferPool::create(host, static_cast<size_t>(b) * sizeof(int64_t), keep);
+  for (int i = 0; i < m.opts.num_workers; ++i) m.workers.emplace_back([&m] { m.worker_loop(); });
+}
+
+DataLoader::~DataLoader() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+    impl_->abort_epoch_locked();
+  }
+  impl_->work_cv.notify_all();
+  for (std::thread& t : impl_->workers) t.join();
+  try {
+    impl_->copy_done.wait();
+  } catch (const std::exception&) {
+    // A failed device cannot be helped here; the buffers are released below either way.
+  }
+}
+
+void DataLoader::begin_epoch(int64_t epoch) {
+  Impl& m = *impl_;
+  auto p = std::make_shared<EpochPlan>();
+  p->epoch = epoch;
+  p->order = epoch_permutation(m.dataset->size(), m.opts.seed, epoch, m.opts.shuffle);
+  p->num_batches = m.num_batches;
+  p->transform_seed =
+      kernels::mix64(kernels::mix64(m.opts.seed ^ 0x7472616e73ull) + static_cast<uint64_t>(epoch));
+  std::map<int64_t, Built> dropped;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.abort_epoch_locked();
+    p->generation = m.generation.load();
+    m.plan = std::move(p);
+    m.next_claim = 0;
+    m.delivered = 0;
+    dropped.swap(m.ready);
+  }
+  m.work_cv.notify_all();
+}
+
+std::optional<Batch> DataLoader::next() {
+  Impl& m = *impl_;
+  std::shared_ptr<const EpochPlan> p;
+  int64_t k = 0;
+  Built built;
+  {
+    std::unique_lock<std::mutex> lock(m.mu);
+    if (!m.plan || m.delivered >= m.plan->num_batches) return std::nullopt;
+    p = m.plan;
+    k = m.delivered;
+    if (!m.workers.empty()) {
+      m.ready_cv.wait(lock, [&] { return m.ready.count(k) != 0; });
+      built = std::move(m.ready.at(k));
+      m.ready.erase(k);
+    }
+    m.delivered++;
+    if (m.delivered >= p->num_batches) m.plan.reset();  // epoch over: workers idle
+  }
+  m.work_cv.notify_all();
+  if (m.workers.empty()) {
+    try {
+      m.build(*p, k, built.batch, m.scratch);
+    } catch (...) {
+      built.error = std::current_exception();
+    }
+  }
+  if (built.error) {
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      if (m.plan == p) m.abort_epoch_locked();
+    }
+    std::rethrow_exception(built.error);
+  }
+  return m.to_batch(std::move(built.batch), k);
+}
+
+int64_t DataLoader::batches_per_epoch() const { return impl_->num_batches; }
+
+Shape DataLoader::sample_shape() const { return impl_->out_shape; }
+
+std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
+  return epoch_permutation(impl_->dataset->size(), impl_->opts.seed, epoch, impl_->opts.shuffle);
+}
+
+}  // namespace frugal::data
