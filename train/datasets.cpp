@@ -1,6 +1,7 @@
 // Data set construction by name, with the standard transform pipelines.
 #include "train/datasets.h"
 
+#include "base/error.h"
 #include "data/fashion_mnist.h"
 #include "data/synthetic.h"
 

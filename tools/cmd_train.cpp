@@ -1,0 +1,170 @@
+// `frugal train`: build model, data and optimizer from flags, train with a progress bar, report
+// test accuracy, time and memory per epoch, and save/resume checkpoints.
+#include <cstdio>
+#include <memory>
+
+#include "core/factory.h"
+#include "data/loader.h"
+#include "kernels/context.h"
+#include "models/registry.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+#include "train/checkpoint.h"
+#include "train/datasets.h"
+#include "train/trainer.h"
+
+namespace frugal::tools {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: frugal train [flags]\n"
+    "  --model NAME          mobilenet_v2 (default), mobilenet_v1, efficientnet_b0, resnet18\n"
+    "  --data NAME           fashion-mnist (default) or synthetic\n"
+    "  --data-dir DIR        folder with the four Fashion-MNIST .gz files\n"
+    "  --epochs N            default 1\n"
+    "  --batch N             default 128\n"
+    "  --lr X                default 0.05\n"
+    "  --optimizer sgd|adamw default sgd (momentum 0.9)\n"
+    "  --momentum X          SGD momentum, default 0.9\n"
+    "  --weight-decay X      default 4e-5 (sgd) / 0.01 (adamw)\n"
+    "  --schedule none|cosine|step   default none; cosine warms up for --warmup-epochs\n"
+    "  --warmup-epochs X     default 0\n"
+    "  --label-smoothing X   default 0\n"
+    "  --width X             model width multiplier, default 1.0\n"
+    "  --image-size N        side of the (resized) input, default 32\n"
+    "  --limit N             train on the first N samples only\n"
+    "  --test-limit N        evaluate on the first N test samples only\n"
+    "  --device auto|cpu|cuda|cuda:N   default auto (CUDA when present)\n"
+    "  --workers N           loader threads, default 2\n"
+    "  --seed N              default 0\n"
+    "  --save PATH           write a checkpoint after every epoch\n"
+    "  --resume PATH         continue from a checkpoint written by --save\n"
+    "  --no-augment          no random crops and flips\n";
+
+}  // namespace
+
+std::string resolve_device(const std::string& flag) {
+  if (flag == "auto") return kernels::cuda_device_count() > 0 ? "cuda:0" : "cpu";
+  return flag;
+}
+
+int cmd_train(const std::vector<std::string>& argv) {
+  Args args("train", argv,
+            {"model", "data", "data-dir", "epochs", "batch", "lr", "optimizer", "momentum",
+             "weight-decay", "schedule", "warmup-epochs", "label-smoothing", "width",
+             "image-size", "limit", "test-limit", "device", "workers", "seed", "save", "resume"},
+            {"help", "no-augment"});
+  if (args.flag("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  const std::string model_name = args.str("model", "mobilenet_v2");
+  const int64_t epochs = args.integer("epochs", 1, 1);
+  const int64_t batch = args.integer("batch", 128, 1);
+  const double lr = args.number("lr", 0.05);
+  const std::string opt_name = args.str("optimizer", "sgd");
+  const std::string schedule = args.str("schedule", "none");
+  const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
+  if (opt_name != "sgd" && opt_name != "adamw") {
+    throw UsageError("train: --optimizer expects sgd or adamw, got '" + opt_name + "'");
+  }
+  if (schedule != "none" && schedule != "cosine" && schedule != "step") {
+    throw UsageError("train: --schedule expects none, cosine or step, got '" + schedule + "'");
+  }
+  Device device = parse_device(resolve_device(args.str("device", "auto")));
+
+  train::DataConfig dc;
+  dc.name = args.str("data", "fashion-mnist");
+  dc.dir = args.str("data-dir", "");
+  dc.image_size = args.integer("image-size", 32, 8);
+  dc.limit = args.integer("limit", -1, -1);
+  dc.test_limit = args.integer("test-limit", -1, -1);
+  dc.augment = !args.flag("no-augment");
+  train::DataSplits splits = train::make_data(dc);
+
+  manual_seed(seed);
+  models::ModelConfig mc;
+  mc.num_classes = splits.num_classes;
+  mc.in_channels = splits.train->sample_shape()[2];
+  mc.width = args.number("width", 1.0);
+  auto model = models::create(model_name, mc);
+  model->to(device);
+
+  std::unique_ptr<optim::Optimizer> opt;
+  if (opt_name == "sgd") {
+    opt = std::make_unique<optim::SGD>(
+        model->parameters(), optim::SgdOptions{.lr = lr, .momentum = args.number("momentum", 0.9),
+                                               .weight_decay = args.number("weight-decay", 4e-5)});
+  } else {
+    opt = std::make_unique<optim::AdamW>(
+        model->parameters(),
+        optim::AdamWOptions{.lr = lr, .weight_decay = args.number("weight-decay", 0.01)});
+  }
+
+  const int workers = static_cast<int>(args.integer("workers", 2, 0));
+  data::DataLoader train_loader(splits.train, {.batch_size = batch, .shuffle = true,
+                                               .drop_last = true, .num_workers = workers,
+                                               .prefetch = 4, .seed = seed,
+                                               .transforms = splits.train_transforms,
+                                               .device = device});
+  data::DataLoader test_loader(splits.test, {.batch_size = batch, .shuffle = false,
+                                             .num_workers = workers, .prefetch = 4, .seed = seed,
+                                             .transforms = splits.test_transforms,
+                                             .device = device});
+  const int64_t steps_per_epoch = train_loader.batches_per_epoch();
+  if (steps_per_epoch == 0) {
+    throw UsageError("train: --batch " + std::to_string(batch) + " is larger than the " +
+                     std::to_string(splits.train->size()) + " training samples");
+  }
+
+  std::unique_ptr<optim::LrSchedule> sched;
+  if (schedule == "cosine") {
+    auto warm = static_cast<int64_t>(args.number("warmup-epochs", 0) * static_cast<double>(steps_per_epoch));
+    sched = std::make_unique<optim::CosineWarmup>(
+        *opt, optim::CosineWarmupOptions{.warmup_steps = warm, .total_steps = epochs * steps_per_epoch});
+  } else if (schedule == "step") {
+    sched = std::make_unique<optim::StepLR>(*opt, std::max<int64_t>(epochs * steps_per_epoch / 3, 1), 0.1);
+  }
+
+  int64_t first_epoch = 0;
+  if (args.has("resume")) {
+    train::TrainingState st = train::load_checkpoint(args.str("resume", ""), *model, opt.get());
+    first_epoch = st.epoch;
+    default_generator().set_offset(st.rng_offset);
+    for (int64_t s = 0; sched && s < st.step; ++s) sched->step();
+    std::printf("resumed from %s at epoch %lld (step %lld)\n", args.str("resume", "").c_str(),
+                static_cast<long long>(st.epoch), static_cast<long long>(st.step));
+  }
+
+  std::printf("training %s (%.2fM parameters, width %.2f) on %s: %lld samples, batch %lld, %s, "
+              "device %s\n",
+              model_name.c_str(), static_cast<double>(model->num_parameters()) / 1e6, mc.width,
+              dc.name.c_str(), static_cast<long long>(splits.train->size()),
+              static_cast<long long>(batch), opt->name().c_str(), device.str().c_str());
+  std::fflush(stdout);
+  double accuracy = 0;
+  for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
+    train::EpochStats s = train::train_epoch(*model, *opt, sched.get(), train_loader, epoch,
+                                             {.label_smoothing = args.number("label-smoothing", 0.0),
+                                              .epochs = epochs});
+    accuracy = train::evaluate(*model, test_loader);
+    std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
+                "peak allocated %.1f MiB, peak reserved %.1f MiB\n",
+                static_cast<long long>(epoch + 1), static_cast<long long>(epochs), s.loss,
+                100.0 * accuracy, s.seconds, s.images_per_second,
+                static_cast<double>(s.peak_allocated) / 1048576.0,
+                static_cast<double>(s.peak_reserved) / 1048576.0);
+    std::fflush(stdout);
+    if (args.has("save")) {
+      train::TrainingState st{.epoch = epoch + 1, .step = (epoch + 1) * steps_per_epoch,
+                              .seed = seed, .rng_offset = default_generator().offset()};
+      train::save_checkpoint(args.str("save", ""), *model, opt.get(), st);
+    }
+  }
+  std::printf("test accuracy: %.2f%%\n", 100.0 * accuracy);
+  return 0;
+}
+
+}  // namespace frugal::tools
