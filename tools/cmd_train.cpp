@@ -6,6 +6,7 @@
 #include "core/factory.h"
 #include "data/loader.h"
 #include "kernels/context.h"
+#include "memory/allocator.h"
 #include "models/registry.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -164,6 +165,8 @@ int cmd_train(const std::vector<std::string>& argv) {
     }
   }
   std::printf("test accuracy: %.2f%%\n", 100.0 * accuracy);
+  std::printf("memory on %s:\n%s\n", device.str().c_str(),
+              memory::allocator_for(device).stats().summary().c_str());
   return 0;
 }
 

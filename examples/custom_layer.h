@@ -1,0 +1,38 @@
+// A user-defined differentiable op and layer, written outside frugal's sources: this is the
+// extension path the README describes. squared_relu(x) = relu(x)^2 with a hand-written backward;
+// SquaredReLUScale multiplies it by a learnable per-channel scale.
+#pragma once
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/ops.h"
+#include "nn/functional.h"
+#include "nn/module.h"
+
+namespace custom {
+
+using namespace frugal;
+
+// Forward runs on detached tensors (no history); autograd::record attaches one node whose
+// closure is the backward. What the closure captures is what the op saves: here relu(x) only.
+inline Tensor squared_relu(const Tensor& x) {
+  Tensor r = nn::functional::relu(x.detach());
+  Tensor y = mul(r, r);
+  return autograd::record("squared_relu", {x}, y,
+                          [r = autograd::save(r)](const std::vector<Tensor>& g) {
+                            return std::vector<Tensor>{mul(mul(g[0], r), 2.0)};  // 2 relu(x) dy
+                          });
+}
+
+// A layer with one parameter, named "scale" ([C]), on NHWC activations.
+class SquaredReLUScale : public nn::Module {
+ public:
+  explicit SquaredReLUScale(int64_t channels) {
+    scale = register_parameter("scale", full(Shape{channels}, 0.5));
+  }
+  Tensor forward(const Tensor& x) override { return mul(squared_relu(x), scale); }
+  std::string type_name() const override { return "SquaredReLUScale"; }
+  Tensor scale;  // [C]
+};
+
+}  // namespace custom
