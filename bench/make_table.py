@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Builds a markdown table from the JSON lines of train_step_bench and torch_train_step.py:
+one row per case (device, model, batch, input, classes, precision), frugal beside PyTorch,
+with the ratios frugal / PyTorch.
+
+  python3 bench/make_table.py results.jsonl --title "H200, $(date -u +%F)" >> bench/RESULTS.md
+"""
+import argparse
+import json
+import sys
+
+MIB = 1024.0 * 1024.0
+
+
+def load(paths):
+    rows = []
+    for path in paths:
+        with (sys.stdin if path == "-" else open(path)) as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue  # logs may be mixed in; only JSON objects count
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    sys.exit(f"make_table: {path}:{n}: bad JSON ({e})")
+    return rows
+
+
+def case_key(r):
+    return (r["device"], r["model"], r["batch"], r["input"], r["classes"], r["precision"])
+
+
+def mib(v):
+    return "n/a" if v is None or v < 0 else f"{v / MIB:,.0f}" if v >= 100 * MIB else f"{v / MIB:,.1f}"
+
+
+def ratio(a, b, digits=2):
+    if a is None or b is None or a < 0 or b <= 0:
+        return "n/a"
+    return f"{a / b:.{digits}f}x"
+
+
+def fmt_rate(v):
+    return "n/a" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def table(rows):
+    cases = {}
+    for r in rows:
+        cases.setdefault(case_key(r), {})[r["impl"]] = r
+    cpu = any(k[0] == "cpu" for k in cases)
+    head = ["case", "precision", "frugal img/s", "PyTorch img/s", "img/s frugal/PyTorch",
+            "frugal peak alloc MiB", "PyTorch peak alloc MiB", "alloc frugal/PyTorch",
+            "frugal peak reserved MiB", "PyTorch peak reserved MiB", "reserved frugal/PyTorch"]
+    if cpu:
+        head += ["frugal peak RSS MiB", "PyTorch peak RSS MiB", "RSS frugal/PyTorch"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for key, impls in cases.items():
+        f, t = impls.get("frugal"), impls.get("pytorch")
+        device, model, batch, inp, classes, precision = key
+        get = lambda r, k: None if r is None else r.get(k)  # noqa: E731
+        layout = f" ({t['layout']})" if t is not None else ""
+        cells = [f"{model} {device} {batch} x {inp}, {classes} classes", precision + layout,
+                 fmt_rate(get(f, "img_per_s")), fmt_rate(get(t, "img_per_s")),
+                 ratio(get(f, "img_per_s"), get(t, "img_per_s")),
+                 mib(get(f, "peak_allocated_bytes")), mib(get(t, "peak_allocated_bytes")),
+                 ratio(get(f, "peak_allocated_bytes"), get(t, "peak_allocated_bytes")),
+                 mib(get(f, "peak_reserved_bytes")), mib(get(t, "peak_reserved_bytes")),
+                 ratio(get(f, "peak_reserved_bytes"), get(t, "peak_reserved_bytes"))]
+        if cpu:
+            cells += [mib(get(f, "peak_rss_timed_bytes")), mib(get(t, "peak_rss_timed_bytes")),
+                      ratio(get(f, "peak_rss_timed_bytes"), get(t, "peak_rss_timed_bytes"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def notes(rows):
+    out = []
+    by_impl = {}
+    for r in rows:
+        by_impl.setdefault((r["impl"], r["device"]), r)
+    for (impl, device), r in by_impl.items():
+        extra = f", torch {r['torch_version']}" if "torch_version" in r else ""
+        threads = f", {r['threads']} threads" if r.get("threads") else ""
+        out.append(f"- {impl} on {device} ({r['device_name']}): {r['timer']}, median of {r['steps']} steps after {r['warmup']} "
+                   f"warm-up{threads}{extra}. Memory: {r['memory_measured']}.")
+    if any(r["device"] == "cpu" for r in rows):
+        out.append("- Peak RSS: the process's VmHWM over the timed steps, after resetting it "
+                   "through /proc/self/clear_refs; it includes each runtime's own libraries.")
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="*", default=["-"], help="JSON-lines files ('-': stdin)")
+    p.add_argument("--title", default="", help="heading line, e.g. date and device")
+    p.add_argument("--missing", default="", help="a note to add, e.g. that PyTorch was not found")
+    a = p.parse_args()
+    rows = load(a.files)
+    if not rows:
+        sys.exit("make_table: no JSON results found")
+    parts = []
+    if a.title:
+        parts.append(f"### {a.title}\n")
+    parts.append(table(rows))
+    parts.append("")
+    parts.append(notes(rows))
+    if a.missing:
+        parts.append(f"- {a.missing}")
+    print("\n".join(parts) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""The PyTorch twin of train_step_bench: times one MobileNetV2 training step (forward,
+cross-entropy, backward, SGD momentum 0.9) on a fixed random batch and prints the same fields.
+
+  python3 bench/torch_train_step.py --device cuda --batch 128 --input 3x224x224 --classes 1000 --json
+"""
+import argparse
+import json
+import platform
+import resource
+import statistics
+import sys
+import time
+
+
+def parse_chw(text):
+    parts = text.split("x")
+    try:
+        chw = [int(p) for p in parts]
+    except ValueError:
+        chw = []
+    if len(chw) != 3 or min(chw) <= 0:
+        raise argparse.ArgumentTypeError(f"--input wants CxHxW, e.g. 3x224x224, got '{text}'")
+    return chw
+
+
+def proc_status_bytes(field):
+    """A field of /proc/self/status in bytes (VmHWM, VmRSS); -1 when unreadable."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return -1
+
+
+def reset_peak_rss():
+    """Resets the kernel's peak-RSS mark (VmHWM) to the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def build_model(torch, torchvision, in_channels, classes):
+    model = torchvision.models.mobilenet_v2(num_classes=classes)
+    if in_channels != 3:
+        # torchvision's first conv is features[0][0]: Conv2d(3, 32, 3, stride 2, padding 1).
+        old = model.features[0][0]
+        model.features[0][0] = torch.nn.Conv2d(in_channels, old.out_channels, old.kernel_size,
+                                               old.stride, old.padding, bias=False)
+    return model
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--model", default="mobilenet_v2", choices=["mobilenet_v2"])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--input", type=parse_chw, default=parse_chw("1x32x32"))
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--precision", default="f32", choices=["f32", "f16", "bf16"],
+                   help="f16/bf16: autocast around forward and loss (GradScaler for f16)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--channels-last", choices=["auto", "on", "off"], default="auto",
+                   help="auto: on for CUDA, off for the CPU")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    if a.batch < 1 or a.classes < 2 or a.warmup < 1 or a.steps < 1:
+        p.error("--batch, --warmup and --steps must be >= 1 and --classes >= 2")
+
+    import torch
+    import torchvision
+
+    torch.manual_seed(a.seed)
+    dev = torch.device(a.device)
+    if dev.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    channels_last = a.channels_last == "on" or (a.channels_last == "auto" and dev.type == "cuda")
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+
+    c, h, w = a.input
+    model = build_model(torch, torchvision, c, a.classes).to(dev, memory_format=fmt).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    images = torch.randn(a.batch, c, h, w, device=dev).contiguous(memory_format=fmt)
+    labels = torch.randint(0, a.classes, (a.batch,), device=dev)
+
+    amp_dtype = {"f32": None, "f16": torch.float16, "bf16": torch.bfloat16}[a.precision]
+    scaler = torch.amp.GradScaler(dev.type, enabled=a.precision == "f16")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    for _ in range(a.warmup):
+        loss = step()
+    warmup_loss = loss.item()  # synchronises
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    # ru_maxrss follows the reset below, so the whole-process peak is read before it.
+    max_rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss_reset = reset_peak_rss()
+    rss_before = proc_status_bytes("VmRSS")
+
+    times = []
+    wall0 = time.perf_counter()
+    if dev.type == "cuda":
+        stream = torch.cuda.current_stream()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(a.steps)]
+        for start, end in events:
+            start.record(stream)
+            loss = step()
+            end.record(stream)
+        torch.cuda.synchronize()
+        times = [s.elapsed_time(e) for s, e in events]
+    else:
+        for _ in range(a.steps):
+            t0 = time.perf_counter()
+            loss = step()
+            times.append(1000.0 * (time.perf_counter() - t0))
+    wall_ms = 1000.0 * (time.perf_counter() - wall0)
+    final_loss = loss.item()
+    if final_loss != final_loss or abs(final_loss) == float("inf"):
+        sys.exit("torch_train_step: loss is not finite after the steps")
+
+    peak_rss_timed = proc_status_bytes("VmHWM") if rss_reset else -1
+    med = statistics.median(times)
+    if dev.type == "cuda":
+        peak_alloc = torch.cuda.max_memory_allocated()
+        peak_reserved = torch.cuda.max_memory_reserved()
+        measured = ("torch.cuda.max_memory_allocated/reserved over the timed steps, after "
+                    "reset_peak_memory_stats following warm-up (parameters, gradients, momentum, "
+                    "batch included)")
+        name = torch.cuda.get_device_name(dev)
+    else:
+        peak_alloc = peak_reserved = None  # PyTorch's CPU allocator keeps no statistics
+        measured = ("process RSS only: peak_rss_timed_bytes is VmHWM over the timed steps "
+                    "after a reset, max_rss_bytes is getrusage's ru_maxrss for the whole process")
+        name = cpu_name()
+
+    out = {
+        "impl": "pytorch",
+        "model": a.model,
+        "device": dev.type,
+        "device_name": name,
+        "precision": a.precision,
+        "layout": "channels_last" if channels_last else "NCHW",
+        "batch": a.batch,
+        "input": "x".join(str(v) for v in a.input),
+        "classes": a.classes,
+        "warmup": a.warmup,
+        "steps": a.steps,
+        "threads": torch.get_num_threads() if dev.type == "cpu" else 0,
+        "timer": "cuda events on the current stream" if dev.type == "cuda" else "perf_counter",
+        "median_ms": med,
+        "min_ms": min(times),
+        "max_ms": max(times),
+        "mean_wall_ms": wall_ms / a.steps,
+        "img_per_s": 1000.0 * a.batch / med if med > 0 else 0.0,
+        "peak_allocated_bytes": peak_alloc,
+        "peak_reserved_bytes": peak_reserved,
+        "memory_measured": measured,
+        "peak_rss_timed_bytes": peak_rss_timed,
+        "rss_before_timed_bytes": rss_before,
+        "max_rss_bytes": max(max_rss_before, peak_rss_timed,
+                             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024),
+        "num_parameters": sum(t.numel() for t in model.parameters()),
+        "loss_after_warmup": warmup_loss,
+        "loss_final": final_loss,
+        "torch_version": torch.__version__,
+    }
+    if a.json:
+        print(json.dumps(out))
+        return
+    mib = 1024.0 * 1024.0
+    print(f"pytorch {a.model} on {dev.type} ({name}), batch {a.batch}, input {out['input']}, "
+          f"{a.classes} classes, {a.precision}, {out['layout']}")
+    print(f"  {a.warmup} warm-up + {a.steps} timed steps ({out['timer']}): median {med:.2f} ms, "
+          f"min {out['min_ms']:.2f}, max {out['max_ms']:.2f}, mean wall {out['mean_wall_ms']:.2f} ms")
+    print(f"  {out['img_per_s']:.1f} img/s")
+    if peak_alloc is not None:
+        print(f"  peak allocated {peak_alloc / mib:.1f} MiB, peak reserved "
+              f"{peak_reserved / mib:.1f} MiB ({measured})")
+    print(f"  process RSS: peak over timed steps {out['peak_rss_timed_bytes'] / mib:.1f} MiB, "
+          f"max over the process {out['max_rss_bytes'] / mib:.1f} MiB")
+    print(f"  loss after warm-up {warmup_loss:.4f}, after the timed steps {final_loss:.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+// Times one full training step of a zoo model (forward, cross-entropy, backward, SGD momentum 0.9)
+// on a fixed random batch: CUDA events on the compute stream or a steady clock on the CPU, median
+// of the timed steps, and the allocator's peaks over the timed steps. bench/torch_train_step.py is
+// its PyTorch twin with the same --json fields.
+//
+//   train_step_bench --device cuda --batch 128 --input 3x224x224 --classes 1000 --json
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_common.h"
+#include "core/factory.h"
+#include "kernels/context.h"
+#include "memory/allocator.h"
+#include "models/registry.h"
+#include "nn/functional.h"
+#include "optim/optimizer.h"
+
+#ifdef FRUGAL_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace frugal::bench {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: train_step_bench [--device cpu|cuda] [--model mobilenet_v2] [--batch N]\n"
+    "                        [--input CxHxW] [--classes K] [--precision f32] [--warmup N]\n"
+    "                        [--steps N] [--seed S] [--json]\n";
+
+// Timings in milliseconds, one per timed step, measured on the device's own clock.
+class StepTimer {
+ public:
+  explicit StepTimer(Device device, int64_t steps) : device_(device) {
+#ifdef FRUGAL_WITH_CUDA
+    if (device.is_cuda()) {
+      events_.resize(static_cast<size_t>(2 * steps));
+      for (auto& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
+    }
+#endif
+    host_.resize(static_cast<size_t>(steps + 1));
+  }
+  ~StepTimer() {
+#ifdef FRUGAL_WITH_CUDA
+    for (auto& e : events_) cudaEventDestroy(e);
+#endif
+  }
+  void begin(int64_t i) {
+#ifdef FRUGAL_WITH_CUDA
+    if (device_.is_cuda()) {
+      check(cudaEventRecord(events_[2 * i], stream()), "cudaEventRecord");
+      return;
+    }
+#endif
+    host_[i] = std::chrono::steady_clock::now();
+  }
+  void end(int64_t i) {
+#ifdef FRUGAL_WITH_CUDA
+    if (device_.is_cuda()) {
+      check(cudaEventRecord(events_[2 * i + 1], stream()), "cudaEventRecord");
+      return;
+    }
+#endif
+    host_[i + 1] = std::chrono::steady_clock::now();
+    host_ms_.push_back(std::chrono::duration<double, std::milli>(host_[i + 1] - host_[i]).count());
+  }
+  // Call after the device has finished every timed step.
+  std::vector<double> milliseconds() {
+#ifdef FRUGAL_WITH_CUDA
+    if (device_.is_cuda()) {
+      std::vector<double> ms;
+      for (size_t i = 0; i + 1 < events_.size(); i += 2) {
+        float t = 0;
+        check(cudaEventElapsedTime(&t, events_[i], events_[i + 1]), "cudaEventElapsedTime");
+        ms.push_back(t);
+      }
+      return ms;
+    }
+#endif
+    return host_ms_;
+  }
+
+ private:
+#ifdef FRUGAL_WITH_CUDA
+  cudaStream_t stream() const {
+    return static_cast<cudaStream_t>(kernels::cuda::compute_stream(device_));
+  }
+  static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess)
+      throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
+  }
+  std::vector<cudaEvent_t> events_;
+#endif
+  Device device_;
+  std::vector<std::chrono::steady_clock::time_point> host_;
+  std::vector<double> host_ms_;
+};
+
+void device_sync(Device device) {
+#ifdef FRUGAL_WITH_CUDA
+  if (device.is_cuda()) kernels::cuda::synchronize(device);
+#else
+  (void)device;
+#endif
+}
+
+std::string device_name(Device device) {
+#ifdef FRUGAL_WITH_CUDA
+  if (device.is_cuda()) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device.index) == cudaSuccess) return prop.name;
+    return "unknown CUDA device";
+  }
+#else
+  (void)device;
+#endif
+  return cpu_name();
+}
+
+int run(int argc, char** argv) {
+  Flags flags(argc, argv,
+              {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps",
+               "seed"},
+              {"json", "help"});
+  if (flags.flag("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  const Device device = parse_device(flags.str("device", "cpu"));
+  const std::string model_name = flags.str("model", "mobilenet_v2");
+  const int64_t batch = flags.integer("batch", 64, 1);
+  const std::string input = flags.str("input", "1x32x32");
+  const std::vector<int64_t> chw = parse_chw(input);
+  const int64_t classes = flags.integer("classes", 10, 2);
+  const int64_t warmup = flags.integer("warmup", 5, 1);
+  const int64_t steps = flags.integer("steps", 20, 1);
+  const uint64_t seed = static_cast<uint64_t>(flags.integer("seed", 0, 0));
+  // Hook for f16/bf16 mixed precision: the flag is parsed and passed through by the scripts,
+  // but frugal has no autocast yet, so only f32 runs.
+  const std::string precision = flags.str("precision", "f32");
+  if (precision != "f32")
+    throw std::invalid_argument("--precision " + precision +
+                                ": only f32 is supported by frugal's benchmark so far");
+  if (device.is_cuda() && kernels::cuda_device_count() <= device.index)
+    throw std::invalid_argument("--device " + device.str() + ": no such CUDA device");
+  if (device.is_meta()) throw std::invalid_argument("--device meta has no clock to time");
+
+  auto model = models::create(model_name, {.num_classes = classes, .in_channels = chw[0]});
+  model->to(device);
+  model->train();
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+
+  // A fixed random batch on the device: images N(0, 1) in NHWC, labels uniform in [0, K).
+  Generator gen(seed);
+  Tensor images = randn({batch, chw[1], chw[2], chw[0]}, gen, {.device = device});  // [N, H, W, C]
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> pick(0, classes - 1);
+  std::vector<double> label_values(static_cast<size_t>(batch));
+  for (auto& v : label_values) v = static_cast<double>(pick(rng));
+  Tensor labels = from_vector(label_values, {batch}, {.dtype = DType::i64, .device = device});
+
+  auto step = [&]() -> Tensor {
+    opt.zero_grad();
+    Tensor logits = model->forward(images);  // [N, K]
+    Tensor loss = nn::functional::cross_entropy(logits, labels);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+
+  Tensor loss;
+  for (int64_t i = 0; i < warmup; ++i) loss = step();
+  const double warmup_loss = loss.item();  // synchronises
+  device_sync(device);
+
+  // Peaks over the timed steps, measured from the state after warm-up: parameters, gradients of
+  // the last step, momentum buffers and the batch are live then, as in PyTorch after
+  // reset_peak_memory_stats.
+  memory::Allocator& alloc = memory::allocator_for(device);
+  alloc.reset_peak_stats();
+  // ru_maxrss follows the reset below, so the whole-process peak is read before it.
+  const int64_t max_rss_before = max_rss_bytes();
+  const bool rss_reset = reset_peak_rss();
+  const int64_t rss_before = proc_status_bytes("VmRSS");
+
+  StepTimer timer(device, steps);
+  auto wall0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) {
+    timer.begin(i);
+    loss = step();
+    timer.end(i);
+  }
+  device_sync(device);
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
+  const double final_loss = loss.item();
+  if (!std::isfinite(final_loss)) throw std::runtime_error("loss is not finite after the steps");
+
+  const std::vector<double> ms = timer.milliseconds();
+  const double med = median(ms);
+  const memory::MemoryStats stats = alloc.stats();
+
+  nlohmann::ordered_json j;
+  j["impl"] = "frugal";
+  j["model"] = model_name;
+  j["device"] = device.is_cuda() ? "cuda" : "cpu";
+  j["device_name"] = device_name(device);
+  j["precision"] = precision;
+  j["layout"] = "NHWC";
+  j["batch"] = batch;
+  j["input"] = input;
+  j["classes"] = classes;
+  j["warmup"] = warmup;
+  j["steps"] = steps;
+  j["threads"] = device.is_cpu() ? omp_get_max_threads() : 0;
+  j["timer"] = device.is_cuda() ? "cuda events on the compute stream" : "steady_clock";
+  j["median_ms"] = med;
+  j["min_ms"] = *std::min_element(ms.begin(), ms.end());
+  j["max_ms"] = *std::max_element(ms.begin(), ms.end());
+  j["mean_wall_ms"] = wall_ms / static_cast<double>(steps);
+  j["img_per_s"] = med > 0 ? 1000.0 * static_cast<double>(batch) / med : 0.0;
+  j["peak_allocated_bytes"] = stats.allocated_bytes.peak;
+  j["peak_reserved_bytes"] = stats.reserved_bytes.peak;
+  j["memory_measured"] =
+      std::string("peak of frugal's ") + (device.is_cuda() ? "CUDA caching" : "host") +
+      " allocator over the timed steps, from the state after warm-up (parameters, gradients, "
+      "momentum, batch included)";
+  const int64_t peak_rss_timed = rss_reset ? proc_status_bytes("VmHWM") : -1;
+  j["peak_rss_timed_bytes"] = peak_rss_timed;
+  j["rss_before_timed_bytes"] = rss_before;
+  j["max_rss_bytes"] = std::max({max_rss_before, peak_rss_timed, max_rss_bytes()});
+  j["num_parameters"] = model->num_parameters();
+  j["loss_after_warmup"] = warmup_loss;
+  j["loss_final"] = final_loss;
+
+  if (flags.flag("json")) {
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::printf("frugal %s on %s (%s), batch %lld, input %s, %lld classes, %s\n", model_name.c_str(),
+              device.str().c_str(), device_name(device).c_str(), static_cast<long long>(batch),
+              input.c_str(), static_cast<long long>(classes), precision.c_str());
+  std::printf("  %lld warm-up + %lld timed steps (%s): median %.2f ms, min %.2f, max %.2f, "
+              "mean wall %.2f ms\n",
+              static_cast<long long>(warmup), static_cast<long long>(steps),
+              j["timer"].get<std::string>().c_str(), med, j["min_ms"].get<double>(),
+              j["max_ms"].get<double>(), j["mean_wall_ms"].get<double>());
+  std::printf("  %.1f img/s\n", j["img_per_s"].get<double>());
+  std::printf("  peak allocated %.1f MiB, peak reserved %.1f MiB (%s)\n",
+              static_cast<double>(stats.allocated_bytes.peak) / kMiB,
+              static_cast<double>(stats.reserved_bytes.peak) / kMiB,
+              j["memory_measured"].get<std::string>().c_str());
+  std::printf("  process RSS: peak over timed steps %.1f MiB, max over the process %.1f MiB\n",
+              static_cast<double>(j["peak_rss_timed_bytes"].get<int64_t>()) / kMiB,
+              static_cast<double>(j["max_rss_bytes"].get<int64_t>()) / kMiB);
+  std::printf("  loss after warm-up %.4f, after the timed steps %.4f\n", warmup_loss, final_loss);
+  return 0;
+}
+
+}  // namespace
+}  // namespace frugal::bench
+
+int main(int argc, char** argv) {
+  try {
+    return frugal::bench::run(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "train_step_bench: %s\n%s", e.what(), frugal::bench::kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
+    return 1;
+  }
+}

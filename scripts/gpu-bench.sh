@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU benchmark, run by scripts/gpu-check.sh after the GPU tests: MobileNetV2 training steps
+# in frugal (train_step_bench) and PyTorch (bench/torch_train_step.py) in the same call, then a
+# markdown table of both with ratios appended to "$OUT/bench-results.md" (copy it into
+# bench/RESULTS.md). BENCH_PRECISIONS="f32 bf16" adds cases later; frugal runs f32 only so far.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+BUILD="${BUILD_DIR:-build-gpu}"
+OUTDIR="${OUT:-/tmp}"
+mkdir -p "$OUTDIR"
+JSONL="$OUTDIR/bench-results.jsonl"
+MD="$OUTDIR/bench-results.md"
+LOG="$OUTDIR/bench-stderr.log"
+WARMUP="${BENCH_WARMUP:-10}"
+STEPS="${BENCH_STEPS:-30}"
+PRECISIONS="${BENCH_PRECISIONS:-f32}"
+# batch input classes
+CASES=("128 3x224x224 1000" "256 1x32x32 10")
+
+BIN="$BUILD/train_step_bench"
+if [ ! -x "$BIN" ]; then
+  cmake --build "$BUILD" -j"$(nproc)" --target train_step_bench || { echo "no $BIN"; exit 1; }
+fi
+have_torch=0
+python3 -c 'import torch, torchvision; assert torch.cuda.is_available()' 2>/dev/null && have_torch=1
+
+: > "$JSONL"
+status=0
+# run NAME COMMAND...: one JSON line to stdout and $JSONL, stderr to $LOG; returns its status.
+run() {
+  local name="$1" err="$OUTDIR/.err"
+  shift
+  echo "== $name ${*:2}"
+  "$@" 2> "$err" | tee -a "$JSONL"
+  local rc=$?
+  [ "$rc" = 0 ] || echo "   $name failed: $(grep -v '^ *usage\|^  ' "$err" | tail -1)"
+  cat "$err" >> "$LOG"
+  rm -f "$err"
+  return $rc
+}
+for precision in $PRECISIONS; do
+  for c in "${CASES[@]}"; do
+    read -r batch input classes <<< "$c"
+    args=(--device cuda --batch "$batch" --input "$input" --classes "$classes"
+          --precision "$precision" --warmup "$WARMUP" --steps "$STEPS" --json)
+    # frugal runs f32 only so far: a failure at another precision is expected, not an error.
+    run frugal "$BIN" "${args[@]}" || [ "$precision" != f32 ] || status=1
+    if [ "$have_torch" = 1 ]; then
+      run pytorch python3 bench/torch_train_step.py "${args[@]}" || status=1
+    fi
+  done
+done
+
+gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+missing=""
+[ "$have_torch" = 1 ] || missing="PyTorch with CUDA was not found: frugal's numbers only."
+if grep -q '^{' "$JSONL"; then
+  python3 bench/make_table.py "$JSONL" --missing "$missing" \
+    --title "MobileNetV2 training step, $(date -u +%F), ${gpu:-unknown GPU}" | tee -a "$MD"
+else
+  echo "no results"; status=1
+fi
+exit $status
