@@ -5,9 +5,15 @@
 // Note [Conv algorithm cache]: for each (device, direction, dtype, shape) the heuristic list of
 // cudnnGet*Algorithm_v7 is filtered to algorithms whose workspace fits kConvWorkspaceCap and kept
 // in order. A call runs the first; when cuDNN answers "not supported" for it, the next is tried
-// and moved to the front, so the list converges on an algorithm that runs. Heuristics (not Find)
-// keep selection free of host synchronisation and of extra memory.
+// and moved to the front, so the list converges on an algorithm that runs.
+// Benchmark mode (the default, like PyTorch's cudnn.benchmark; FRUGAL_CUDNN_BENCHMARK=0 turns it
+// off): the first call of a configuration times the first kMaxBenchmarked candidates with CUDA
+// events and moves the fastest to the front. That call synchronises the host once; every
+// candidate writes the complete output (beta = 0), so the call's result is valid whichever ran
+// last. Heuristic order alone picked algorithms several times slower for NHWC depthwise shapes.
 #include <climits>
+#include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -21,6 +27,15 @@ namespace frugal::kernels::cuda {
 namespace {
 
 constexpr size_t kConvWorkspaceCap = size_t{256} << 20;
+constexpr size_t kMaxBenchmarked = 8;
+
+bool benchmark_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FRUGAL_CUDNN_BENCHMARK");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
 
 enum class Direction { forward, backward_data, backward_filter };
 
@@ -171,6 +186,49 @@ const char* direction_name(Direction dir) {
   return "conv2d";
 }
 
+// Times the first kMaxBenchmarked candidates (one warm-up and one timed launch each), drops
+// those cuDNN cannot run, and leaves `list` fastest first. See Note [Conv algorithm cache].
+template <typename Launch>
+void benchmark(const Context& ctx, const ConvDescriptors& d, std::vector<Candidate>& list,
+               Launch launch) {
+  cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<std::pair<float, Candidate>> timed;
+  cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
+  for (size_t i = 0; i < list.size() && i < kMaxBenchmarked; ++i) {
+    const Candidate& c = list[i];
+    CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+    memory::DataPtr ws = ctx.workspace(c.workspace);
+    last = launch(c.algo, ws.get(), c.workspace);  // warm-up (lazy module loads)
+    if (last != CUDNN_STATUS_SUCCESS) {
+      int category = CUDNN_STATUS_CATEGORY(last);
+      if (category != CUDNN_STATUS_NOT_SUPPORTED && category != CUDNN_STATUS_BAD_PARAM) {
+        CUDA_CHECK_NOTHROW(cudaEventDestroy(start));
+        CUDA_CHECK_NOTHROW(cudaEventDestroy(stop));
+        CUDNN_CHECK(last);
+      }
+      continue;
+    }
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    CUDNN_CHECK(launch(c.algo, ws.get(), c.workspace));
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    timed.emplace_back(ms, c);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  FRUGAL_CHECK(!timed.empty(), "conv2d: no cuDNN algorithm runs this configuration (last status ",
+               static_cast<int>(last), ": ", cudnnGetErrorString(last), ")");
+  std::stable_sort(timed.begin(), timed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  list.clear();
+  for (auto& [ms, c] : timed) list.push_back(c);
+}
+
 // Runs `launch(algo, workspace, bytes)` (returning the cuDNN status) with the cached algorithms
 // of this configuration, falling back along the list as Note [Conv algorithm cache] says.
 template <typename Launch>
@@ -188,8 +246,11 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
     list = heuristic_candidates(h, d, dir, dtype == DType::f32);
     FRUGAL_CHECK(!list.empty(), op, ": cuDNN offers no algorithm for ", s.str(), " in ", dtype,
                  " within the ", kConvWorkspaceCap >> 20, " MiB workspace cap");
+    const bool benchmarked = benchmark_enabled() && list.size() > 1;
+    if (benchmarked) benchmark(ctx, d, list, launch);  // also computes this call's output
     std::lock_guard<std::mutex> lock(g_cache_mu);
     g_cache[key] = list;
+    if (benchmarked) return;
   }
   cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
   for (size_t i = 0; i < list.size(); ++i) {
