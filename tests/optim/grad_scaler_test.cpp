@@ -113,7 +113,9 @@ TEST(GradScaler, OverflowSkipsTheStepBitIdenticallyAndHalvesTheScale) {
     for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(bits(m.params()[i]), before[i]) << i;
     size_t k = 0;
     for (const auto& [name, t] : opt.state_dict()) {
-      if (t.dtype() == DType::f32) EXPECT_EQ(bits(t), mom_before[k++]) << name;
+      if (t.dtype() == DType::f32) {
+        EXPECT_EQ(bits(t), mom_before[k++]) << name;
+      }
     }
     EXPECT_EQ(s.get_scale(), 2048.0);
     EXPECT_EQ(s.growth_tracker(), 0);
@@ -222,7 +224,9 @@ TEST(GradScaler, AdamWStepCountDoesNotAdvanceOnASkippedStep) {
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(bits(m.params()[i]), bits(ref.params()[i])) << i;
   optim::NamedTensors st = opt.state_dict();
   for (const auto& [name, t] : st) {
-    if (name.find(".step") != std::string::npos) EXPECT_EQ(t.item(), 2.0) << name;
+    if (name.find(".step") != std::string::npos) {
+      EXPECT_EQ(t.item(), 2.0) << name;
+    }
   }
 }
 
