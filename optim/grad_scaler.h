@@ -14,7 +14,11 @@
 //
 // One found-inf flag serves every optimizer stepped between two update() calls (PyTorch keeps
 // one per optimizer and skips each only on its own overflow; here an overflow in any gradient
-// unscaled so far in the step also skips the optimizers stepped after it).
+// unscaled so far in the step also skips the optimizers stepped after it). A skipped step
+// leaves parameters and state untouched and does not advance AdamW's step count (kept on the
+// device); SGD's "first step" (momentum buffer = gradient) is host state, so when the very first
+// step is skipped the next one uses buf = (1 - dampening) * g, which differs from PyTorch only
+// when dampening != 0.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <unistd.h>
 
@@ -75,8 +76,8 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
     Tensor loss;
     {
       // Autocast covers forward and loss only; backward runs each op in its forward's dtype.
-      AutocastGuard amp(device, is_low_precision(precision) ? precision : DType::f16,
-                        is_low_precision(precision));
+      std::optional<AutocastGuard> amp;  // f32 leaves any caller's autocast state alone
+      if (is_low_precision(precision)) amp.emplace(device, precision);
       Tensor logits = model.forward(batch->images);
       loss = nn::functional::cross_entropy(logits, batch->labels, ce);
     }
