@@ -21,13 +21,13 @@ struct DeviceState {
 struct CacheEntry {
   std::weak_ptr<TensorImpl> source;  // guards against a freed impl whose address was reused
   uint64_t version = 0;
-  Tensor low;                        // the low-precision copy, with its cast node
+  Tensor low;  // the low-precision copy, with its cast node
 };
 
 struct ThreadState {
   // PyTorch's defaults: bf16 on the CPU, f16 elsewhere.
-  DeviceState device[kNumDeviceTypes] = {{false, DType::bf16}, {false, DType::f16},
-                                         {false, DType::f16}};
+  DeviceState device[kNumDeviceTypes] = {
+      {false, DType::bf16}, {false, DType::f16}, {false, DType::f16}};
   int depth = 0;  // guards alive on this thread; the cache lives while it is positive
   std::unordered_map<const TensorImpl*, CacheEntry> cache;
 };

@@ -30,7 +30,9 @@ enum class AutocastPolicy : uint8_t {
   pass,     // inputs are used as they are
 };
 
-// Every op that consults autocast. Keep in step with the table in core/autocast_policy.cpp.
+// Every op with an autocast policy; keep in step with the table in core/autocast_policy.cpp.
+// Only lower and f32 ops call autocast::apply; promote and pass ops are listed so the table is
+// the one place that says what happens to each op.
 enum class AutocastOp : uint8_t {
   conv2d, linear, matmul,                                   // lower
   cross_entropy, batch_norm, sum, mean,                     // f32

@@ -57,12 +57,12 @@ void GradScaler::unscale_(Optimizer& opt) {
   for (size_t i = 0; i < opt.params().size(); ++i) {
     Tensor g = opt.params()[i].grad();
     if (!g.defined()) continue;
-    FRUGAL_CHECK(g.dtype() == DType::f32, "GradScaler::unscale_: gradient of parameter ", i,
-                 " is ", describe(g), "; f16/bf16 gradients are refused (master gradients ",
+    FRUGAL_CHECK(g.dtype() == DType::f32, "GradScaler::unscale_: gradient of parameter ", i, " is ",
+                 describe(g), "; f16/bf16 gradients are refused (master gradients ",
                  "must be f32)");
     if (!have_device) device = g.device(), have_device = true;
-    FRUGAL_CHECK(g.device() == device, "GradScaler::unscale_: gradient of parameter ", i,
-                 " is on ", g.device(), " but the scale is on ", device);
+    FRUGAL_CHECK(g.device() == device, "GradScaler::unscale_: gradient of parameter ", i, " is on ",
+                 g.device(), " but the scale is on ", device);
   }
   init_on(device);
   if (stage_.empty()) fill_(found_inf_, 0.0);  // first unscale of this step: a kernel, no sync
@@ -106,8 +106,8 @@ void GradScaler::update() {
   stage_.clear();
   if (scale_.device().is_meta()) return;
   kernels::update_scale(kernels::Context::of(scale_.device()), scale_.data<float>(),
-                        growth_tracker_.data<float>(), found_inf_.data<float>(),
-                        opt_.growth_factor, opt_.backoff_factor, opt_.growth_interval);
+                        growth_tracker_.data<float>(), found_inf_.data<float>(), opt_.growth_factor,
+                        opt_.backoff_factor, opt_.growth_interval);
   scale_.bump_version();
   growth_tracker_.bump_version();
 }

@@ -75,10 +75,10 @@ class GradScaler {
   void init_on(Device device);
 
   GradScalerOptions opt_;
-  Tensor scale_;           // [] f32, device
-  Tensor growth_tracker_;  // [] f32, device (a whole number)
-  Tensor found_inf_;       // [] f32, device; zeroed by the first unscale_ of a step
-  double pending_tracker_ = 0;           // a loaded tracker, until the device tensors exist
+  Tensor scale_;                // [] f32, device
+  Tensor growth_tracker_;       // [] f32, device (a whole number)
+  Tensor found_inf_;            // [] f32, device; zeroed by the first unscale_ of a step
+  double pending_tracker_ = 0;  // a loaded tracker, until the device tensors exist
   std::map<const Optimizer*, Stage> stage_;  // optimizers touched since the last update()
 };
 

@@ -1,11 +1,12 @@
 // Autocast on the CPU (so CI covers it): each op's output dtype follows the policy table, guards
 // nest and restore, parameters are cast once per forward (Note [Autocast cache]), gradients of
 // f32 parameters arrive in f32, and a small CNN trains under bf16 autocast.
+#include "core/autocast.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
@@ -206,7 +207,8 @@ TEST(Autocast, ParameterGradientsArriveInF32AndMatchTheF32Gradients) {
       EXPECT_EQ(got[i].dtype(), DType::f32) << "gradient " << i;
       std::vector<double> g = got[i].to_vector(), r = ref[i].to_vector();
       double num = 0, den = 0;
-      for (size_t k = 0; k < g.size(); ++k) num += (g[k] - r[k]) * (g[k] - r[k]), den += r[k] * r[k];
+      for (size_t k = 0; k < g.size(); ++k)
+        num += (g[k] - r[k]) * (g[k] - r[k]), den += r[k] * r[k];
       EXPECT_LT(std::sqrt(num / den), tol) << "gradient " << i;
     }
   }
@@ -229,7 +231,8 @@ TEST(Autocast, SmallCnnTrainsUnderCpuBf16) {
   manual_seed(12);
   Generator gen(7);
   auto net = std::make_shared<nn::Sequential>();
-  net->push_back(std::make_shared<nn::Conv2d>(1, 8, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
+  net->push_back(
+      std::make_shared<nn::Conv2d>(1, 8, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
   net->push_back(std::make_shared<nn::BatchNorm2d>(8));
   net->push_back(std::make_shared<nn::ReLU6>());
   net->push_back(std::make_shared<nn::Conv2d>(

@@ -73,8 +73,8 @@ TEST(AmpGpu, AdamWWithDeviceStepCountMatchesCpu) {
     kernels::adamw_step(cpu(), n, p.data(), g.data(), m.data(), v.data(), k, &flag);
     kernels::count_step(gpu(), dstep.as<float>(), df.as<float>());
     k.step_count = dstep.as<float>();
-    kernels::adamw_step(gpu(), n, dp.as<float>(), dg.as<float>(), dm.as<float>(), dv.as<float>(),
-                        k, df.as<float>());
+    kernels::adamw_step(gpu(), n, dp.as<float>(), dg.as<float>(), dm.as<float>(), dv.as<float>(), k,
+                        df.as<float>());
   }
   EXPECT_EQ(dstep.download()[0], 2.0f);
   EXPECT_CLOSE(dp.download(), p, 1e-6);

@@ -1,14 +1,15 @@
 // Loss-scaling kernels on the CPU against plain loops: fused unscale with the non-finite check
 // (odd sizes, across the parallel chunks), every transition of update_scale, and count_step.
+#include "kernels/amp.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "kernels/amp.h"
-#include "kernels/optim.h"
 #include "kernel_test_util.h"
+#include "kernels/optim.h"
 
 using namespace frugal;
 using test::cpu_ctx;

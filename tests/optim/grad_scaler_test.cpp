@@ -1,6 +1,8 @@
 // GradScaler's state machine, one test per transition (STYLE 7): scaling, fused unscale with the
 // non-finite check, skipped steps that leave weights and optimizer state bit-identical, backoff
 // and growth, misuse errors, the disabled scaler, AdamW's step count, and state round trips.
+#include "optim/grad_scaler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 
 #include "core/factory.h"
 #include "core/ops.h"
-#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 
 using namespace frugal;
@@ -89,7 +90,8 @@ TEST(GradScaler, UnscaleDividesGradientsAndFlagsNothingWhenFinite) {
 TEST(GradScaler, OverflowSkipsTheStepBitIdenticallyAndHalvesTheScale) {
   for (double poison : {kInf, -kInf, std::nan("")}) {
     Model m;
-    optim::SGD opt(m.params(), {.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-3});
+    optim::SGD opt(m.params(),
+                   {.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-3});
     optim::GradScaler s({.init_scale = 4096.0});
     m.set_grads(4096.0, 0);  // one clean step so the momentum buffers exist and are non-zero
     s.step(opt);
@@ -233,8 +235,8 @@ TEST(GradScaler, AdamWStepCountDoesNotAdvanceOnASkippedStep) {
 TEST(GradScaler, StateDictRoundTrip) {
   Model m;
   optim::SGD opt(m.params(), {.lr = 0.01});
-  optim::GradScaler s({.init_scale = 512.0, .growth_factor = 4.0, .backoff_factor = 0.25,
-                       .growth_interval = 5});
+  optim::GradScaler s(
+      {.init_scale = 512.0, .growth_factor = 4.0, .backoff_factor = 0.25, .growth_interval = 5});
   for (int step = 0; step < 3; ++step) {
     m.set_grads(s.get_scale(), step, step == 0 ? kInf : 0.0);
     s.step(opt);

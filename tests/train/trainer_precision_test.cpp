@@ -16,7 +16,8 @@ namespace {
 
 std::shared_ptr<nn::Sequential> tiny_cnn() {
   auto net = std::make_shared<nn::Sequential>();
-  net->push_back(std::make_shared<nn::Conv2d>(1, 8, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
+  net->push_back(
+      std::make_shared<nn::Conv2d>(1, 8, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
   net->push_back(std::make_shared<nn::BatchNorm2d>(8));
   net->push_back(std::make_shared<nn::ReLU6>());
   net->push_back(std::make_shared<nn::AdaptiveAvgPool2d>(1));
@@ -29,8 +30,8 @@ std::vector<double> epoch_losses(DType precision, optim::GradScaler* scaler, int
   manual_seed(3);
   auto ds = std::make_shared<data::SyntheticDataset>(Shape{8, 8, 1}, 4, 64, 7,
                                                      data::SyntheticOptions{.noise = 0.2f});
-  data::DataLoader loader(ds, {.batch_size = 16, .shuffle = true, .drop_last = true,
-                               .num_workers = 0, .seed = 1});
+  data::DataLoader loader(
+      ds, {.batch_size = 16, .shuffle = true, .drop_last = true, .num_workers = 0, .seed = 1});
   auto net = tiny_cnn();
   optim::SGD opt(net->parameters(), {.lr = 0.2, .momentum = 0.9});
   std::vector<double> out;
