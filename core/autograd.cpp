@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/autocast.h"
 #include "core/ops.h"
 
 namespace frugal::autograd {
@@ -57,6 +58,8 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   }
   return {};
 }
+
+uint64_t next_sequence_nr() { return g_next_sequence_nr++; }
 
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
   if (!t_grad_enabled) return false;
@@ -105,6 +108,8 @@ Tensor record(const std::string& name, const std::vector<Tensor>& inputs, Tensor
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
                   bool retain_graph) {
   NoGradGuard no_grad;  // gradients are computed without building a graph of their own
+  // Each op's backward runs in the dtype its forward used, whatever autocast says now.
+  autocast::SuspendGuard no_autocast;
 
   // Count, for every reachable node, how many edges lead into it.
   std::unordered_map<Node*, int> deps;

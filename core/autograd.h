@@ -87,6 +87,8 @@ class NoGradGuard {
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 // The edge a gradient for `t` flows into (its grad_fn, or its leaf accumulator).
 Edge edge_of(const Tensor& t);
+// A fresh creation-order number, for nodes built by hand rather than through record().
+uint64_t next_sequence_nr();
 // A tensor saved for backward: same data, no history (so the graph has no cycles).
 inline Tensor save(const Tensor& t) { return t.defined() ? t.detach() : Tensor(); }
 

@@ -1,6 +1,7 @@
 // Reductions (sum, mean, sum_to) and matmul with their backward.
 #include <algorithm>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"
@@ -25,9 +26,10 @@ Shape keepdim_shape(const Shape& in, std::vector<int64_t>& dims, const char* op)
   return Shape(out);
 }
 
-Tensor reduce(const char* op, const Tensor& a, std::vector<int64_t> dims, bool keepdim,
-              bool average) {
-  detail::check_defined(op, {&a});
+Tensor reduce(const char* op, AutocastOp ac_op, const Tensor& a_in, std::vector<int64_t> dims,
+              bool keepdim, bool average) {
+  detail::check_defined(op, {&a_in});
+  const Tensor a = autocast::apply(ac_op, a_in);  // f32 policy: 16-bit inputs reduce to f32
   detail::check_floating(op, a);
   Shape keep = keepdim_shape(a.shape(), dims, op);
   std::vector<int64_t> squeezed;
@@ -74,11 +76,11 @@ Tensor gemm_raw(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 }  // namespace
 
 Tensor sum(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
-  return reduce("sum", a, std::move(dims), keepdim, false);
+  return reduce("sum", AutocastOp::sum, a, std::move(dims), keepdim, false);
 }
 
 Tensor mean(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
-  return reduce("mean", a, std::move(dims), keepdim, true);
+  return reduce("mean", AutocastOp::mean, a, std::move(dims), keepdim, true);
 }
 
 Tensor sum_to(const Tensor& a, const Shape& shape) {
@@ -90,8 +92,10 @@ Tensor sum_to(const Tensor& a, const Shape& shape) {
   });
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_b) {
-  detail::check_same_device("matmul", {&a, &b});
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
+  detail::check_same_device("matmul", {&a_in, &b_in});
+  const Tensor a = autocast::apply(AutocastOp::matmul, a_in);
+  const Tensor b = autocast::apply(AutocastOp::matmul, b_in);
   FRUGAL_CHECK(a.ndim() == 2 && b.ndim() == 2, "matmul: expected 2-D tensors, got ", describe(a),
                " and ", describe(b));
   FRUGAL_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ: ", describe(a), " and ",

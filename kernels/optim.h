@@ -25,6 +25,9 @@ FRUGAL_DECLARE_KERNEL(sgd_step, (const Context& ctx, int64_t n, float* param, co
 struct AdamWParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
   int64_t step = 1;  // 1-based step count after this update, for bias correction
+  // When set, the step count is read from this device f32 scalar instead of `step` (AdamW keeps
+  // it on the device so a step skipped on found_inf does not advance it; kernels/amp.h count_step).
+  const float* step_count = nullptr;
 };
 
 // PyTorch's AdamW: p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;

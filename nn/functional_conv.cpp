@@ -1,4 +1,5 @@
 // conv2d and linear: forward and backward side by side.
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"
@@ -71,8 +72,11 @@ std::vector<Tensor> conv_backward_raw(const Tensor& g, const Tensor& x, const Te
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions opt) {
-  detail::check_same_device("conv2d", {&x, &weight});
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, Conv2dOptions opt) {
+  detail::check_same_device("conv2d", {&x_in, &w_in});
+  const Tensor x = autocast::apply(AutocastOp::conv2d, x_in);
+  const Tensor weight = autocast::apply(AutocastOp::conv2d, w_in);
+  const Tensor bias = autocast::apply(AutocastOp::conv2d, b_in);
   kernels::Conv2dShape s = conv_shape(x, weight, opt);
   FRUGAL_CHECK(x.dtype() == weight.dtype(), "conv2d: input ", describe(x), " and weight ",
                describe(weight), " have different dtypes");
@@ -96,7 +100,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
       });
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
+  // Lowered here (not only in matmul) so the bias add stays in the low-precision dtype.
+  const Tensor x = autocast::apply(AutocastOp::linear, x_in);
+  const Tensor weight = autocast::apply(AutocastOp::linear, w_in);
+  const Tensor bias = autocast::apply(AutocastOp::linear, b_in);
   FRUGAL_CHECK(x.ndim() >= 1 && weight.ndim() == 2 && x.size(-1) == weight.size(1),
                "linear: input ", describe(x), " does not match weight ", describe(weight),
                " (expected [..., ", weight.ndim() == 2 ? weight.size(1) : -1, "])");

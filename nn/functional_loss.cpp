@@ -1,4 +1,5 @@
 // dropout and cross_entropy, forward and backward.
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"
@@ -38,8 +39,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   });
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions opt) {
-  detail::check_same_device("cross_entropy", {&logits, &labels});
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropyOptions opt) {
+  detail::check_same_device("cross_entropy", {&logits_in, &labels});
+  const Tensor logits = autocast::apply(AutocastOp::cross_entropy, logits_in);
   FRUGAL_CHECK(logits.ndim() == 2, "cross_entropy: expected logits [N, C], got ", describe(logits));
   FRUGAL_CHECK(labels.dtype() == DType::i64 && labels.shape() == Shape{logits.size(0)},
                "cross_entropy: expected labels i64 [", logits.size(0), "], got ", describe(labels));

@@ -2,6 +2,7 @@
 // Statistics, weight, bias and running buffers are acc_dtype(x) whatever x's dtype.
 #include <cmath>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"
@@ -22,9 +23,12 @@ void check_param(const Tensor& p, const char* what, int64_t c, DType acc, const 
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
                   const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt) {
-  detail::check_defined("batch_norm", {&x, &weight, &bias});
+  detail::check_defined("batch_norm", {&x, &w_in, &b_in});
+  // Autocast's f32 policy reaches the parameters only: x keeps its (low-precision) dtype.
+  const Tensor weight = autocast::apply(AutocastOp::batch_norm, w_in);
+  const Tensor bias = autocast::apply(AutocastOp::batch_norm, b_in);
   FRUGAL_CHECK(x.ndim() >= 2, "batch_norm: expected [N, H, W, C] or [N, C], got ", describe(x));
   detail::check_floating("batch_norm", x);
   const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);

@@ -1,5 +1,6 @@
 // AdamW with decoupled weight decay and bias correction (PyTorch's semantics).
 #include "core/factory.h"
+#include "kernels/amp.h"
 #include "kernels/optim.h"
 #include "optim/optimizer.h"
 #include "optim/state_io.h"
@@ -12,20 +13,23 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions opt)
                "adamw: betas must be in [0, 1) and eps >= 0");
   exp_avg_.resize(params_.size());
   exp_avg_sq_.resize(params_.size());
-  steps_.assign(params_.size(), 0);
+  steps_.resize(params_.size());
 }
 
 void AdamW::update(size_t i, const Tensor& param, const Tensor& grad) {
   if (!exp_avg_[i].defined()) {
     exp_avg_[i] = zeros(param.shape(), param.options());
     exp_avg_sq_[i] = zeros(param.shape(), param.options());
+    steps_[i] = zeros({}, param.options());
   }
   kernels::AdamWParams k;
   k.lr = lr_, k.beta1 = opt_.beta1, k.beta2 = opt_.beta2, k.eps = opt_.eps;
   k.weight_decay = opt_.weight_decay;
-  k.step = ++steps_[i];
   if (param.device().is_meta()) return;
-  kernels::adamw_step(kernels::Context::of(param.device()), param.numel(), param.data<float>(),
+  kernels::Context ctx = kernels::Context::of(param.device());
+  kernels::count_step(ctx, steps_[i].data<float>(), found_inf_ptr(param));
+  k.step_count = steps_[i].data<float>();
+  kernels::adamw_step(ctx, param.numel(), param.data<float>(),
                       grad.data<float>(), exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(),
                       k, found_inf_ptr(param));
 }
@@ -36,7 +40,8 @@ NamedTensors AdamW::state_dict() const {
     if (!exp_avg_[i].defined()) continue;
     out.emplace_back(state_name(i, "exp_avg"), exp_avg_[i]);
     out.emplace_back(state_name(i, "exp_avg_sq"), exp_avg_sq_[i]);
-    out.emplace_back(state_name(i, "step"), scalar_tensor(static_cast<double>(steps_[i])));
+    // Reads the device count back: state_dict is a documented synchronisation point.
+    out.emplace_back(state_name(i, "step"), scalar_tensor(steps_[i].device().is_meta() ? 0.0 : steps_[i].item()));
   }
   return out;
 }
@@ -45,13 +50,13 @@ void AdamW::load_state_dict(const NamedTensors& state) {
   StateReader r(name(), state, params_);
   double lr = r.scalar("lr");
   std::vector<Tensor> m(params_.size()), v(params_.size());
-  std::vector<int64_t> steps(params_.size(), 0);
+  std::vector<double> steps(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) {
     m[i] = r.optional_like(i, "exp_avg");
     v[i] = r.optional_like(i, "exp_avg_sq");
     FRUGAL_CHECK(m[i].defined() == v[i].defined(), "adamw state: parameter ", i,
                  " has only one of exp_avg and exp_avg_sq");
-    if (m[i].defined()) steps[i] = static_cast<int64_t>(r.scalar(state_name(i, "step")));
+    if (m[i].defined()) steps[i] = r.scalar(state_name(i, "step"));
   }
   r.check_all_used();
   lr_ = lr;
@@ -59,7 +64,7 @@ void AdamW::load_state_dict(const NamedTensors& state) {
     Device d = params_[i].device();
     exp_avg_[i] = m[i].defined() ? m[i].detach().clone().to(d) : Tensor();
     exp_avg_sq_[i] = v[i].defined() ? v[i].detach().clone().to(d) : Tensor();
-    steps_[i] = steps[i];
+    steps_[i] = m[i].defined() ? full({}, steps[i], {.device = d}) : Tensor();
   }
 }
 

@@ -83,7 +83,9 @@ class AdamW : public Optimizer {
  private:
   AdamWOptions opt_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
-  std::vector<int64_t> steps_;
+  // Per-parameter step counts as f32 scalars on the parameter's device: a step skipped on the
+  // scaler's found_inf does not advance them, with no host read (PyTorch's capturable AdamW).
+  std::vector<Tensor> steps_;
 };
 
 }  // namespace frugal::optim

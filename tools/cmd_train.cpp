@@ -8,6 +8,7 @@
 #include "kernels/context.h"
 #include "memory/allocator.h"
 #include "models/registry.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "tools/args.h"
@@ -42,7 +43,9 @@ constexpr const char* kHelp =
     "  --seed N              default 0\n"
     "  --save PATH           write a checkpoint after every epoch\n"
     "  --resume PATH         continue from a checkpoint written by --save\n"
-    "  --no-augment          no random crops and flips\n";
+    "  --no-augment          no random crops and flips\n"
+    "  --precision f32|f16|bf16  default f32; f16/bf16 autocast forward and loss (f32 master\n"
+    "                        weights), f16 with dynamic loss scaling\n";
 
 }  // namespace
 
@@ -55,7 +58,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   Args args("train", argv,
             {"model", "data", "data-dir", "epochs", "batch", "lr", "optimizer", "momentum",
              "weight-decay", "schedule", "warmup-epochs", "label-smoothing", "width",
-             "image-size", "limit", "test-limit", "device", "workers", "seed", "save", "resume"},
+             "image-size", "limit", "test-limit", "device", "workers", "seed", "save", "resume", "precision"},
             {"help", "no-augment"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
@@ -75,6 +78,11 @@ int cmd_train(const std::vector<std::string>& argv) {
     throw UsageError("train: --schedule expects none, cosine or step, got '" + schedule + "'");
   }
   Device device = parse_device(resolve_device(args.str("device", "auto")));
+  const std::string precision_name = args.str("precision", "f32");
+  if (precision_name != "f32" && precision_name != "f16" && precision_name != "bf16") {
+    throw UsageError("train: --precision expects f32, f16 or bf16, got '" + precision_name + "'");
+  }
+  const DType precision = parse_dtype(precision_name);
 
   train::DataConfig dc;
   dc.name = args.str("data", "fashion-mnist");
@@ -140,16 +148,21 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
 
   std::printf("training %s (%.2fM parameters, width %.2f) on %s: %lld samples, batch %lld, %s, "
-              "device %s\n",
+              "device %s, %s\n",
               model_name.c_str(), static_cast<double>(model->num_parameters()) / 1e6, mc.width,
               dc.name.c_str(), static_cast<long long>(splits.train->size()),
-              static_cast<long long>(batch), opt->name().c_str(), device.str().c_str());
+              static_cast<long long>(batch), opt->name().c_str(), device.str().c_str(), precision_name.c_str());
   std::fflush(stdout);
+  // f16 needs loss scaling; one scaler for the whole run so its scale carries over epochs.
+  std::unique_ptr<optim::GradScaler> scaler;
+  if (precision == DType::f16) scaler = std::make_unique<optim::GradScaler>();
   double accuracy = 0;
   for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
     train::EpochStats s = train::train_epoch(*model, *opt, sched.get(), train_loader, epoch,
                                              {.label_smoothing = args.number("label-smoothing", 0.0),
-                                              .epochs = epochs});
+                                              .epochs = epochs,
+                                              .precision = precision,
+                                              .scaler = scaler.get()});
     accuracy = train::evaluate(*model, test_loader);
     std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
                 "peak allocated %.1f MiB, peak reserved %.1f MiB\n",

@@ -3,9 +3,11 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <unistd.h>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
@@ -55,6 +57,13 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   alloc.reset_peak_stats();
   ProgressFn progress = options.progress ? options.progress : print_progress;
   nn::functional::CrossEntropyOptions ce{.label_smoothing = options.label_smoothing};
+  const DType precision = options.precision;
+  FRUGAL_CHECK(precision == DType::f32 || is_low_precision(precision),
+               "train_epoch: precision must be f32, f16 or bf16, got ", precision);
+  FRUGAL_CHECK(precision != DType::f16 || options.scaler != nullptr,
+               "train_epoch: f16 training needs a GradScaler (EpochOptions::scaler); its small ",
+               "exponent range underflows unscaled gradients");
+  optim::GradScaler* scaler = options.scaler;
 
   EpochStats stats;
   const int64_t steps = loader.batches_per_epoch();
@@ -64,10 +73,22 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   loader.begin_epoch(epoch);
   while (auto batch = loader.next()) {
     opt.zero_grad();
-    Tensor logits = model.forward(batch->images);
-    Tensor loss = nn::functional::cross_entropy(logits, batch->labels, ce);
-    loss.backward();
-    opt.step();
+    Tensor loss;
+    {
+      // Autocast covers forward and loss only; backward runs each op in its forward's dtype.
+      std::optional<AutocastGuard> amp;  // f32 leaves any caller's autocast state alone
+      if (is_low_precision(precision)) amp.emplace(device, precision);
+      Tensor logits = model.forward(batch->images);
+      loss = nn::functional::cross_entropy(logits, batch->labels, ce);
+    }
+    if (scaler != nullptr) {
+      scaler->scale(loss).backward();
+      scaler->step(opt);  // skipped on the device when a gradient overflowed
+      scaler->update();
+    } else {
+      loss.backward();
+      opt.step();
+    }
     if (schedule != nullptr) schedule->step();
     {
       autograd::NoGradGuard ng;

@@ -11,6 +11,7 @@
 
 #include "data/loader.h"
 #include "nn/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 
@@ -38,6 +39,11 @@ struct EpochOptions {
   int64_t epochs = 1;   // for the progress line only
   int64_t log_every = 20;
   ProgressFn progress = nullptr;  // null: print a progress bar to stderr
+  // Mixed precision: f16 or bf16 runs forward and loss under an AutocastGuard for the
+  // parameters' device; f32 runs without. f16 needs `scaler` (the caller owns it so its scale
+  // carries over between epochs); bf16 needs none. A given scaler is used whatever the precision.
+  DType precision = DType::f32;
+  optim::GradScaler* scaler = nullptr;
 };
 
 // Trains `model` for one pass over `loader` (begin_epoch(epoch) is called here). `schedule`

@@ -47,9 +47,10 @@ void adamw_step(const Context& ctx, int64_t n, float* param, const float* grad, 
                 float* exp_avg_sq, const AdamWParams& p, const float* found_inf) {
   (void)ctx;
   FRUGAL_CHECK(n >= 0, "adamw_step: negative size ", n);
-  FRUGAL_CHECK(p.step >= 1, "adamw_step: step ", p.step, " must be 1-based and positive");
   if (skip_step(found_inf)) return;
-  const double t = static_cast<double>(p.step);
+  const double t = p.step_count != nullptr ? static_cast<double>(*p.step_count)
+                                           : static_cast<double>(p.step);
+  FRUGAL_CHECK(t >= 1, "adamw_step: step ", t, " must be 1-based and positive");
   const float decay = static_cast<float>(1.0 - p.lr * p.weight_decay);
   const float b2 = static_cast<float>(p.beta2);
   const float one_minus_b1 = static_cast<float>(1.0 - p.beta1);

@@ -31,11 +31,18 @@ __global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* mo
 
 struct AdamWConsts {
   float decay, b2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt, eps;
+  double lr, beta1, beta2;  // for the bias correction when the step count is on the device
 };
 
 __global__ void adamw_kernel(int64_t n, float* param, const float* grad, float* exp_avg,
-                             float* exp_avg_sq, AdamWConsts k, const float* found_inf) {
+                             float* exp_avg_sq, AdamWConsts k, const float* found_inf,
+                             const float* step_count) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
+  if (step_count != nullptr) {  // same double formulas as the host path below
+    const double t = static_cast<double>(*step_count);
+    k.step_size = static_cast<float>(k.lr / (1.0 - pow(k.beta1, t)));
+    k.bc2_sqrt = static_cast<float>(sqrt(1.0 - pow(k.beta2, t)));
+  }
   for (int64_t i = thread_index(); i < n; i += grid_stride()) {
     float g = grad[i];
     float m = exp_avg[i] + k.one_minus_b1 * (g - exp_avg[i]);  // lerp, as PyTorch writes it
@@ -72,19 +79,23 @@ void adamw_step(const Context& ctx, int64_t n, float* param, const float* grad, 
                 float* exp_avg_sq, const AdamWParams& p, const float* found_inf) {
   cudaStream_t s = stream_of(ctx, "adamw_step");
   FRUGAL_CHECK(n >= 0, "adamw_step: negative size ", n);
-  FRUGAL_CHECK(p.step >= 1, "adamw_step: step ", p.step, " must be 1-based and positive");
+  FRUGAL_CHECK(p.step_count != nullptr || p.step >= 1, "adamw_step: step ", p.step,
+               " must be 1-based and positive");
   if (n == 0) return;
   DeviceGuard guard(ctx.device);
-  auto t = static_cast<double>(p.step);
+  auto t = static_cast<double>(std::max<int64_t>(p.step, 1));
   AdamWConsts k{static_cast<float>(1.0 - p.lr * p.weight_decay),
                 static_cast<float>(p.beta2),
                 static_cast<float>(1.0 - p.beta1),
                 static_cast<float>(1.0 - p.beta2),
                 static_cast<float>(p.lr / (1.0 - std::pow(p.beta1, t))),
                 static_cast<float>(std::sqrt(1.0 - std::pow(p.beta2, t))),
-                static_cast<float>(p.eps)};
+                static_cast<float>(p.eps),
+                p.lr,
+                p.beta1,
+                p.beta2};
   adamw_kernel<<<grid_for(ctx, n), kThreads, 0, s>>>(n, param, grad, exp_avg, exp_avg_sq, k,
-                                                     found_inf);
+                                                     found_inf, p.step_count);
   FRUGAL_LAUNCH_CHECK();
 }
 

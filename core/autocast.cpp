@@ -1,0 +1,132 @@
+// Autocast state (thread-local, per device type), the guards, and the parameter cast cache
+// (Note [Autocast cache] in core/autocast.h).
+#include "core/autocast.h"
+
+#include <unordered_map>
+
+#include "core/autograd.h"
+#include "core/op_util.h"
+#include "core/ops.h"
+
+namespace frugal {
+namespace {
+
+constexpr size_t kNumDeviceTypes = 3;  // cpu, cuda, meta
+
+struct DeviceState {
+  bool enabled = false;
+  DType dtype = DType::f16;
+};
+
+struct CacheEntry {
+  std::weak_ptr<TensorImpl> source;  // guards against a freed impl whose address was reused
+  uint64_t version = 0;
+  Tensor low;  // the low-precision copy, with its cast node
+};
+
+struct ThreadState {
+  // PyTorch's defaults: bf16 on the CPU, f16 elsewhere.
+  DeviceState device[kNumDeviceTypes] = {
+      {false, DType::bf16}, {false, DType::f16}, {false, DType::f16}};
+  int depth = 0;  // guards alive on this thread; the cache lives while it is positive
+  std::unordered_map<const TensorImpl*, CacheEntry> cache;
+};
+
+thread_local ThreadState t_state;
+
+DeviceState& state_of(DeviceType type) { return t_state.device[static_cast<size_t>(type)]; }
+
+// The cast node of a cached copy. Unlike a FunctionNode it saves nothing and is never released,
+// so a copy cached for one forward can carry gradients through several backward passes.
+class CachedCastNode final : public autograd::Node {
+ public:
+  explicit CachedCastNode(DType from) : from_(from) {}
+  std::string name() const override { return "autocast_cast"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    return {grads[0].defined() ? detail::cast_raw(grads[0], from_) : Tensor()};
+  }
+
+ private:
+  DType from_;
+};
+
+Tensor cast_parameter(const Tensor& p, DType dtype) {
+  const TensorImpl* key = p.impl_ptr().get();
+  auto it = t_state.cache.find(key);
+  if (it != t_state.cache.end()) {
+    const CacheEntry& e = it->second;
+    if (e.source.lock() == p.impl_ptr() && e.version == p.impl().version &&
+        e.low.dtype() == dtype) {
+      return e.low;
+    }
+  }
+  Tensor low = detail::cast_raw(p, dtype);
+  auto node = std::make_shared<CachedCastNode>(p.dtype());
+  node->sequence_nr = autograd::next_sequence_nr();
+  node->next_edges = {autograd::edge_of(p)};
+  low.impl().grad_fn = node;
+  low.impl().output_nr = 0;
+  t_state.cache[key] = CacheEntry{p.impl_ptr(), p.impl().version, low};
+  return low;
+}
+
+}  // namespace
+
+AutocastGuard::AutocastGuard(Device device, DType dtype, bool enabled) : type_(device.type) {
+  FRUGAL_CHECK(is_low_precision(dtype), "AutocastGuard: dtype must be f16 or bf16, got ", dtype,
+               " (for ", device, ")");
+  DeviceState& s = state_of(type_);
+  prev_enabled_ = s.enabled;
+  prev_dtype_ = s.dtype;
+  s.enabled = enabled;
+  s.dtype = dtype;
+  ++t_state.depth;
+}
+
+AutocastGuard::~AutocastGuard() {
+  DeviceState& s = state_of(type_);
+  s.enabled = prev_enabled_;
+  s.dtype = prev_dtype_;
+  if (--t_state.depth == 0) t_state.cache.clear();
+}
+
+namespace autocast {
+
+bool is_enabled(DeviceType type) { return state_of(type).enabled; }
+DType dtype(DeviceType type) { return state_of(type).dtype; }
+size_t cache_size() { return t_state.cache.size(); }
+
+Tensor apply(AutocastOp op, const Tensor& t) {
+  if (!t.defined()) return t;
+  const DeviceState& s = state_of(t.device().type);
+  if (!s.enabled) return t;
+  switch (autocast_policy(op)) {
+    case AutocastPolicy::lower:
+      // Only f32 is lowered: f64 (gradient checks) and integer tensors are left alone.
+      if (t.dtype() != DType::f32) return t;
+      if (autograd::grad_enabled() && t.is_leaf() && t.requires_grad()) {
+        return cast_parameter(t, s.dtype);
+      }
+      return cast(t, s.dtype);
+    case AutocastPolicy::f32:
+      return is_low_precision(t.dtype()) ? cast(t, DType::f32) : t;
+    case AutocastPolicy::promote:
+    case AutocastPolicy::pass:
+      return t;
+  }
+  return t;
+}
+
+SuspendGuard::SuspendGuard() {
+  for (size_t i = 0; i < kNumDeviceTypes; ++i) {
+    prev_[i] = t_state.device[i].enabled;
+    t_state.device[i].enabled = false;
+  }
+}
+
+SuspendGuard::~SuspendGuard() {
+  for (size_t i = 0; i < kNumDeviceTypes; ++i) t_state.device[i].enabled = prev_[i];
+}
+
+}  // namespace autocast
+}  // namespace frugal

@@ -1,0 +1,92 @@
+// Autocast: thread-local mixed-precision state, one per device type, and the per-op policy
+// (core/autocast_policy.cpp) that ops apply to their inputs at their single entry point.
+//
+//   {
+//     frugal::AutocastGuard amp(Device::cuda(), DType::f16);   // or bf16; nestable
+//     Tensor logits = model.forward(x);                       // conv/linear/matmul in f16
+//     Tensor loss = nn::functional::cross_entropy(logits, y);  // f32
+//   }                                                         // state restored, cache cleared
+//   scaler.scale(loss).backward();                            // parameter grads arrive in f32
+//
+// Note [Autocast cache]: a lowered f32 parameter (a leaf that requires grad) is cast once and the
+// low-precision copy is reused until the outermost guard ends, keyed by its TensorImpl and its
+// version, so an optimizer step (which bumps the version) invalidates it. Nothing is cached
+// under NoGradGuard (PyTorch's leak, pytorch#65766). The cached copy's cast node saves nothing
+// and survives backward, so several forward/backward passes may share it (accumulation).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace frugal {
+
+// What autocast does to an op's floating inputs (STYLE 6).
+enum class AutocastPolicy : uint8_t {
+  lower,    // f32 inputs are cast to the autocast dtype (f16/bf16), accumulation stays f32
+  f32,      // f16/bf16 inputs are cast up to f32
+  promote,  // mixed inputs run in the widest type (the ops do this themselves)
+  pass,     // inputs are used as they are
+};
+
+// Every op with an autocast policy; keep in step with the table in core/autocast_policy.cpp.
+// Only lower and f32 ops call autocast::apply; promote and pass ops are listed so the table is
+// the one place that says what happens to each op.
+enum class AutocastOp : uint8_t {
+  conv2d, linear, matmul,                                   // lower
+  cross_entropy, batch_norm, sum, mean,                     // f32
+  add, sub, mul, div,                                       // promote
+  relu, relu6, hardswish, silu, sigmoid,                    // pass
+  max_pool2d, avg_pool2d, global_avg_pool, dropout, reshape,
+  kCount
+};
+constexpr size_t kNumAutocastOps = static_cast<size_t>(AutocastOp::kCount);
+
+AutocastPolicy autocast_policy(AutocastOp op);
+const char* autocast_op_name(AutocastOp op);
+
+// Enables (or, with enabled = false, disables) autocast to `dtype` for `device`'s type on this
+// thread until destroyed; restores the previous state. The outermost guard clears the cache.
+class AutocastGuard {
+ public:
+  AutocastGuard(Device device, DType dtype, bool enabled = true);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  DeviceType type_;
+  bool prev_enabled_;
+  DType prev_dtype_;
+};
+
+namespace autocast {
+
+bool is_enabled(DeviceType type);
+// The low-precision type of `type` (meaningful while enabled).
+DType dtype(DeviceType type);
+
+// `t` as op `op`'s policy wants it under the current state: lower casts f32 to the autocast
+// dtype (through the cache for parameters), f32 casts f16/bf16 up; both casts are
+// differentiable. Returns t itself when autocast is off for t's device or nothing applies.
+Tensor apply(AutocastOp op, const Tensor& t);
+
+// Number of cached low-precision parameter copies on this thread (tests, diagnostics).
+size_t cache_size();
+
+// Turns autocast off for every device type until destroyed (the engine runs backward under it:
+// each op's backward runs in the dtype its forward used). A guard inside re-enables.
+class SuspendGuard {
+ public:
+  SuspendGuard();
+  ~SuspendGuard();
+  SuspendGuard(const SuspendGuard&) = delete;
+  SuspendGuard& operator=(const SuspendGuard&) = delete;
+
+ private:
+  bool prev_[3];
+};
+
+}  // namespace autocast
+}  // namespace frugal

@@ -1,0 +1,34 @@
+// Loss-scaling kernels (optim/grad_scaler.h): fused unscale + non-finite check, the one-thread
+// scale update, and a step counter that does not advance on a skipped step. Scale, growth
+// tracker, step counter and found_inf are f32 scalars on ctx.device: nothing is read back.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/context.h"
+
+namespace frugal::kernels {
+
+// grad[i] *= 1 / *scale for i < n, in place; sets *found_inf = 1 if any grad[i] (as given) is
+// inf or NaN, and otherwise leaves *found_inf as it was (so one flag covers many tensors).
+FRUGAL_DECLARE_KERNEL(unscale_and_check,
+                      (const Context& ctx, int64_t n, float* grad, const float* scale,
+                       float* found_inf),
+                      (ctx, n, grad, scale, found_inf))
+
+// PyTorch's _amp_update_scale_: on *found_inf != 0, scale *= backoff and tracker = 0; otherwise
+// tracker += 1 and, when it reaches growth_interval, scale *= growth (if still finite) and
+// tracker = 0. growth_tracker holds a whole number in f32 (exact below 2^24 steps).
+FRUGAL_DECLARE_KERNEL(update_scale,
+                      (const Context& ctx, float* scale, float* growth_tracker,
+                       const float* found_inf, double growth_factor, double backoff_factor,
+                       int64_t growth_interval),
+                      (ctx, scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                       growth_interval))
+
+// *step += 1 unless found_inf (nullable) is non-zero: AdamW's bias-correction count, kept on
+// the device so a skipped step does not advance it without a host read.
+FRUGAL_DECLARE_KERNEL(count_step, (const Context& ctx, float* step, const float* found_inf),
+                      (ctx, step, found_inf))
+
+}  // namespace frugal::kernels

@@ -1,0 +1,158 @@
+// GradScaler: a small state machine per optimizer (ready -> unscaled -> stepped -> update) over
+// device scalars; every transition has a test in tests/optim/grad_scaler_test.cpp.
+#include "optim/grad_scaler.h"
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/ops.h"
+#include "kernels/amp.h"
+#include "optim/state_io.h"
+
+namespace frugal::optim {
+
+GradScaler::GradScaler(GradScalerOptions opt) : opt_(opt) {
+  FRUGAL_CHECK(opt.init_scale > 0 && std::isfinite(opt.init_scale),
+               "GradScaler: init_scale must be positive and finite, got ", opt.init_scale);
+  FRUGAL_CHECK(opt.growth_factor > 1.0, "GradScaler: growth_factor must be > 1, got ",
+               opt.growth_factor);
+  FRUGAL_CHECK(opt.backoff_factor > 0.0 && opt.backoff_factor < 1.0,
+               "GradScaler: backoff_factor must be in (0, 1), got ", opt.backoff_factor);
+  FRUGAL_CHECK(opt.growth_interval > 0, "GradScaler: growth_interval must be > 0, got ",
+               opt.growth_interval);
+}
+
+void GradScaler::init_on(Device device) {
+  if (scale_.defined()) {
+    FRUGAL_CHECK(scale_.device() == device, "GradScaler: the scale lives on ", scale_.device(),
+                 " but this call is on ", device, " (one scaler per device)");
+    return;
+  }
+  scale_ = full({}, opt_.init_scale, {.device = device});
+  growth_tracker_ = full({}, pending_tracker_, {.device = device});
+  found_inf_ = zeros({}, {.device = device});
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
+  if (!opt_.enabled) return loss;
+  FRUGAL_CHECK(loss.defined() && is_floating(loss.dtype()),
+               "GradScaler::scale: expected a floating loss tensor");
+  init_on(loss.device());
+  return mul(loss, scale_);
+}
+
+void GradScaler::unscale_(Optimizer& opt) {
+  if (!opt_.enabled) return;
+  auto it = stage_.find(&opt);
+  if (it != stage_.end()) {
+    FRUGAL_FAIL("GradScaler::unscale_: ",
+                it->second == Stage::unscaled
+                    ? "already called for this optimizer since the last update()"
+                    : "called after step() for this optimizer; call update() first");
+  }
+  // Check every gradient before touching any, so a refusal leaves the gradients as they were.
+  Device device = scale_.defined() ? scale_.device() : Device::cpu();
+  bool have_device = scale_.defined();
+  for (size_t i = 0; i < opt.params().size(); ++i) {
+    Tensor g = opt.params()[i].grad();
+    if (!g.defined()) continue;
+    FRUGAL_CHECK(g.dtype() == DType::f32, "GradScaler::unscale_: gradient of parameter ", i, " is ",
+                 describe(g), "; f16/bf16 gradients are refused (master gradients ",
+                 "must be f32)");
+    if (!have_device) device = g.device(), have_device = true;
+    FRUGAL_CHECK(g.device() == device, "GradScaler::unscale_: gradient of parameter ", i, " is on ",
+                 g.device(), " but the scale is on ", device);
+  }
+  init_on(device);
+  if (stage_.empty()) fill_(found_inf_, 0.0);  // first unscale of this step: a kernel, no sync
+  stage_[&opt] = Stage::unscaled;
+  if (device.is_meta()) return;
+  kernels::Context ctx = kernels::Context::of(device);
+  for (const Tensor& p : opt.params()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    kernels::unscale_and_check(ctx, g.numel(), g.data<float>(), scale_.data<float>(),
+                               found_inf_.data<float>());
+    g.bump_version();
+  }
+}
+
+void GradScaler::step(Optimizer& opt) {
+  if (!opt_.enabled) {
+    opt.step();
+    return;
+  }
+  auto it = stage_.find(&opt);
+  FRUGAL_CHECK(it == stage_.end() || it->second != Stage::stepped,
+               "GradScaler::step: already called for this optimizer since the last update()");
+  if (it == stage_.end()) unscale_(opt);
+  opt.set_found_inf(found_inf_);
+  try {
+    opt.step();
+  } catch (...) {
+    opt.set_found_inf(Tensor());
+    throw;
+  }
+  // The flag is only for steps taken through the scaler; a later plain opt.step() must not see it.
+  opt.set_found_inf(Tensor());
+  stage_[&opt] = Stage::stepped;
+}
+
+void GradScaler::update() {
+  if (!opt_.enabled) return;
+  FRUGAL_CHECK(!stage_.empty(), "GradScaler::update: no unscale_() or step() since the last ",
+               "update(), so no overflow check was recorded");
+  stage_.clear();
+  if (scale_.device().is_meta()) return;
+  kernels::update_scale(kernels::Context::of(scale_.device()), scale_.data<float>(),
+                        growth_tracker_.data<float>(), found_inf_.data<float>(), opt_.growth_factor,
+                        opt_.backoff_factor, opt_.growth_interval);
+  scale_.bump_version();
+  growth_tracker_.bump_version();
+}
+
+double GradScaler::get_scale() const {
+  if (!opt_.enabled) return 1.0;
+  if (!scale_.defined() || scale_.device().is_meta()) return opt_.init_scale;
+  return scale_.item();
+}
+
+int64_t GradScaler::growth_tracker() const {
+  if (!growth_tracker_.defined() || growth_tracker_.device().is_meta()) {
+    return static_cast<int64_t>(pending_tracker_);
+  }
+  return static_cast<int64_t>(growth_tracker_.item());
+}
+
+NamedTensors GradScaler::state_dict() const {
+  return {{"scale", scalar_tensor(get_scale())},
+          {"growth_tracker", scalar_tensor(static_cast<double>(growth_tracker()))},
+          {"growth_factor", scalar_tensor(opt_.growth_factor)},
+          {"backoff_factor", scalar_tensor(opt_.backoff_factor)},
+          {"growth_interval", scalar_tensor(static_cast<double>(opt_.growth_interval))}};
+}
+
+void GradScaler::load_state_dict(const NamedTensors& state) {
+  FRUGAL_CHECK(opt_.enabled, "GradScaler::load_state_dict: the scaler is disabled");
+  const std::vector<Tensor> no_params;
+  StateReader r("grad_scaler", state, no_params);
+  GradScalerOptions o = opt_;
+  o.init_scale = r.scalar("scale");
+  double tracker = r.scalar("growth_tracker");
+  o.growth_factor = r.scalar("growth_factor");
+  o.backoff_factor = r.scalar("backoff_factor");
+  o.growth_interval = static_cast<int64_t>(r.scalar("growth_interval"));
+  r.check_all_used();
+  FRUGAL_CHECK(tracker >= 0 && tracker == std::floor(tracker),
+               "grad_scaler state: growth_tracker must be a whole number >= 0, got ", tracker);
+  GradScaler checked(o);  // validates the hyper-parameters before anything changes
+  opt_ = o;
+  pending_tracker_ = tracker;
+  if (scale_.defined()) {
+    fill_(scale_, o.init_scale);
+    fill_(growth_tracker_, tracker);
+  }
+}
+
+}  // namespace frugal::optim
