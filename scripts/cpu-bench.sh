@@ -25,9 +25,14 @@ fi
 echo "frugal:  $BIN ${args[*]} (OMP_NUM_THREADS=$OMP_NUM_THREADS)" >&2
 "$BIN" "${args[@]}" >> "$JSONL" || { echo "frugal benchmark failed" >&2; exit 1; }
 missing=""
-if python3 -c 'import torch, torchvision' 2>/dev/null; then
-  echo "pytorch: bench/torch_train_step.py ${args[*]}" >&2
-  python3 bench/torch_train_step.py "${args[@]}" >> "$JSONL" ||
+# Debian's python3-torch lives in the system interpreter, which may not be the first python3.
+PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import torch, torchvision' 2>/dev/null && /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null; then
+  PY=/usr/bin/python3
+fi
+if "$PY" -c 'import torch, torchvision' 2>/dev/null; then
+  echo "pytorch: $PY bench/torch_train_step.py ${args[*]}" >&2
+  "$PY" bench/torch_train_step.py "${args[@]}" >> "$JSONL" ||
     { echo "PyTorch benchmark failed" >&2; exit 1; }
 else
   missing="PyTorch (with torchvision) was not found (python3 -c 'import torch'): frugal's numbers only."
