@@ -92,7 +92,8 @@ int cmd_compare(const std::vector<std::string>& argv) {
                      "'");
   }
   if (!o.device.is_cpu() && !o.device.is_cuda()) {
-    throw UsageError("compare: --device " + o.device.str() + " has no clock to time; use cpu or cuda");
+    throw UsageError("compare: --device " + o.device.str() +
+                     " has no clock to time; use cpu or cuda");
   }
   if (o.device.is_cuda() && o.device.index >= kernels::cuda_device_count()) {
     throw UsageError("compare: --device " + o.device.str() + ": no such CUDA device");

@@ -63,9 +63,8 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
 
   // The same weights for every precision: the default generator seeds the initialisers.
   manual_seed(o.seed);
-  auto model = models::create(o.model, {.num_classes = o.classes,
-                                        .in_channels = o.channels,
-                                        .width = o.width_multiplier});
+  auto model = models::create(
+      o.model, {.num_classes = o.classes, .in_channels = o.channels, .width = o.width_multiplier});
   model->to(device);
   model->train();
   device_sync(device);
@@ -76,7 +75,8 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
   Tensor images = randn({o.batch, o.height, o.width, o.channels}, gen, {.device = device});
   std::vector<double> label_values = rand({o.batch}, gen).to_vector();  // [N] in [0, 1)
   for (double& v : label_values) {
-    v = std::min(std::floor(v * static_cast<double>(o.classes)), static_cast<double>(o.classes - 1));
+    v = std::min(std::floor(v * static_cast<double>(o.classes)),
+                 static_cast<double>(o.classes - 1));
   }
   Tensor labels = from_vector(label_values, {o.batch}, {.dtype = DType::i64, .device = device});
 
@@ -124,6 +124,7 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
     if (o.warmup == 0 && i == 0) row.first_loss = loss.item();
   }
   row.loss = loss.item();
+  row.loss_scale = scaler ? scaler->get_scale() : 1.0;
   row.median_step_ms = median(ms);
   row.images_per_second =
       row.median_step_ms > 0 ? 1000.0 * static_cast<double>(o.batch) / row.median_step_ms : 0;
@@ -139,8 +140,8 @@ void fill_ratios(std::vector<CompareRow>& rows) {
   FRUGAL_CHECK(f32 != rows.end(), "compare: the ratios need an f32 row");
   const CompareRow base = *f32;
   for (CompareRow& r : rows) {
-    r.peak_allocated_ratio = ratio(static_cast<double>(r.peak_allocated),
-                                   static_cast<double>(base.peak_allocated));
+    r.peak_allocated_ratio =
+        ratio(static_cast<double>(r.peak_allocated), static_cast<double>(base.peak_allocated));
     r.peak_reserved_ratio =
         ratio(static_cast<double>(r.peak_reserved), static_cast<double>(base.peak_reserved));
     r.images_per_second_ratio = ratio(r.images_per_second, base.images_per_second);

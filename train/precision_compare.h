@@ -42,10 +42,13 @@ struct CompareRow {
   DType precision = DType::f32;
   int64_t peak_allocated = 0;  // bytes, Note [What the compare peak measures]
   int64_t peak_reserved = 0;
-  double median_step_ms = 0;  // of the timed steps
+  double median_step_ms = 0;     // of the timed steps
   double images_per_second = 0;  // batch / median step time
   double first_loss = 0;  // loss of the first step (same weights and batch: close across rows)
   double loss = 0;        // loss of the last step, after warmup + steps - 1 updates
+  // f16's final loss scale (65536 at the start, halved on every overflowing step, which is then
+  // skipped: early on that explains a loss that differs from f32's); 1 for f32 and bf16.
+  double loss_scale = 1;
   // Each value over the f32 row's (1 for the f32 row; 0 when f32's value is 0).
   double peak_allocated_ratio = 1, peak_reserved_ratio = 1, images_per_second_ratio = 1,
          loss_ratio = 1;

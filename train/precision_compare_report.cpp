@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "train/precision_compare.h"
 
@@ -29,12 +28,23 @@ std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -50,21 +60,21 @@ std::string mib(int64_t bytes) { return format("%.1f MiB", static_cast<double>(b
 }  // namespace
 
 std::string to_table(const CompareOptions& o, const std::vector<CompareRow>& rows) {
-  std::string s = format("%s (width %.2f), batch %lld, input %s, %lld classes, %s: %lld warm-up + "
-                         "%lld timed steps, SGD lr %g momentum %g, seed %llu\n",
-                         o.model.c_str(), o.width_multiplier, static_cast<long long>(o.batch),
-                         input_str(o).c_str(), static_cast<long long>(o.classes),
-                         o.device.str().c_str(), static_cast<long long>(o.warmup),
-                         static_cast<long long>(o.steps), o.lr, o.momentum,
-                         static_cast<unsigned long long>(o.seed));
-  s += format("%-9s %-24s %-24s %-22s %9s  %s\n", "precision", "peak allocated", "peak reserved",
-              "img/s", "step ms", "loss after last step");
+  std::string s = format(
+      "%s (width %.2f), batch %lld, input %s, %lld classes, %s: %lld warm-up + "
+      "%lld timed steps, SGD lr %g momentum %g, seed %llu\n",
+      o.model.c_str(), o.width_multiplier, static_cast<long long>(o.batch), input_str(o).c_str(),
+      static_cast<long long>(o.classes), o.device.str().c_str(), static_cast<long long>(o.warmup),
+      static_cast<long long>(o.steps), o.lr, o.momentum, static_cast<unsigned long long>(o.seed));
+  s += format("%-9s %-24s %-24s %-22s %9s  %-20s %s\n", "precision", "peak allocated",
+              "peak reserved", "img/s", "step ms", "last loss", "loss scale");
   for (const CompareRow& r : rows) {
-    s += format("%-9s %-24s %-24s %-22s %9.2f  %.4f (%.3fx)\n", dtype_name(r.precision),
+    s += format("%-9s %-24s %-24s %-22s %9.2f  %-20s %g\n", dtype_name(r.precision),
                 format("%s (%.2fx)", mib(r.peak_allocated).c_str(), r.peak_allocated_ratio).c_str(),
                 format("%s (%.2fx)", mib(r.peak_reserved).c_str(), r.peak_reserved_ratio).c_str(),
                 format("%.1f (%.2fx)", r.images_per_second, r.images_per_second_ratio).c_str(),
-                r.median_step_ms, r.loss, r.loss_ratio);
+                r.median_step_ms, format("%.4f (%.3fx)", r.loss, r.loss_ratio).c_str(),
+                r.loss_scale);
   }
   s += "ratios are to f32; peaks from right after the model is built: parameters, gradients, "
        "momentum, batch, activations\n";
@@ -99,6 +109,7 @@ std::string to_json(const CompareOptions& o, const std::vector<CompareRow>& rows
     e["images_per_second"] = r.images_per_second;
     e["first_loss"] = r.first_loss;  // non-finite values become null (JSON has no NaN)
     e["loss"] = r.loss;
+    e["loss_scale"] = r.loss_scale;
     e["peak_allocated_ratio"] = r.peak_allocated_ratio;
     e["peak_reserved_ratio"] = r.peak_reserved_ratio;
     e["images_per_second_ratio"] = r.images_per_second_ratio;
@@ -146,13 +157,16 @@ std::string to_svg(const CompareOptions& o, const std::vector<CompareRow>& rows)
        "</text>\n";
   s += format("<text x=\"%.1f\" y=\"40\" font-size=\"11\" text-anchor=\"middle\" fill=\"#555\">",
               kW / 2) +
-       xml_escape("peaks include parameters, gradients, momentum and activations; img/s from "
-                  "the median of " + std::to_string(o.steps) + " timed steps") +
+       xml_escape(
+           "peaks include parameters, gradients, momentum and activations; img/s from "
+           "the median of " +
+           std::to_string(o.steps) + " timed steps") +
        "</text>\n";
   // The f32 reference line and the axis.
-  s += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
-              "stroke-dasharray=\"4 3\"/>\n",
-              kLeft, y_of(1.0), kW - kRight, y_of(1.0));
+  s += format(
+      "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
+      "stroke-dasharray=\"4 3\"/>\n",
+      kLeft, y_of(1.0), kW - kRight, y_of(1.0));
   s += format("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">1.0</text>\n",
               kLeft - 4, y_of(1.0) + 4);
   s += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n", kLeft,
@@ -165,17 +179,19 @@ std::string to_svg(const CompareOptions& o, const std::vector<CompareRow>& rows)
       const double ratio = safe(m.ratio(r));
       const double x = gx + bar_w * static_cast<double>(i), y = y_of(ratio);
       const double cx = x + bar_w * 0.45;
-      s += format("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">",
-                  x, y, bar_w * 0.9, base_y - y, colour(r.precision)) +
-           "<title>" + xml_escape(std::string(dtype_name(r.precision)) + " " + m.name + ": " +
-                                  m.value(r)) +
+      s += format("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">", x, y,
+                  bar_w * 0.9, base_y - y, colour(r.precision)) +
+           "<title>" +
+           xml_escape(std::string(dtype_name(r.precision)) + " " + m.name + ": " + m.value(r)) +
            "</title></rect>\n";
-      s += format("<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">%.2fx"
-                  "</text>\n",
-                  cx, y - 18, ratio);
-      s += format("<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" "
-                  "fill=\"#555\">",
-                  cx, y - 6) +
+      s += format(
+          "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">%.2fx"
+          "</text>\n",
+          cx, y - 18, ratio);
+      s += format(
+               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" "
+               "fill=\"#555\">",
+               cx, y - 6) +
            xml_escape(m.value(r)) + "</text>\n";
       s += format("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",
                   cx, base_y + 14, dtype_name(r.precision));

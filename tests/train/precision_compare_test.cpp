@@ -1,17 +1,17 @@
 // The f32 / f16 / bf16 comparison on the CPU with a small MobileNetV2 whose activations dominate
 // its memory: row order, ratios, the 16-bit peak drop, what the peak covers, and the JSON, table
 // and SVG renderings (the SVG checked for well-formedness by a small tag-stack parser).
+#include "train/precision_compare.h"
+
 #include <gtest/gtest.h>
 
 #include <cctype>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "models/registry.h"
-#include "train/precision_compare.h"
 
 using namespace frugal;
 
@@ -20,8 +20,16 @@ namespace {
 // Activations dominate: 16 images of 32x32 through a half-width MobileNetV2 (about 0.7M
 // parameters) save a few MiB per step, against about 8 MiB of parameters+gradients+momentum.
 train::CompareOptions small_options() {
-  return {.model = "mobilenet_v2", .batch = 16, .channels = 1, .height = 32, .width = 32,
-          .classes = 3, .width_multiplier = 0.5, .warmup = 1, .steps = 2, .seed = 7,
+  return {.model = "mobilenet_v2",
+          .batch = 16,
+          .channels = 1,
+          .height = 32,
+          .width = 32,
+          .classes = 3,
+          .width_multiplier = 0.5,
+          .warmup = 1,
+          .steps = 2,
+          .seed = 7,
           .device = Device::cpu()};
 }
 
@@ -56,8 +64,10 @@ std::string xml_error(const std::string& s) {
     char quote = 0;
     for (; end < s.size(); ++end) {
       if (quote != 0) {
-        if (s[end] == quote) quote = 0;
-        else if (s[end] == '<') return "'<' inside an attribute";
+        if (s[end] == quote)
+          quote = 0;
+        else if (s[end] == '<')
+          return "'<' inside an attribute";
       } else if (s[end] == '"' || s[end] == '\'') {
         quote = s[end];
       } else if (s[end] == '>') {
@@ -69,7 +79,8 @@ std::string xml_error(const std::string& s) {
     i = end + 1;
     if (tag.empty()) return "empty tag";
     if (tag[0] == '/') {
-      if (stack.empty() || stack.back() != tag.substr(1)) return "mismatched </" + tag.substr(1) + ">";
+      if (stack.empty() || stack.back() != tag.substr(1))
+        return "mismatched </" + tag.substr(1) + ">";
       stack.pop_back();
       continue;
     }
@@ -127,8 +138,8 @@ TEST(PrecisionCompare, SixteenBitActivationsLowerThePeak) {
 
 TEST(PrecisionCompare, PeakCoversParametersGradientsMomentumAndBatch) {
   train::CompareOptions o = small_options();
-  auto model = models::create(o.model, {.num_classes = o.classes, .in_channels = o.channels,
-                                        .width = o.width_multiplier});
+  auto model = models::create(
+      o.model, {.num_classes = o.classes, .in_channels = o.channels, .width = o.width_multiplier});
   const int64_t param_bytes = 4 * model->num_parameters();
   const int64_t batch_bytes = 4 * o.batch * o.height * o.width * o.channels;
   // Parameters, their f32 gradients and SGD momentum buffers are all live at the last step.
@@ -147,6 +158,13 @@ TEST(PrecisionCompare, SameSeedSameStartAndFiniteLosses) {
     // Same weights and batch: the first forward differs by 16-bit rounding only.
     EXPECT_NEAR(r.first_loss, rows[0].first_loss, 0.05 * rows[0].first_loss);
   }
+  // Only f16 scales its loss; 3 steps are too few to grow the scale, overflows only halve it.
+  EXPECT_EQ(rows[0].loss_scale, 1.0);
+  EXPECT_EQ(rows[2].loss_scale, 1.0);
+  const double halvings = std::log2(65536.0 / rows[1].loss_scale);
+  EXPECT_GE(halvings, 0.0);
+  EXPECT_LE(halvings, 3.0);  // at most one per step
+  EXPECT_EQ(halvings, std::floor(halvings));
   // The f32 run repeats bit for bit (same seed, same batch, deterministic CPU kernels).
   train::CompareRow again = train::run_precision(small_options(), DType::f32);
   EXPECT_EQ(again.first_loss, rows[0].first_loss);
@@ -181,6 +199,7 @@ TEST(PrecisionCompare, JsonHasTheConfigurationAndOneObjectPerRow) {
     EXPECT_DOUBLE_EQ(e.at("images_per_second_ratio").get<double>(),
                      rows[i].images_per_second_ratio);
     EXPECT_DOUBLE_EQ(e.at("loss_ratio").get<double>(), rows[i].loss_ratio);
+    EXPECT_DOUBLE_EQ(e.at("loss_scale").get<double>(), rows[i].loss_scale);
   }
 }
 
@@ -200,10 +219,16 @@ TEST(PrecisionCompare, SvgEscapesTextAndSurvivesZeroAndNonFiniteValues) {
   train::CompareOptions o = small_options();
   o.model = "a<b>&\"c'";
   std::vector<train::CompareRow> rows(2);
-  rows[0] = {.precision = DType::f32, .peak_allocated = 100, .peak_reserved = 200,
-             .images_per_second = 0, .loss = 1.0};
-  rows[1] = {.precision = DType::bf16, .peak_allocated = 50, .peak_reserved = 300,
-             .images_per_second = 10, .loss = std::nan("")};
+  rows[0] = {.precision = DType::f32,
+             .peak_allocated = 100,
+             .peak_reserved = 200,
+             .images_per_second = 0,
+             .loss = 1.0};
+  rows[1] = {.precision = DType::bf16,
+             .peak_allocated = 50,
+             .peak_reserved = 300,
+             .images_per_second = 10,
+             .loss = std::nan("")};
   train::fill_ratios(rows);
   EXPECT_EQ(rows[1].peak_allocated_ratio, 0.5);
   EXPECT_EQ(rows[1].peak_reserved_ratio, 1.5);
@@ -222,12 +247,24 @@ TEST(PrecisionCompare, SvgEscapesTextAndSurvivesZeroAndNonFiniteValues) {
 
 TEST(PrecisionCompare, TableShowsEveryPrecisionWithItsRatios) {
   std::vector<train::CompareRow> rows(3);
-  rows[0] = {.precision = DType::f32, .peak_allocated = 4 << 20, .peak_reserved = 8 << 20,
-             .median_step_ms = 10, .images_per_second = 1600, .loss = 2.0};
-  rows[1] = {.precision = DType::f16, .peak_allocated = 2 << 20, .peak_reserved = 4 << 20,
-             .median_step_ms = 5, .images_per_second = 3200, .loss = 2.1};
-  rows[2] = {.precision = DType::bf16, .peak_allocated = 3 << 20, .peak_reserved = 6 << 20,
-             .median_step_ms = 8, .images_per_second = 2000, .loss = 1.9};
+  rows[0] = {.precision = DType::f32,
+             .peak_allocated = 4 << 20,
+             .peak_reserved = 8 << 20,
+             .median_step_ms = 10,
+             .images_per_second = 1600,
+             .loss = 2.0};
+  rows[1] = {.precision = DType::f16,
+             .peak_allocated = 2 << 20,
+             .peak_reserved = 4 << 20,
+             .median_step_ms = 5,
+             .images_per_second = 3200,
+             .loss = 2.1};
+  rows[2] = {.precision = DType::bf16,
+             .peak_allocated = 3 << 20,
+             .peak_reserved = 6 << 20,
+             .median_step_ms = 8,
+             .images_per_second = 2000,
+             .loss = 1.9};
   train::fill_ratios(rows);
   const std::string t = train::to_table(small_options(), rows);
   EXPECT_NE(t.find("4.0 MiB (1.00x)"), std::string::npos) << t;
