@@ -1,15 +1,17 @@
 // Times one full training step of a zoo model (forward, cross-entropy, backward, SGD momentum 0.9)
 // on a fixed random batch: CUDA events on the compute stream or a steady clock on the CPU, median
-// of the timed steps, and the allocator's peaks over the timed steps. bench/torch_train_step.py is
-// its PyTorch twin with the same --json fields.
+// of the timed steps, and the allocator's peaks over the timed steps. --precision f16 runs forward
+// and loss under autocast with a GradScaler, bf16 under autocast alone (PyTorch's recipe).
+// bench/torch_train_step.py is its PyTorch twin with the same --json fields.
 //
-//   train_step_bench --device cuda --batch 128 --input 3x224x224 --classes 1000 --json
+//   train_step_bench --device cuda --batch 128 --input 3x224x224 --classes 1000 --precision f16 --json
 #include <omp.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,11 +19,13 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_common.h"
+#include "core/autocast.h"
 #include "core/factory.h"
 #include "kernels/context.h"
 #include "memory/allocator.h"
 #include "models/registry.h"
 #include "nn/functional.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 
 #ifdef FRUGAL_WITH_CUDA
@@ -35,8 +39,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: train_step_bench [--device cpu|cuda] [--model mobilenet_v2] [--batch N]\n"
-    "                        [--input CxHxW] [--classes K] [--precision f32] [--warmup N]\n"
-    "                        [--steps N] [--seed S] [--json]\n";
+    "                        [--input CxHxW] [--classes K] [--precision f32|f16|bf16]\n"
+    "                        [--warmup N] [--steps N] [--seed S] [--json]\n";
 
 // Timings in milliseconds, one per timed step, measured on the device's own clock.
 class StepTimer {
@@ -145,12 +149,10 @@ int run(int argc, char** argv) {
   const int64_t warmup = flags.integer("warmup", 5, 1);
   const int64_t steps = flags.integer("steps", 20, 1);
   const uint64_t seed = static_cast<uint64_t>(flags.integer("seed", 0, 0));
-  // Hook for f16/bf16 mixed precision: the flag is parsed and passed through by the scripts,
-  // but frugal has no autocast yet, so only f32 runs.
   const std::string precision = flags.str("precision", "f32");
-  if (precision != "f32")
-    throw std::invalid_argument("--precision " + precision +
-                                ": only f32 is supported by frugal's benchmark so far");
+  if (precision != "f32" && precision != "f16" && precision != "bf16")
+    throw std::invalid_argument("--precision expects f32, f16 or bf16, got '" + precision + "'");
+  const DType amp_dtype = parse_dtype(precision);
   if (device.is_cuda() && kernels::cuda_device_count() <= device.index)
     throw std::invalid_argument("--device " + device.str() + ": no such CUDA device");
   if (device.is_meta()) throw std::invalid_argument("--device meta has no clock to time");
@@ -169,12 +171,28 @@ int run(int argc, char** argv) {
   for (auto& v : label_values) v = static_cast<double>(pick(rng));
   Tensor labels = from_vector(label_values, {batch}, {.dtype = DType::i64, .device = device});
 
+  // f16 needs loss scaling (PyTorch's GradScaler defaults); bf16 has f32's range and needs none.
+  std::optional<optim::GradScaler> scaler;
+  if (amp_dtype == DType::f16) scaler.emplace();
+
   auto step = [&]() -> Tensor {
     opt.zero_grad();
-    Tensor logits = model->forward(images);  // [N, K]
-    Tensor loss = nn::functional::cross_entropy(logits, labels);
-    loss.backward();
-    opt.step();
+    Tensor loss;
+    {
+      // Autocast covers forward and loss; backward runs each op in its forward's dtype.
+      std::optional<AutocastGuard> amp;
+      if (is_low_precision(amp_dtype)) amp.emplace(device, amp_dtype);
+      Tensor logits = model->forward(images);  // [N, K]
+      loss = nn::functional::cross_entropy(logits, labels);
+    }
+    if (scaler) {
+      scaler->scale(loss).backward();
+      scaler->step(opt);  // skipped on the device when a gradient overflowed
+      scaler->update();
+    } else {
+      loss.backward();
+      opt.step();
+    }
     return loss;
   };
 

@@ -1,4 +1,4 @@
-// The `frugal` command line: train, eval, models.
+// The `frugal` command line: train, eval, models, compare.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,7 +14,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train    train a model (frugal train --help)\n"
     "  eval     evaluate saved weights (frugal eval --help)\n"
-    "  models   list the model registry with parameter counts\n";
+    "  models   list the model registry with parameter counts\n"
+    "  compare  train in f32, f16 and bf16 and compare memory and speed (frugal compare --help)\n";
 
 }  // namespace
 
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return frugal::tools::cmd_train(rest);
     if (cmd == "eval") return frugal::tools::cmd_eval(rest);
     if (cmd == "models") return frugal::tools::cmd_models(rest);
+    if (cmd == "compare") return frugal::tools::cmd_compare(rest);
     std::fprintf(stderr, "frugal: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const frugal::tools::UsageError& e) {
