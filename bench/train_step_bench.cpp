@@ -19,14 +19,13 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_common.h"
-#include "core/autocast.h"
 #include "core/factory.h"
 #include "kernels/context.h"
 #include "memory/allocator.h"
 #include "models/registry.h"
-#include "nn/functional.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "train/trainer.h"
 
 #ifdef FRUGAL_WITH_CUDA
 #include <cuda_runtime.h>
@@ -176,24 +175,8 @@ int run(int argc, char** argv) {
   if (amp_dtype == DType::f16) scaler.emplace();
 
   auto step = [&]() -> Tensor {
-    opt.zero_grad();
-    Tensor loss;
-    {
-      // Autocast covers forward and loss; backward runs each op in its forward's dtype.
-      std::optional<AutocastGuard> amp;
-      if (is_low_precision(amp_dtype)) amp.emplace(device, amp_dtype);
-      Tensor logits = model->forward(images);  // [N, K]
-      loss = nn::functional::cross_entropy(logits, labels);
-    }
-    if (scaler) {
-      scaler->scale(loss).backward();
-      scaler->step(opt);  // skipped on the device when a gradient overflowed
-      scaler->update();
-    } else {
-      loss.backward();
-      opt.step();
-    }
-    return loss;
+    return train::train_step(*model, opt, images, labels, amp_dtype,
+                             scaler ? &*scaler : nullptr);
   };
 
   Tensor loss;

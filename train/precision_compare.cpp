@@ -8,14 +8,13 @@
 #include <memory>
 #include <optional>
 
-#include "core/autocast.h"
 #include "core/factory.h"
 #include "kernels/context.h"
 #include "memory/allocator.h"
 #include "models/registry.h"
-#include "nn/functional.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "train/trainer.h"
 
 #ifdef FRUGAL_WITH_CUDA
 #include "kernels/cuda/runtime.h"
@@ -86,23 +85,8 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
   if (precision == DType::f16) scaler.emplace();
 
   auto step = [&]() -> Tensor {
-    opt.zero_grad();
-    Tensor loss;
-    {
-      std::optional<AutocastGuard> amp;  // forward and loss only, as in train_epoch
-      if (is_low_precision(precision)) amp.emplace(device, precision);
-      Tensor logits = model->forward(images);  // [N, classes]
-      loss = nn::functional::cross_entropy(logits, labels);
-    }
-    if (scaler) {
-      scaler->scale(loss).backward();
-      scaler->step(opt);
-      scaler->update();
-    } else {
-      loss.backward();
-      opt.step();
-    }
-    return loss;
+    return train::train_step(*model, opt, images, labels, precision,
+                             scaler ? &*scaler : nullptr);
   };
 
   CompareRow row;

@@ -49,6 +49,29 @@ void print_progress(const Progress& p) {
   std::fflush(stderr);
 }
 
+Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images,
+                  const Tensor& labels, DType precision, optim::GradScaler* scaler,
+                  double label_smoothing) {
+  opt.zero_grad();
+  Tensor loss;
+  {
+    // Autocast covers forward and loss only; backward runs each op in its forward's dtype.
+    std::optional<AutocastGuard> amp;  // f32 leaves any caller's autocast state alone
+    if (is_low_precision(precision)) amp.emplace(images.device(), precision);
+    Tensor logits = model.forward(images);  // [N, classes]
+    loss = nn::functional::cross_entropy(logits, labels, {.label_smoothing = label_smoothing});
+  }
+  if (scaler != nullptr) {
+    scaler->scale(loss).backward();
+    scaler->step(opt);  // skipped on the device when a gradient overflowed
+    scaler->update();
+  } else {
+    loss.backward();
+    opt.step();
+  }
+  return loss;
+}
+
 EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedule* schedule,
                        data::DataLoader& loader, int64_t epoch, const EpochOptions& options) {
   model.train();
@@ -56,7 +79,6 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   memory::Allocator& alloc = memory::allocator_for(device);
   alloc.reset_peak_stats();
   ProgressFn progress = options.progress ? options.progress : print_progress;
-  nn::functional::CrossEntropyOptions ce{.label_smoothing = options.label_smoothing};
   const DType precision = options.precision;
   FRUGAL_CHECK(precision == DType::f32 || is_low_precision(precision),
                "train_epoch: precision must be f32, f16 or bf16, got ", precision);
@@ -72,23 +94,8 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   auto t0 = Clock::now(), t_log = t0;
   loader.begin_epoch(epoch);
   while (auto batch = loader.next()) {
-    opt.zero_grad();
-    Tensor loss;
-    {
-      // Autocast covers forward and loss only; backward runs each op in its forward's dtype.
-      std::optional<AutocastGuard> amp;  // f32 leaves any caller's autocast state alone
-      if (is_low_precision(precision)) amp.emplace(device, precision);
-      Tensor logits = model.forward(batch->images);
-      loss = nn::functional::cross_entropy(logits, batch->labels, ce);
-    }
-    if (scaler != nullptr) {
-      scaler->scale(loss).backward();
-      scaler->step(opt);  // skipped on the device when a gradient overflowed
-      scaler->update();
-    } else {
-      loss.backward();
-      opt.step();
-    }
+    Tensor loss = train_step(model, opt, batch->images, batch->labels, precision, scaler,
+                             options.label_smoothing);
     if (schedule != nullptr) schedule->step();
     {
       autograd::NoGradGuard ng;

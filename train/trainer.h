@@ -46,6 +46,14 @@ struct EpochOptions {
   optim::GradScaler* scaler = nullptr;
 };
 
+// One optimisation step on a batch (zero_grad, forward and loss, backward, step): forward and
+// loss run under an AutocastGuard on the model's device when `precision` is f16 or bf16; with a
+// `scaler` the loss is scaled and the step is skipped on the device when a gradient overflowed.
+// Returns the loss without reading it back.
+Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images,
+                  const Tensor& labels, DType precision = DType::f32,
+                  optim::GradScaler* scaler = nullptr, double label_smoothing = 0.0);
+
 // Trains `model` for one pass over `loader` (begin_epoch(epoch) is called here). `schedule`
 // (nullable) is stepped after each optimizer step. Loss values are read back only every
 // log_every steps so the host does not wait on the device each step.
