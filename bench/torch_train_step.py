@@ -103,7 +103,10 @@ def main():
     labels = torch.randint(0, a.classes, (a.batch,), device=dev)
 
     amp_dtype = {"f32": None, "f16": torch.float16, "bf16": torch.bfloat16}[a.precision]
-    scaler = torch.amp.GradScaler(dev.type, enabled=a.precision == "f16")
+    if hasattr(torch.amp, "GradScaler"):  # torch >= 2.3
+        scaler = torch.amp.GradScaler(dev.type, enabled=a.precision == "f16")
+    else:  # older releases (Debian's 1.13) have only the CUDA scaler
+        scaler = torch.cuda.amp.GradScaler(enabled=a.precision == "f16")
 
     def step():
         opt.zero_grad(set_to_none=True)
