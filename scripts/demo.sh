@@ -7,5 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh dataset-fashion-mnist
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFRUGAL_BUILD_TESTS=OFF >/dev/null
 cmake --build build -j"$(nproc)" --target frugal_tool
-exec build/frugal train --model mobilenet_v2 --data fashion-mnist --epochs 2 --batch 128 \
-  --lr 0.05 --schedule cosine --device auto "$@"
+# The 2-epoch recipe that reaches 89% test accuracy on a 2-core CPU (bench/RESULTS.md).
+exec build/frugal train --model mobilenet_v2 --data fashion-mnist --epochs 2 --batch 64 \
+  --optimizer adamw --lr 0.004 --weight-decay 0.05 --label-smoothing 0.1 --no-augment \
+  --schedule cosine --device auto "$@"
