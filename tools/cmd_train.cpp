@@ -137,9 +137,15 @@ int cmd_train(const std::vector<std::string>& argv) {
     sched = std::make_unique<optim::StepLR>(*opt, std::max<int64_t>(epochs * steps_per_epoch / 3, 1), 0.1);
   }
 
+  // f16 needs loss scaling; one scaler for the whole run (saved in checkpoints) so its scale
+  // carries over epochs and resumes.
+  std::unique_ptr<optim::GradScaler> scaler;
+  if (precision == DType::f16) scaler = std::make_unique<optim::GradScaler>();
+
   int64_t first_epoch = 0;
   if (args.has("resume")) {
-    train::TrainingState st = train::load_checkpoint(args.str("resume", ""), *model, opt.get());
+    train::TrainingState st =
+        train::load_checkpoint(args.str("resume", ""), *model, opt.get(), scaler.get());
     first_epoch = st.epoch;
     default_generator().set_offset(st.rng_offset);
     for (int64_t s = 0; sched && s < st.step; ++s) sched->step();
@@ -153,9 +159,6 @@ int cmd_train(const std::vector<std::string>& argv) {
               dc.name.c_str(), static_cast<long long>(splits.train->size()),
               static_cast<long long>(batch), opt->name().c_str(), device.str().c_str(), precision_name.c_str());
   std::fflush(stdout);
-  // f16 needs loss scaling; one scaler for the whole run so its scale carries over epochs.
-  std::unique_ptr<optim::GradScaler> scaler;
-  if (precision == DType::f16) scaler = std::make_unique<optim::GradScaler>();
   double accuracy = 0;
   for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
     train::EpochStats s = train::train_epoch(*model, *opt, sched.get(), train_loader, epoch,
@@ -174,7 +177,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     if (args.has("save")) {
       train::TrainingState st{.epoch = epoch + 1, .step = (epoch + 1) * steps_per_epoch,
                               .seed = seed, .rng_offset = default_generator().offset()};
-      train::save_checkpoint(args.str("save", ""), *model, opt.get(), st);
+      train::save_checkpoint(args.str("save", ""), *model, opt.get(), st, scaler.get());
     }
   }
   std::printf("test accuracy: %.2f%%\n", 100.0 * accuracy);

@@ -15,6 +15,7 @@ namespace frugal::train {
 namespace {
 
 constexpr const char* kOptimizerPrefix = "optimizer.";
+constexpr const char* kScalerPrefix = "scaler.";
 constexpr const char* kStatePrefix = "frugal.";
 
 // out[perm-ordered] for a 4-D tensor, element type U of the tensor's size. to_oihw: src is
@@ -183,12 +184,14 @@ void load_model(const std::string& path, nn::Module& model) {
 }
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* opt,
-                     const TrainingState& state) {
+                     const TrainingState& state, const optim::GradScaler* scaler) {
   NamedTensors all = model_tensors(model);
   for (const auto& [name, t] : all) {
-    FRUGAL_CHECK(name.rfind(kOptimizerPrefix, 0) != 0, "save_checkpoint: model tensor '", name,
-                 "' would be read back as optimizer state (the '", kOptimizerPrefix,
-                 "' prefix is reserved)");
+    for (const char* prefix : {kOptimizerPrefix, kScalerPrefix}) {
+      FRUGAL_CHECK(name.rfind(prefix, 0) != 0, "save_checkpoint: model tensor '", name,
+                   "' would be read back as optimizer or scaler state (the '", prefix,
+                   "' prefix is reserved)");
+    }
   }
   Metadata md;
   for (const auto& [k, v] : state.extra) {
@@ -205,10 +208,14 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     md["frugal.optimizer"] = opt->name();
     for (const auto& [name, t] : opt->state_dict()) all.emplace_back(kOptimizerPrefix + name, t);
   }
+  if (scaler != nullptr) {
+    for (const auto& [name, t] : scaler->state_dict()) all.emplace_back(kScalerPrefix + name, t);
+  }
   save_safetensors(path, to_file_layout(all), md);
 }
 
-TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt) {
+TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt,
+                              optim::GradScaler* scaler) {
   SafetensorsFile file = load_safetensors(path);
   const Metadata& md = file.metadata;
   auto format = md.find("frugal.format");
@@ -225,16 +232,28 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
     if (k.rfind(kStatePrefix, 0) != 0) state.extra[k] = v;
   }
 
-  NamedTensors model_part, opt_part;
-  const size_t plen = std::strlen(kOptimizerPrefix);
+  NamedTensors model_part, opt_part, scaler_part;
+  const size_t plen = std::strlen(kOptimizerPrefix), slen = std::strlen(kScalerPrefix);
   for (auto& [name, t] : file.tensors) {
     if (name.rfind(kOptimizerPrefix, 0) == 0)
       opt_part.emplace_back(name.substr(plen), t);
+    else if (name.rfind(kScalerPrefix, 0) == 0)
+      scaler_part.emplace_back(name.substr(slen), t);
     else
       model_part.emplace_back(name, t);
   }
-  // 1. The model part, checked only.
+  // 1. The model part, checked only; the scaler part, checked by loading a scratch scaler.
   ModelLoad plan = plan_model_load("load_checkpoint", path, model, model_part);
+  const bool load_scaler = scaler != nullptr && !scaler_part.empty();
+  if (load_scaler) {
+    try {
+      optim::GradScaler probe(scaler->options());
+      probe.load_state_dict(scaler_part);
+    } catch (const Error& e) {
+      FRUGAL_FAIL("load_checkpoint: '", path,
+                  "': scaler part rejected (nothing was loaded): ", e.what());
+    }
+  }
   // 2. The optimizer, all-or-nothing by its own contract; a failure here has changed nothing.
   if (opt != nullptr) {
     FRUGAL_CHECK(!state.optimizer.empty(), "load_checkpoint: '", path,
@@ -248,7 +267,9 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
                   "': optimizer part rejected (nothing was loaded): ", e.what());
     }
   }
-  // 3. The model copies, which cannot fail on shapes or dtypes any more.
+  // 3. The scaler (already validated), then the model copies, which cannot fail on shapes or
+  // dtypes any more.
+  if (load_scaler) scaler->load_state_dict(scaler_part);
   apply_model_load(plan, model);
   return state;
 }

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "nn/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "train/safetensors.h"
 
@@ -49,15 +50,19 @@ struct TrainingState {
   Metadata extra{};         // free-form user entries (keys must not start with "frugal.")
 };
 
-// One file: model tensors under their names, optimizer state under "optimizer.<name>", the
-// training state in __metadata__. `opt` may be null (then no optimizer part is written).
+// One file: model tensors under their names, optimizer state under "optimizer.<name>", the loss
+// scaler's under "scaler.<name>", the training state in __metadata__. `opt` and `scaler` may be
+// null (then that part is not written).
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* opt,
-                     const TrainingState& state);
+                     const TrainingState& state, const optim::GradScaler* scaler = nullptr);
 
-// Validates the model part, then loads the optimizer (its load_state_dict is all-or-nothing),
-// then copies the model: any error leaves model and optimizer unchanged. With a null `opt` the
-// optimizer part is ignored (e.g. to evaluate a checkpoint); with one, the file must hold state
-// for an optimizer of the same name.
-TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt);
+// Validates the model part and the scaler part (loaded into a scratch scaler), then loads the
+// optimizer (its load_state_dict is all-or-nothing), then the scaler, then copies the model: any
+// error leaves model, optimizer and scaler unchanged. With a null `opt` the optimizer part is
+// ignored (e.g. to evaluate a checkpoint); with one, the file must hold state for an optimizer
+// of the same name. A given `scaler` keeps its state when the file has no scaler part (a run
+// saved in f32 or bf16 and resumed in f16 starts scaling afresh).
+TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt,
+                              optim::GradScaler* scaler = nullptr);
 
 }  // namespace frugal::train

@@ -11,7 +11,9 @@
 #include "core/ops.h"
 #include "file_test_util.h"
 #include "nn/layers.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "train/safetensors.h"
 
 using namespace frugal;
 using frugal::test::ScratchFile;
@@ -201,4 +203,46 @@ TEST(Checkpoint, SaveRejectsReservedNames) {
     train::save_checkpoint(f.path(), *a, nullptr, {.extra = {{"frugal.epoch", "9"}}});
   });
   expect_mentions(msg, {"'frugal.epoch'", "reserved"});
+}
+
+// The loss scaler's state travels with the checkpoint; a bad scaler part changes nothing.
+TEST(Checkpoint, ScalerStateResumesAndABadScalerPartChangesNothing) {
+  ScratchFile file("scaler");
+  auto a = tiny_model(1);
+  optim::SGD opt(a->parameters(), kSgd);
+  optim::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 5});
+  // Three clean scaled steps: the growth tracker reaches 3 (a synchronising read in tests only).
+  for (int step = 0; step < 3; ++step) {
+    Tensor loss = sum(mul(a->parameters()[0], a->parameters()[0]));
+    opt.zero_grad();
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+  }
+  ASSERT_EQ(scaler.growth_tracker(), 3);
+  train::save_checkpoint(file.path(), *a, &opt, {.epoch = 1, .step = 3}, &scaler);
+
+  auto b = tiny_model(2);
+  optim::SGD opt_b(b->parameters(), kSgd);
+  optim::GradScaler fresh({.growth_interval = 5});
+  train::load_checkpoint(file.path(), *b, &opt_b, &fresh);
+  EXPECT_EQ(fresh.get_scale(), 1024.0);
+  EXPECT_EQ(fresh.growth_tracker(), 3);
+  EXPECT_EQ(params_of(*b), params_of(*a));
+
+  // A scaler part with a wrong entry: model, optimizer and scaler stay as they were.
+  auto entries = train::load_safetensors(file.path());
+  for (auto& [name, t] : entries.tensors) {
+    if (name == "scaler.scale") t = zeros({2}, {.dtype = DType::f64});
+  }
+  train::save_safetensors(file.path(), entries.tensors, entries.metadata);
+  auto c = tiny_model(3);
+  optim::SGD opt_c(c->parameters(), kSgd);
+  optim::GradScaler untouched({.init_scale = 8.0});
+  const std::vector<std::string> before = params_of(*c);
+  std::string msg = error_of([&] { train::load_checkpoint(file.path(), *c, &opt_c, &untouched); });
+  expect_mentions(msg, {"scaler part rejected", "nothing was loaded"});
+  EXPECT_EQ(params_of(*c), before);
+  EXPECT_TRUE(opt_c.state_dict().size() == 1);  // only "lr": no momentum buffers were loaded
+  EXPECT_EQ(untouched.get_scale(), 8.0);
 }
