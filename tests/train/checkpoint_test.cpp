@@ -17,23 +17,10 @@
 
 using namespace frugal;
 using frugal::test::ScratchFile;
+using frugal::test::error_of;
+using frugal::test::expect_mentions;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected frugal::Error";
-  return "";
-}
-
-void expect_mentions(const std::string& msg, const std::vector<std::string>& parts) {
-  for (const auto& p : parts)
-    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-}
 
 // Conv2d(2, 3, 3) (4-D weight, so its momentum crosses the layout conversion) and Linear(4, 3).
 std::shared_ptr<nn::Sequential> tiny_model(uint64_t seed) {

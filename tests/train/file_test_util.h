@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/tensor.h"
 
 namespace frugal::test {
@@ -80,6 +82,23 @@ std::vector<std::string> snapshot(const Named& tensors) {
                   tensor_bytes(t));
   }
   return out;
+}
+
+// The message of the frugal::Error that f throws (a test failure when it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected frugal::Error";
+  return "";
+}
+
+// Expects every part to appear in msg.
+inline void expect_mentions(const std::string& msg, const std::vector<std::string>& parts) {
+  for (const auto& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
 }
 
 }  // namespace frugal::test

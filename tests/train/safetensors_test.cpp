@@ -15,6 +15,8 @@
 
 using namespace frugal;
 using frugal::test::ScratchFile;
+using frugal::test::error_of;
+using frugal::test::expect_mentions;
 
 namespace {
 
@@ -26,20 +28,6 @@ Tensor random_bits(const Shape& shape, DType dtype, std::mt19937_64& rng) {
   return t;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected frugal::Error";
-  return "";
-}
-
-void expect_mentions(const std::string& msg, const std::vector<std::string>& parts) {
-  for (const auto& p : parts)
-    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-}
 
 // The load error for `bytes` written to a scratch file, checked to name the file and `parts`.
 void expect_bad_file(const std::string& bytes, const std::vector<std::string>& parts) {
