@@ -67,6 +67,27 @@ def build_model(torch, torchvision, in_channels, classes):
     return model
 
 
+def print_kernel_profile(torch, step):
+    """One step under torch.profiler; its GPU kernels grouped by name, longest first."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    totals = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            t, n = totals.get(ev.name, (0.0, 0))
+            us = getattr(ev, "device_time_total", None)
+            if us is None:  # releases before 2.4 name it after CUDA
+                us = ev.cuda_time_total
+            totals[ev.name] = (t + us, n + 1)  # microseconds
+    all_us = max(sum(t for t, _ in totals.values()), 1e-9)
+    print(f"pytorch kernels of one step: {all_us / 1000:.2f} ms in {sum(n for _, n in totals.values())} "
+          "launches", file=sys.stderr)
+    for name, (t, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:40]:
+        print(f"{t / 1000:9.3f} ms {100 * t / all_us:5.1f}% {n:5d}x  {name[:110]}", file=sys.stderr)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -82,6 +103,9 @@ def main():
     p.add_argument("--channels-last", choices=["auto", "on", "off"], default="auto",
                    help="auto: on for CUDA, off for the CPU")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="after the timed steps, print the GPU kernels of one more step "
+                        "(torch.profiler) to stderr")
     a = p.parse_args()
     if a.batch < 1 or a.classes < 2 or a.warmup < 1 or a.steps < 1:
         p.error("--batch, --warmup and --steps must be >= 1 and --classes >= 2")
@@ -150,6 +174,9 @@ def main():
     final_loss = loss.item()
     if final_loss != final_loss or abs(final_loss) == float("inf"):
         sys.exit("torch_train_step: loss is not finite after the steps")
+
+    if a.profile and dev.type == "cuda":
+        print_kernel_profile(torch, step)
 
     peak_rss_timed = proc_status_bytes("VmHWM") if rss_reset else -1
     med = statistics.median(times)

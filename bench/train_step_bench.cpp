@@ -28,6 +28,7 @@
 #include "train/trainer.h"
 
 #ifdef FRUGAL_WITH_CUDA
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/runtime.h"
@@ -39,7 +40,9 @@ namespace {
 constexpr const char* kUsage =
     "usage: train_step_bench [--device cpu|cuda] [--model mobilenet_v2] [--batch N]\n"
     "                        [--input CxHxW] [--classes K] [--precision f32|f16|bf16]\n"
-    "                        [--warmup N] [--steps N] [--seed S] [--json]\n";
+    "                        [--warmup N] [--steps N] [--seed S] [--json] [--profile]\n"
+    "  --profile: bracket the last timed step with cudaProfilerStart/Stop, for\n"
+    "             ncu --profile-from-start off (scripts/gpu-profile.sh)\n";
 
 // Timings in milliseconds, one per timed step, measured on the device's own clock.
 class StepTimer {
@@ -117,6 +120,18 @@ void device_sync(Device device) {
 #endif
 }
 
+// Opens or closes the window an external profiler (ncu --profile-from-start off) records.
+void set_profiler(bool on) {
+#ifdef FRUGAL_WITH_CUDA
+  cudaError_t e = on ? cudaProfilerStart() : cudaProfilerStop();
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("cudaProfiler") + (on ? "Start" : "Stop") +
+                             " failed: " + cudaGetErrorString(e));
+#else
+  (void)on;
+#endif
+}
+
 std::string device_name(Device device) {
 #ifdef FRUGAL_WITH_CUDA
   if (device.is_cuda()) {
@@ -134,7 +149,7 @@ int run(int argc, char** argv) {
   Flags flags(argc, argv,
               {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps",
                "seed"},
-              {"json", "help"});
+              {"json", "help", "profile"});
   if (flags.flag("help")) {
     std::cout << kUsage;
     return 0;
@@ -196,11 +211,14 @@ int run(int argc, char** argv) {
 
   StepTimer timer(device, steps);
   auto wall0 = std::chrono::steady_clock::now();
+  const bool profile = flags.flag("profile") && device.is_cuda();
   for (int64_t i = 0; i < steps; ++i) {
+    if (profile && i == steps - 1) set_profiler(true);
     timer.begin(i);
     loss = step();
     timer.end(i);
   }
+  if (profile) set_profiler(false);
   device_sync(device);
   const double wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Where the GPU time of one MobileNetV2 training step goes, frugal beside PyTorch: ncu times every
+# kernel of frugal's last timed step (train_step_bench --profile), torch.profiler every kernel of
+# one PyTorch step; both summed by kernel name into "${OUT:-/tmp}/profile-<impl>-<precision>.txt".
+#   PROFILE_PRECISIONS="f32 bf16" PROFILE_CASE="128 3x224x224 1000" scripts/gpu-profile.sh
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+BUILD="${BUILD_DIR:-build-gpu}"
+OUTDIR="${OUT:-/tmp}"
+mkdir -p "$OUTDIR"
+read -r batch input classes <<< "${PROFILE_CASE:-128 3x224x224 1000}"
+status=0
+for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
+  args=(--device cuda --batch "$batch" --input "$input" --classes "$classes" --precision "$p"
+        --warmup 3 --steps 2)
+  csv="$OUTDIR/ncu-frugal-$p.csv"
+  # --clock-control none: leave the clocks as the benchmark sees them (the device tool's METHOD.md)
+  ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+    --print-units base --log-file "$csv" "$BUILD/train_step_bench" "${args[@]}" > /dev/null ||
+    { echo "ncu failed for $p"; status=1; continue; }
+  python3 bench/ncu_summary.py "$csv" | tee "$OUTDIR/profile-frugal-$p.txt" | head -30
+  python3 bench/torch_train_step.py "${args[@]}" --profile 2> "$OUTDIR/profile-pytorch-$p.txt" \
+    > /dev/null || status=1
+  head -30 "$OUTDIR/profile-pytorch-$p.txt"
+done
+exit $status
