@@ -1,5 +1,8 @@
 // Device-independent kernel plumbing: index descriptors, default contexts and byte copies.
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "kernels/conv.h"
 #include "kernels/elementwise.h"
@@ -51,6 +54,19 @@ Reduction make_reduction(const Shape& in, const Shape& out) {
   }
   return r;
 }
+
+namespace {
+std::atomic<bool>& conv_tf32_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* v = std::getenv("FRUGAL_ALLOW_TF32");
+    return v == nullptr || std::string(v) != "0";
+  }()};
+  return flag;
+}
+}  // namespace
+
+void set_conv_allow_tf32(bool allow) { conv_tf32_flag().store(allow); }
+bool conv_allow_tf32() { return conv_tf32_flag().load(); }
 
 std::string Conv2dShape::str() const {
   return detail::str("conv2d(x=[", n, ", ", h, ", ", w, ", ", c, "], out_channels=", k,

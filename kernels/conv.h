@@ -26,6 +26,14 @@ struct Conv2dShape {
   std::string str() const;  // for error messages and the algorithm cache key
 };
 
+// Whether f32 convolutions on CUDA may use TF32 tensor cores (products of 10-bit mantissas,
+// f32 accumulation), as PyTorch lets cuDNN by default (torch.backends.cudnn.allow_tf32). On
+// unless FRUGAL_ALLOW_TF32=0 is set; off gives FMA-only f32 convolutions that match the CPU to
+// about 1e-5. Matrix products (cuBLAS) stay full f32, as PyTorch's do by default. 16-bit
+// convolutions always use tensor cores.
+void set_conv_allow_tf32(bool allow);
+bool conv_allow_tf32();
+
 // y[N, OH, OW, K] = conv(x, w) (+ bias[K] when bias is not null)
 FRUGAL_DECLARE_KERNEL(conv2d_forward, (const Context& ctx, DType dtype, const Conv2dShape& s,
                                        const void* x, const void* w, const void* bias, void* y),

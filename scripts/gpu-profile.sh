@@ -16,11 +16,12 @@ for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
   csv="$OUTDIR/ncu-frugal-$p.csv"
   # --clock-control none: leave the clocks as the benchmark sees them (the device tool's METHOD.md)
   ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
-    --print-units base --log-file "$csv" "$BUILD/train_step_bench" "${args[@]}" > /dev/null ||
+    --print-units base --log-file "$csv" "$BUILD/train_step_bench" "${args[@]}" --profile > /dev/null ||
     { echo "ncu failed for $p"; status=1; continue; }
-  python3 bench/ncu_summary.py "$csv" | tee "$OUTDIR/profile-frugal-$p.txt" | head -30
-  python3 bench/torch_train_step.py "${args[@]}" --profile 2> "$OUTDIR/profile-pytorch-$p.txt" \
-    > /dev/null || status=1
-  head -30 "$OUTDIR/profile-pytorch-$p.txt"
+  python3 bench/ncu_summary.py "$csv" --top 60 > "$OUTDIR/profile-frugal-$p.txt" || status=1
+  rm -f "$csv"
+  python3 bench/torch_train_step.py "${args[@]}" --profile 2>&1 > /dev/null |
+    grep -v -i "warn" > "$OUTDIR/profile-pytorch-$p.txt" || status=1
+  head -25 "$OUTDIR/profile-frugal-$p.txt" "$OUTDIR/profile-pytorch-$p.txt"
 done
 exit $status

@@ -1,145 +1,249 @@
 // Batch normalisation over NHWC rows [rows, C] on CUDA. Per-channel sums run in two stages: a
-// partial kernel (32 channels x 8 rows a block, float sums over a slice of rows, shifted by the
-// first row for the variance) and a per-channel finish in double; then an elementwise pass.
+// partial kernel (16-byte channel packs x rows a block, float sums over a slice of rows, shifted
+// by the first row for the variance) and a per-channel finish in double (one warp per channel);
+// then an elementwise pass over packs.
 // x/y/dx/dy are f32/f16/bf16, parameters and statistics are f32.
 #include "kernels/batch_norm.h"
 #include "kernels/cuda/cuda_common.cuh"
 
+#include <initializer_list>
+#include <type_traits>
+
 namespace frugal::kernels::cuda {
 namespace {
 
-// One block sums 32 channels over the rows of split blockIdx.y:
+// Channel packs: 16-byte loads when C divides into them (every MobileNet width does), else one
+// channel per thread. 16-bit rows were load-latency bound with one 2-byte channel per thread.
+template <typename T>
+int pack_width(int64_t c, std::initializer_list<const void*> pointers) {
+  if (c % kVec<T> != 0) return 1;
+  for (const void* p : pointers) {
+    if (p != nullptr && !aligned16(p)) return 1;
+  }
+  return kVec<T>;
+}
+
+template <typename T, int V>
+__device__ __forceinline__ Pack<T, V> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T, V>*>(p);
+}
+
+// One block: `lanes` consecutive channel packs x (kThreads / lanes) rows, rows strided over the
+// splits (blockIdx.y). Sums per channel
 //   forward:  a = x - x[0, c], b = (x - x[0, c])^2
 //   backward: a = dy,          b = dy * (x - mean[c])
 // and writes partial[(split * C + c) * 2 + {0, 1}].
-template <typename T, bool kBackward>
-__global__ void channel_partial_kernel(int64_t rows, int64_t c, const T* x, const T* dy,
-                                       const float* mean, float* partial) {
-  __shared__ float sa[8][33], sb[8][33];
-  int64_t ch = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
-  float a = 0.0f, b = 0.0f;
-  if (ch < c) {
-    float center = kBackward ? mean[ch] : to_f(x[ch]);
-    int64_t step = static_cast<int64_t>(gridDim.y) * 8;
-    for (int64_t r = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; r < rows; r += step) {
-      float d = to_f(x[r * c + ch]) - center;
+template <typename T, bool kBackward, int V>
+__global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const T* x,
+                                       const T* dy, const float* mean, float* partial) {
+  __shared__ float shared[kThreads];
+  const int64_t cvs = c / V;
+  const int block_rows = kThreads / lanes;
+  const int lane = static_cast<int>(threadIdx.x) % lanes;
+  const int r = static_cast<int>(threadIdx.x) / lanes;
+  const int64_t cv = static_cast<int64_t>(blockIdx.x) * lanes + lane;
+  const bool active = r < block_rows && cv < cvs;
+  float a[V], b[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) a[v] = b[v] = 0.0f;
+  if (active) {
+    const int64_t c0 = cv * V;
+    float center[V];
+    if (kBackward) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) center[v] = mean[c0 + v];
+    } else {
+      Pack<T, V> first = load_pack<T, V>(x + c0);
+#pragma unroll
+      for (int v = 0; v < V; ++v) center[v] = to_f(first.v[v]);
+    }
+    const int64_t step = static_cast<int64_t>(gridDim.y) * block_rows;
+    for (int64_t row = static_cast<int64_t>(blockIdx.y) * block_rows + r; row < rows;
+         row += step) {
+      Pack<T, V> xv = load_pack<T, V>(x + row * c + c0);
       if (kBackward) {
-        float g = to_f(dy[r * c + ch]);
-        a += g;
-        b += g * d;
+        Pack<T, V> gv = load_pack<T, V>(dy + row * c + c0);
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          float g = to_f(gv.v[v]);
+          a[v] += g;
+          b[v] += g * (to_f(xv.v[v]) - center[v]);
+        }
       } else {
-        a += d;
-        b += d * d;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          float d = to_f(xv.v[v]) - center[v];
+          a[v] += d;
+          b[v] += d * d;
+        }
       }
     }
   }
-  sa[threadIdx.y][threadIdx.x] = a;
-  sb[threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
-  if (threadIdx.y == 0 && ch < c) {
-    for (int i = 1; i < 8; ++i) {
-      a += sa[i][threadIdx.x];
-      b += sb[i][threadIdx.x];
+  // Sum the block's rows one (channel, moment) at a time through shared memory.
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      shared[threadIdx.x] = m == 0 ? a[v] : b[v];
+      __syncthreads();
+      if (r == 0 && cv < cvs) {
+        float sum = shared[lane];
+        for (int j = 1; j < block_rows; ++j) sum += shared[j * lanes + lane];
+        partial[(static_cast<int64_t>(blockIdx.y) * c + cv * V + v) * 2 + m] = sum;
+      }
+      __syncthreads();
     }
-    int64_t slot = (static_cast<int64_t>(blockIdx.y) * c + ch) * 2;
-    partial[slot] = a;
-    partial[slot + 1] = b;
   }
 }
 
-// Per channel: batch statistics, saved statistics and running statistics (PyTorch's momentum
-// rule, unbiased variance for the running estimate).
+// The two sums of channel `ch` over the splits, in double; one warp per channel, every lane gets
+// the result.
+__device__ __forceinline__ void sum_splits(int64_t c, int splits, const float* partial,
+                                           int64_t ch, int lane, double* a, double* b) {
+  double sa = 0.0, sb = 0.0;
+  for (int g = lane; g < splits; g += 32) {
+    sa += partial[(g * c + ch) * 2];
+    sb += partial[(g * c + ch) * 2 + 1];
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    sa += __shfl_xor_sync(0xffffffffu, sa, o);
+    sb += __shfl_xor_sync(0xffffffffu, sb, o);
+  }
+  *a = sa;
+  *b = sb;
+}
+
+constexpr int kWarpsPerBlock = kThreads / 32;
+
+// Per channel (one warp each): batch statistics, saved statistics and running statistics
+// (PyTorch's momentum rule, unbiased variance for the running estimate).
 template <typename T>
 __global__ void forward_finish_kernel(int64_t rows, int64_t c, int splits, const float* partial,
                                       const T* x, double eps, double momentum, float* save_mean,
                                       float* save_invstd, float* running_mean,
                                       float* running_var) {
-  for (int64_t ch = thread_index(); ch < c; ch += grid_stride()) {
-    double a = 0.0, b = 0.0;
-    for (int g = 0; g < splits; ++g) {
-      a += partial[(g * c + ch) * 2];
-      b += partial[(g * c + ch) * 2 + 1];
-    }
-    double m = static_cast<double>(rows);
-    double shifted_mean = a / m;
-    double var = fmax(b / m - shifted_mean * shifted_mean, 0.0);  // biased
-    double mean = static_cast<double>(to_f(x[ch])) + shifted_mean;
-    save_mean[ch] = static_cast<float>(mean);
-    save_invstd[ch] = static_cast<float>(1.0 / sqrt(var + eps));
-    if (running_mean != nullptr) {
-      running_mean[ch] = static_cast<float>((1 - momentum) * running_mean[ch] + momentum * mean);
-    }
-    if (running_var != nullptr) {
-      double unbiased = var * m / (m - 1.0);
-      running_var[ch] = static_cast<float>((1 - momentum) * running_var[ch] + momentum * unbiased);
-    }
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (ch >= c) return;
+  double a, b;
+  sum_splits(c, splits, partial, ch, lane, &a, &b);
+  if (lane != 0) return;
+  double m = static_cast<double>(rows);
+  double shifted_mean = a / m;
+  double var = fmax(b / m - shifted_mean * shifted_mean, 0.0);  // biased
+  double mean = static_cast<double>(to_f(x[ch])) + shifted_mean;
+  save_mean[ch] = static_cast<float>(mean);
+  save_invstd[ch] = static_cast<float>(1.0 / sqrt(var + eps));
+  if (running_mean != nullptr) {
+    running_mean[ch] = static_cast<float>((1 - momentum) * running_mean[ch] + momentum * mean);
+  }
+  if (running_var != nullptr) {
+    double unbiased = var * m / (m - 1.0);
+    running_var[ch] = static_cast<float>((1 - momentum) * running_var[ch] + momentum * unbiased);
   }
 }
 
 // y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]; invstd comes from `var` + eps when
-// `var` is given (evaluation), else from `invstd`. gamma/beta may be null (1 and 0).
-template <typename T>
+// `var` is given (evaluation), else from `invstd`. gamma/beta may be null (1 and 0). One pack of
+// V channels of one row per step (C % V == 0).
+template <typename T, int V>
 __global__ void normalize_kernel(int64_t n, int64_t c, const T* x, const float* mean,
                                  const float* invstd, const float* var, float eps,
                                  const float* gamma, const float* beta, T* y) {
-  int64_t stride = grid_stride();
-  int64_t stride_c = stride % c;
-  int64_t i = thread_index();
-  int64_t ch = i % c;  // advanced incrementally: one division per thread, not per element
-  for (; i < n; i += stride) {
-    float is = var != nullptr ? 1.0f / sqrtf(var[ch] + eps) : invstd[ch];
-    float g = gamma != nullptr ? gamma[ch] : 1.0f;
-    float b = beta != nullptr ? beta[ch] : 0.0f;
-    y[i] = from_f<T>((to_f(x[i]) - mean[ch]) * (is * g) + b);
-    ch += stride_c;
-    if (ch >= c) ch -= c;
+  const int64_t packs = n / V;
+  for (int64_t i = thread_index(); i < packs; i += grid_stride()) {
+    const int64_t c0 = (i * V) % c;
+    Pack<T, V> xv = load_pack<T, V>(x + i * V);
+    Pack<T, V> out;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t ch = c0 + v;
+      float is = var != nullptr ? rsqrtf(var[ch] + eps) : invstd[ch];
+      float g = gamma != nullptr ? gamma[ch] : 1.0f;
+      float b = beta != nullptr ? beta[ch] : 0.0f;
+      out.v[v] = from_f<T>((to_f(xv.v[v]) - mean[ch]) * (is * g) + b);
+    }
+    *reinterpret_cast<Pack<T, V>*>(y + i * V) = out;
   }
 }
 
-// Per channel: dgamma, dbeta and the coefficients of dx = k1 * (dy - k2 - (x - mean) * k3).
+// Per channel (one warp each): dgamma, dbeta and the coefficients of
+// dx = k1 * (dy - k2 - (x - mean) * k3).
 __global__ void backward_finish_kernel(int64_t rows, int64_t c, int splits, const float* partial,
                                        const float* gamma, const float* invstd, float* dgamma,
                                        float* dbeta, float* coef) {
-  for (int64_t ch = thread_index(); ch < c; ch += grid_stride()) {
-    double sum_dy = 0.0, sum_dy_xmu = 0.0;
-    for (int g = 0; g < splits; ++g) {
-      sum_dy += partial[(g * c + ch) * 2];
-      sum_dy_xmu += partial[(g * c + ch) * 2 + 1];
-    }
-    double is = invstd[ch];
-    if (dgamma != nullptr) dgamma[ch] = static_cast<float>(sum_dy_xmu * is);
-    if (dbeta != nullptr) dbeta[ch] = static_cast<float>(sum_dy);
-    double m = static_cast<double>(rows);
-    double g = gamma != nullptr ? gamma[ch] : 1.0;
-    coef[ch] = static_cast<float>(g * is);
-    coef[c + ch] = static_cast<float>(sum_dy / m);
-    coef[2 * c + ch] = static_cast<float>(is * is * sum_dy_xmu / m);
-  }
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (ch >= c) return;
+  double sum_dy, sum_dy_xmu;
+  sum_splits(c, splits, partial, ch, lane, &sum_dy, &sum_dy_xmu);
+  if (lane != 0) return;
+  double is = invstd[ch];
+  if (dgamma != nullptr) dgamma[ch] = static_cast<float>(sum_dy_xmu * is);
+  if (dbeta != nullptr) dbeta[ch] = static_cast<float>(sum_dy);
+  double m = static_cast<double>(rows);
+  double g = gamma != nullptr ? gamma[ch] : 1.0;
+  coef[ch] = static_cast<float>(g * is);
+  coef[c + ch] = static_cast<float>(sum_dy / m);
+  coef[2 * c + ch] = static_cast<float>(is * is * sum_dy_xmu / m);
 }
 
-template <typename T>
+template <typename T, int V>
 __global__ void backward_dx_kernel(int64_t n, int64_t c, const T* x, const T* dy,
                                    const float* mean, const float* coef, T* dx) {
-  int64_t stride = grid_stride();
-  int64_t stride_c = stride % c;
-  int64_t i = thread_index();
-  int64_t ch = i % c;
-  for (; i < n; i += stride) {
-    float v = coef[ch] * (to_f(dy[i]) - coef[c + ch] - (to_f(x[i]) - mean[ch]) * coef[2 * c + ch]);
-    dx[i] = from_f<T>(v);
-    ch += stride_c;
-    if (ch >= c) ch -= c;
+  const int64_t packs = n / V;
+  for (int64_t i = thread_index(); i < packs; i += grid_stride()) {
+    const int64_t c0 = (i * V) % c;
+    Pack<T, V> xv = load_pack<T, V>(x + i * V);
+    Pack<T, V> gv = load_pack<T, V>(dy + i * V);
+    Pack<T, V> out;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t ch = c0 + v;
+      float r = coef[ch] *
+                (to_f(gv.v[v]) - coef[c + ch] - (to_f(xv.v[v]) - mean[ch]) * coef[2 * c + ch]);
+      out.v[v] = from_f<T>(r);
+    }
+    *reinterpret_cast<Pack<T, V>*>(dx + i * V) = out;
   }
 }
 
 // Splits of the row range so that the partial kernel fills the device a few times over while
 // each thread still sums a useful run of rows.
-int row_splits(const Context& ctx, int64_t rows, int64_t c) {
-  int64_t blocks_x = (c + 31) / 32;
+int row_splits(const Context& ctx, int64_t rows, int64_t blocks_x, int block_rows) {
   int64_t target = int64_t{sm_count(ctx.device.index)} * 4;
-  int64_t by_rows = (rows + 8 * 32 - 1) / (8 * 32);
+  int64_t by_rows = (rows + int64_t{block_rows} * 32 - 1) / (int64_t{block_rows} * 32);
   return static_cast<int>(std::max<int64_t>(
-      1, std::min<int64_t>({target / blocks_x, by_rows, 1024})));
+      1, std::min<int64_t>({target / std::max<int64_t>(blocks_x, 1), by_rows, 1024})));
+}
+
+// Launch geometry of the partial kernel for C channels in packs of V.
+struct PartialGrid {
+  int lanes;
+  int splits;
+  dim3 grid;
+};
+
+PartialGrid partial_grid(const Context& ctx, int64_t rows, int64_t c, int v) {
+  const int64_t cvs = c / v;
+  const int lanes = static_cast<int>(std::min<int64_t>(cvs, kThreads));
+  const int64_t blocks_x = (cvs + lanes - 1) / lanes;
+  const int splits = row_splits(ctx, rows, blocks_x, kThreads / lanes);
+  return {lanes, splits, dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits))};
+}
+
+unsigned finish_blocks(int64_t c) {
+  return static_cast<unsigned>((c + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+// Runs `launch(std::integral_constant<int, V>)` with V the pack width for these pointers.
+template <typename T, typename Launch>
+void with_pack_width(int64_t c, std::initializer_list<const void*> pointers, Launch launch) {
+  if (pack_width<T>(c, pointers) == kVec<T>) {
+    launch(std::integral_constant<int, kVec<T>>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
 }
 
 void check_common(const Context& ctx, DType dtype, int64_t rows, int64_t c, const char* op) {
@@ -162,29 +266,31 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
                ", ", c, "]");
   DeviceGuard guard(ctx.device);
   cudaStream_t s = stream_of(ctx, op);
-  int splits = row_splits(ctx, rows, c);
-  // partial sums [splits, C, 2], then room for mean and invstd [2, C] when the caller saves none
-  memory::DataPtr ws =
-      ctx.workspace((static_cast<size_t>(splits) * c * 2 + 2 * static_cast<size_t>(c)) *
-                    sizeof(float));
-  auto partial = static_cast<float*>(ws.get());
-  float* scratch = partial + static_cast<int64_t>(splits) * c * 2;
-  auto mean = save_mean != nullptr ? static_cast<float*>(save_mean) : scratch;
-  auto invstd = save_invstd != nullptr ? static_cast<float*>(save_invstd) : scratch + c;
-  dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>(splits));
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     auto xt = static_cast<const T*>(x);
-    channel_partial_kernel<T, false><<<grid, dim3(32, 8), 0, s>>>(rows, c, xt, nullptr, nullptr,
-                                                                 partial);
-    FRUGAL_LAUNCH_CHECK();
-    forward_finish_kernel<T><<<grid_for(ctx, c), kThreads, 0, s>>>(
-        rows, c, splits, partial, xt, eps, momentum, mean, invstd,
-        static_cast<float*>(running_mean), static_cast<float*>(running_var));
-    FRUGAL_LAUNCH_CHECK();
-    normalize_kernel<T><<<grid_for(ctx, rows * c), kThreads, 0, s>>>(
-        rows * c, c, xt, mean, invstd, nullptr, 0.0f, static_cast<const float*>(gamma),
-        static_cast<const float*>(beta), static_cast<T*>(y));
-    FRUGAL_LAUNCH_CHECK();
+    with_pack_width<T>(c, {x, y}, [&](auto pack) {
+      constexpr int V = decltype(pack)::value;
+      const PartialGrid pg = partial_grid(ctx, rows, c, V);
+      // partial sums [splits, C, 2], then room for mean and invstd [2, C] when the caller saves
+      // none
+      memory::DataPtr ws = ctx.workspace(
+          (static_cast<size_t>(pg.splits) * c * 2 + 2 * static_cast<size_t>(c)) * sizeof(float));
+      auto partial = static_cast<float*>(ws.get());
+      float* scratch = partial + static_cast<int64_t>(pg.splits) * c * 2;
+      auto mean = save_mean != nullptr ? static_cast<float*>(save_mean) : scratch;
+      auto invstd = save_invstd != nullptr ? static_cast<float*>(save_invstd) : scratch + c;
+      channel_partial_kernel<T, false, V><<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, xt,
+                                                                      nullptr, nullptr, partial);
+      FRUGAL_LAUNCH_CHECK();
+      forward_finish_kernel<T><<<finish_blocks(c), kThreads, 0, s>>>(
+          rows, c, pg.splits, partial, xt, eps, momentum, mean, invstd,
+          static_cast<float*>(running_mean), static_cast<float*>(running_var));
+      FRUGAL_LAUNCH_CHECK();
+      normalize_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
+          rows * c, c, xt, mean, invstd, nullptr, 0.0f, static_cast<const float*>(gamma),
+          static_cast<const float*>(beta), static_cast<T*>(y));
+      FRUGAL_LAUNCH_CHECK();
+    });
   });
 }
 
@@ -198,11 +304,15 @@ void batch_norm_forward_eval(const Context& ctx, DType dtype, int64_t rows, int6
   DeviceGuard guard(ctx.device);
   cudaStream_t s = stream_of(ctx, op);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
-    normalize_kernel<T><<<grid_for(ctx, rows * c), kThreads, 0, s>>>(
-        rows * c, c, static_cast<const T*>(x), static_cast<const float*>(running_mean), nullptr,
-        static_cast<const float*>(running_var), static_cast<float>(eps),
-        static_cast<const float*>(gamma), static_cast<const float*>(beta), static_cast<T*>(y));
-    FRUGAL_LAUNCH_CHECK();
+    with_pack_width<T>(c, {x, y}, [&](auto pack) {
+      constexpr int V = decltype(pack)::value;
+      normalize_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
+          rows * c, c, static_cast<const T*>(x), static_cast<const float*>(running_mean),
+          nullptr, static_cast<const float*>(running_var), static_cast<float>(eps),
+          static_cast<const float*>(gamma), static_cast<const float*>(beta),
+          static_cast<T*>(y));
+      FRUGAL_LAUNCH_CHECK();
+    });
   });
 }
 
@@ -214,30 +324,31 @@ void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t 
   if (c == 0) return;
   DeviceGuard guard(ctx.device);
   cudaStream_t s = stream_of(ctx, op);
-  int splits = row_splits(ctx, rows, c);
-  memory::DataPtr ws =
-      ctx.workspace((static_cast<size_t>(splits) * c * 2 + 3 * static_cast<size_t>(c)) *
-                    sizeof(float));
-  auto partial = static_cast<float*>(ws.get());
-  float* coef = partial + static_cast<int64_t>(splits) * c * 2;  // [3, C]
   auto mean = static_cast<const float*>(save_mean);
-  dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>(splits));
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     auto xt = static_cast<const T*>(x);
     auto dyt = static_cast<const T*>(dy);
-    channel_partial_kernel<T, true><<<grid, dim3(32, 8), 0, s>>>(rows, c, xt, dyt, mean,
-                                                                partial);
-    FRUGAL_LAUNCH_CHECK();
-    backward_finish_kernel<<<grid_for(ctx, c), kThreads, 0, s>>>(
-        rows, c, splits, partial, static_cast<const float*>(gamma),
-        static_cast<const float*>(save_invstd), static_cast<float*>(dgamma),
-        static_cast<float*>(dbeta), coef);
-    FRUGAL_LAUNCH_CHECK();
-    if (dx != nullptr && rows > 0) {
-      backward_dx_kernel<T><<<grid_for(ctx, rows * c), kThreads, 0, s>>>(
-          rows * c, c, xt, dyt, mean, coef, static_cast<T*>(dx));
+    with_pack_width<T>(c, {x, dy, dx}, [&](auto pack) {
+      constexpr int V = decltype(pack)::value;
+      const PartialGrid pg = partial_grid(ctx, rows, c, V);
+      memory::DataPtr ws = ctx.workspace(
+          (static_cast<size_t>(pg.splits) * c * 2 + 3 * static_cast<size_t>(c)) * sizeof(float));
+      auto partial = static_cast<float*>(ws.get());
+      float* coef = partial + static_cast<int64_t>(pg.splits) * c * 2;  // [3, C]
+      channel_partial_kernel<T, true, V><<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, xt,
+                                                                     dyt, mean, partial);
       FRUGAL_LAUNCH_CHECK();
-    }
+      backward_finish_kernel<<<finish_blocks(c), kThreads, 0, s>>>(
+          rows, c, pg.splits, partial, static_cast<const float*>(gamma),
+          static_cast<const float*>(save_invstd), static_cast<float*>(dgamma),
+          static_cast<float*>(dbeta), coef);
+      FRUGAL_LAUNCH_CHECK();
+      if (dx != nullptr && rows > 0) {
+        backward_dx_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
+            rows * c, c, xt, dyt, mean, coef, static_cast<T*>(dx));
+        FRUGAL_LAUNCH_CHECK();
+      }
+    });
   });
 }
 

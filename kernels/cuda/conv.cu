@@ -1,6 +1,8 @@
 // 2-D convolution through cuDNN 9's legacy API in NHWC with OHWI filters ([K, kh, kw, C/groups]
-// is cuDNN's NHWC filter layout). Groups and depthwise use the group count. f16/bf16 may use
-// tensor cores, f32 is FMA only (no TF32) so it matches the CPU; compute is always float.
+// is cuDNN's NHWC filter layout). Groups use the group count; 3x3 and 5x5 depthwise go to
+// frugal's own kernels (Note [Depthwise kernels] in depthwise_conv.h). f16/bf16 may use tensor
+// cores, f32 may use TF32 unless conv_allow_tf32() is off (then FMA only, matching the CPU);
+// compute is always float.
 //
 // Note [Conv algorithm cache]: for each (device, direction, dtype, shape) the heuristic list of
 // cudnnGet*Algorithm_v7 is filtered to algorithms whose workspace fits kConvWorkspaceCap and kept
@@ -21,6 +23,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/depthwise_conv.h"
 #include "kernels/reduce.h"
 
 namespace frugal::kernels::cuda {
@@ -67,6 +70,13 @@ void check_shape(const Conv2dShape& s, const char* op) {
   }
 }
 
+// 16-bit: tensor cores. f32: cuDNN's default math lets it pick TF32 tensor-core kernels; FMA
+// keeps products in full f32.
+cudnnMathType_t initial_math(DType dtype) {
+  if (dtype != DType::f32) return CUDNN_TENSOR_OP_MATH;
+  return conv_allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
 // The four descriptors of one call; destroyed without throwing.
 struct ConvDescriptors {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -91,8 +101,7 @@ struct ConvDescriptors {
                                                 i(s.stride_w), i(s.dil_h), i(s.dil_w),
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, i(s.groups)));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(
-        conv, dtype == DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv, initial_math(dtype)));
   }
   ~ConvDescriptors() {
     if (conv != nullptr) CUDNN_CHECK_NOTHROW(cudnnDestroyConvolutionDescriptor(conv));
@@ -124,17 +133,22 @@ size_t workspace_size(cudnnHandle_t h, const ConvDescriptors& d, Direction dir, 
   return bytes;
 }
 
-// Keeps the heuristic's order; drops failures, TF32 for f32 and workspaces above the cap.
+// Keeps the heuristic's order; drops failures, workspaces above the cap and, for f32, any
+// conversion to 16 bits (and TF32 too when conv_allow_tf32() is off).
 template <typename Perf>
 std::vector<Candidate> filter(cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
                               bool is_f32, const Perf* perf, int count) {
+  const bool tf32 = conv_allow_tf32();
   std::vector<Candidate> out;
   for (int i = 0; i < count; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
     cudnnMathType_t math = perf[i].mathType;
     if (is_f32) {
-      if (math != CUDNN_DEFAULT_MATH && math != CUDNN_FMA_MATH) continue;
-      math = CUDNN_FMA_MATH;
+      if (math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+      if (!tf32) {
+        if (math != CUDNN_DEFAULT_MATH && math != CUDNN_FMA_MATH) continue;
+        math = CUDNN_FMA_MATH;
+      }
     }
     bool seen = false;
     for (const Candidate& c : out) seen |= c.algo == static_cast<int>(perf[i].algo) && c.math == math;
@@ -235,7 +249,9 @@ template <typename Launch>
 void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
               DType dtype, const Conv2dShape& s, Launch launch) {
   const char* op = direction_name(dir);
-  std::string key = ::frugal::detail::str(op, '|', ctx.device.index, '|', dtype_name(dtype), '|', s.str());
+  const bool tf32 = dtype == DType::f32 && conv_allow_tf32();
+  std::string key = ::frugal::detail::str(op, '|', ctx.device.index, '|', dtype_name(dtype),
+                                           tf32 ? "+tf32|" : "|", s.str());
   std::vector<Candidate> list;
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
@@ -291,6 +307,10 @@ void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const
   check_shape(s, "conv2d_forward");
   if (s.n == 0 || s.k == 0) return;
   DeviceGuard guard(ctx.device);
+  if (depthwise_handles(s)) {
+    depthwise_forward(ctx, dtype, s, x, w, bias, y);
+    return;
+  }
   ConvDescriptors d(s, dtype, "conv2d_forward");
   cudnnHandle_t h = cudnn_handle(ctx);
   float one = 1.0f, zero = 0.0f;
@@ -315,6 +335,10 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
   check_shape(s, "conv2d_backward_input");
   if (s.n == 0 || s.c == 0) return;
   DeviceGuard guard(ctx.device);
+  if (depthwise_handles(s)) {
+    depthwise_backward_input(ctx, dtype, s, dy, w, dx);
+    return;
+  }
   ConvDescriptors d(s, dtype, "conv2d_backward_input");
   cudnnHandle_t h = cudnn_handle(ctx);
   float one = 1.0f, zero = 0.0f;
@@ -341,15 +365,20 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& 
     return;
   }
   if (s.k == 0) return;
-  ConvDescriptors d(s, dtype, "conv2d_backward_weight");
-  cudnnHandle_t h = cudnn_handle(ctx);
-  float one = 1.0f, zero = 0.0f;
-  run_conv(ctx, h, d, Direction::backward_filter, dtype, s,
-           [&](int algo, void* ws, size_t bytes) {
-             return cudnnConvolutionBackwardFilter(
-                 h, &one, d.x, x, d.y, dy, d.conv,
-                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes, &zero, d.w, dw);
-           });
+  if (depthwise_handles(s)) {
+    depthwise_backward_weight(ctx, dtype, s, x, dy, dw);
+  } else {
+    ConvDescriptors d(s, dtype, "conv2d_backward_weight");
+    cudnnHandle_t h = cudnn_handle(ctx);
+    float one = 1.0f, zero = 0.0f;
+    run_conv(ctx, h, d, Direction::backward_filter, dtype, s,
+             [&](int algo, void* ws, size_t bytes) {
+               return cudnnConvolutionBackwardFilter(
+                   h, &one, d.x, x, d.y, dy, d.conv,
+                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes, &zero, d.w,
+                   dw);
+             });
+  }
   if (dbias != nullptr) {
     int64_t rows = s.n * s.oh() * s.ow();
     cuda::sum_to(ctx, dtype, make_reduction(Shape{rows, s.k}, Shape{1, s.k}), dy, 1.0, dbias);

@@ -1,6 +1,8 @@
-// CUDA (cuDNN) vs CPU convolution: forward with and without bias, input gradient, weight and
-// bias gradients, for 1x1, 3x3 pad 1, stride 2, dilation 2, groups 2, depthwise stride 1 and 2
-// and a non-square odd case, in f32 (no TF32, so 1e-5 holds), f16 and bf16.
+// CUDA vs CPU convolution: forward with and without bias, input gradient, weight and bias
+// gradients, for 1x1, 3x3 pad 1, stride 2, dilation 2, groups 2, a non-square odd case (cuDNN)
+// and depthwise 3x3/5x5 with strides, dilation, packed and odd channel counts and a batch big
+// enough for many weight-gradient splits (frugal's own kernels), in f32 (TF32 off, so 1e-5
+// holds), f16 and bf16; then f32 with TF32 allowed (PyTorch's default) within TF32's rounding.
 #include "gpu_test_util.h"
 #include "kernels/conv.h"
 
@@ -31,59 +33,74 @@ std::vector<kernels::Conv2dShape> configs() {
       conv(2, 9, 9, 16, 16, 3, 3, 1, 1, 1, 1, 16),    // depthwise stride 1
       conv(2, 10, 11, 8, 8, 3, 3, 2, 1, 1, 1, 8),     // depthwise stride 2
       conv(3, 5, 13, 3, 5, 5, 3, 1, 2, 1, 1, 1),      // odd, non-square kernel
+      conv(2, 9, 10, 24, 24, 3, 3, 1, 1, 1, 1, 24),   // depthwise, 16-byte channel packs
+      conv(2, 11, 9, 40, 40, 5, 5, 2, 2, 2, 1, 40),   // depthwise 5x5 stride 2
+      conv(2, 9, 8, 7, 7, 3, 3, 1, 2, 2, 2, 7),       // depthwise dilation 2, odd channels
+      conv(2, 7, 7, 16, 16, 3, 3, 2, 0, 0, 1, 16),    // depthwise stride 2, no padding
+      conv(6, 29, 31, 32, 32, 3, 3, 1, 1, 1, 1, 32),  // depthwise, many weight-gradient splits
   };
+}
+
+// Every direction of every config against the CPU in dtype t, within `tol`.
+void expect_matches_cpu(DType t, double tol) {
+  for (const kernels::Conv2dShape& s : configs()) {
+    SCOPED_TRACE(detail::str(dtype_name(t), " ", s.str()));
+    int64_t nx = s.n * s.h * s.w * s.c, ny = s.n * s.oh() * s.ow() * s.k;
+    int64_t nw = s.k * s.kh * s.kw * s.cin_per_group();
+    auto x = random_values(static_cast<size_t>(nx), 21, t);
+    auto w = random_values(static_cast<size_t>(nw), 22, t);
+    auto bias = random_values(static_cast<size_t>(s.k), 23, t);
+    auto dy = random_values(static_cast<size_t>(ny), 24, t);
+    DeviceBuffer dxin = to_device(t, x), dw_in = to_device(t, w), dbias_in = to_device(t, bias),
+                 ddy = to_device(t, dy);
+    for (bool with_bias : {false, true}) {
+      SCOPED_TRACE(with_bias ? "bias" : "no bias");
+      std::vector<float> ref(static_cast<size_t>(ny));
+      kernels::cpu::conv2d_forward(cpu(), DType::f32, s, x.data(), w.data(),
+                                   with_bias ? bias.data() : nullptr, ref.data());
+      DeviceBuffer dout(t, ny);
+      dout.poison();
+      kernels::cuda::conv2d_forward(gpu(), t, s, dxin.get(), dw_in.get(),
+                                    with_bias ? dbias_in.get() : nullptr, dout.get());
+      EXPECT_CLOSE(dout.download(), ref, tol);
+    }
+    {
+      std::vector<float> ref(static_cast<size_t>(nx));
+      kernels::cpu::conv2d_backward_input(cpu(), DType::f32, s, dy.data(), w.data(), ref.data());
+      DeviceBuffer dout(t, nx);
+      dout.poison();
+      kernels::cuda::conv2d_backward_input(gpu(), t, s, ddy.get(), dw_in.get(), dout.get());
+      EXPECT_CLOSE(dout.download(), ref, tol);
+    }
+    for (bool with_bias : {false, true}) {
+      SCOPED_TRACE(with_bias ? "dbias" : "no dbias");
+      std::vector<float> ref_w(static_cast<size_t>(nw)), ref_b(static_cast<size_t>(s.k));
+      kernels::cpu::conv2d_backward_weight(cpu(), DType::f32, s, x.data(), dy.data(),
+                                           ref_w.data(), with_bias ? ref_b.data() : nullptr);
+      DeviceBuffer dgw(t, nw), dgb(t, s.k);
+      dgw.poison();
+      dgb.poison();
+      kernels::cuda::conv2d_backward_weight(gpu(), t, s, dxin.get(), ddy.get(), dgw.get(),
+                                            with_bias ? dgb.get() : nullptr);
+      EXPECT_CLOSE(dgw.download(), ref_w, tol);
+      if (with_bias) EXPECT_CLOSE(dgb.download(), ref_b, tol);
+    }
+  }
 }
 
 }  // namespace
 
 TEST(GpuConv, ForwardAndBackwardMatchCpu) {
   SKIP_WITHOUT_GPU();
-  for (DType t : kDTypes) {
-    for (const kernels::Conv2dShape& s : configs()) {
-      SCOPED_TRACE(detail::str(dtype_name(t), " ", s.str()));
-      int64_t nx = s.n * s.h * s.w * s.c, ny = s.n * s.oh() * s.ow() * s.k;
-      int64_t nw = s.k * s.kh * s.kw * s.cin_per_group();
-      auto x = random_values(static_cast<size_t>(nx), 21, t);
-      auto w = random_values(static_cast<size_t>(nw), 22, t);
-      auto bias = random_values(static_cast<size_t>(s.k), 23, t);
-      auto dy = random_values(static_cast<size_t>(ny), 24, t);
-      DeviceBuffer dxin = to_device(t, x), dw_in = to_device(t, w), dbias_in = to_device(t, bias),
-                   ddy = to_device(t, dy);
-      for (bool with_bias : {false, true}) {
-        SCOPED_TRACE(with_bias ? "bias" : "no bias");
-        std::vector<float> ref(static_cast<size_t>(ny));
-        kernels::cpu::conv2d_forward(cpu(), DType::f32, s, x.data(), w.data(),
-                                     with_bias ? bias.data() : nullptr, ref.data());
-        DeviceBuffer dout(t, ny);
-        dout.poison();
-        kernels::cuda::conv2d_forward(gpu(), t, s, dxin.get(), dw_in.get(),
-                                      with_bias ? dbias_in.get() : nullptr, dout.get());
-        EXPECT_CLOSE(dout.download(), ref, tolerance(t));
-      }
-      {
-        std::vector<float> ref(static_cast<size_t>(nx));
-        kernels::cpu::conv2d_backward_input(cpu(), DType::f32, s, dy.data(), w.data(),
-                                            ref.data());
-        DeviceBuffer dout(t, nx);
-        dout.poison();
-        kernels::cuda::conv2d_backward_input(gpu(), t, s, ddy.get(), dw_in.get(), dout.get());
-        EXPECT_CLOSE(dout.download(), ref, tolerance(t));
-      }
-      for (bool with_bias : {false, true}) {
-        SCOPED_TRACE(with_bias ? "dbias" : "no dbias");
-        std::vector<float> ref_w(static_cast<size_t>(nw)), ref_b(static_cast<size_t>(s.k));
-        kernels::cpu::conv2d_backward_weight(cpu(), DType::f32, s, x.data(), dy.data(),
-                                             ref_w.data(), with_bias ? ref_b.data() : nullptr);
-        DeviceBuffer dgw(t, nw), dgb(t, s.k);
-        dgw.poison();
-        dgb.poison();
-        kernels::cuda::conv2d_backward_weight(gpu(), t, s, dxin.get(), ddy.get(), dgw.get(),
-                                              with_bias ? dgb.get() : nullptr);
-        EXPECT_CLOSE(dgw.download(), ref_w, tolerance(t));
-        if (with_bias) EXPECT_CLOSE(dgb.download(), ref_b, tolerance(t));
-      }
-    }
-  }
+  Tf32Scope exact(false);
+  for (DType t : kDTypes) expect_matches_cpu(t, tolerance(t));
+}
+
+// TF32 rounds each product's inputs to 10 mantissa bits, as f16 does.
+TEST(GpuConv, F32WithTf32MatchesCpuWithinTf32Rounding) {
+  SKIP_WITHOUT_GPU();
+  Tf32Scope tf32(true);
+  expect_matches_cpu(DType::f32, tolerance(DType::f16));
 }
 
 TEST(GpuConv, F64IsRejectedNamingTheOp) {

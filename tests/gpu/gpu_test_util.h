@@ -12,6 +12,7 @@
 
 #include "base/half.h"
 #include "kernels/context.h"
+#include "kernels/conv.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/elementwise.h"
 
@@ -131,6 +132,21 @@ inline double rel_error(const std::vector<float>& out, const std::vector<float>&
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
+
+// Sets kernels::conv_allow_tf32 for one scope and restores it: parity with the CPU at 1e-5
+// needs f32 convolutions without TF32.
+class Tf32Scope {
+ public:
+  explicit Tf32Scope(bool allow) : previous_(kernels::conv_allow_tf32()) {
+    kernels::set_conv_allow_tf32(allow);
+  }
+  ~Tf32Scope() { kernels::set_conv_allow_tf32(previous_); }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+ private:
+  bool previous_;
+};
 
 #define EXPECT_CLOSE(out, ref, tol)                                                   \
   do {                                                                                \

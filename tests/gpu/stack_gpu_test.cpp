@@ -46,6 +46,7 @@ double rel_err(const Tensor& a, const Tensor& b, double floor = 1e-4) {
 
 TEST(StackGpu, CnnLossGradientsAndStepsMatchTheCpu) {
   SKIP_WITHOUT_GPU();
+  gputest::Tf32Scope exact(false);
   manual_seed(3);
   auto cpu_net = small_cnn();
   manual_seed(3);
