@@ -79,6 +79,10 @@ class LongWork {
 // queued in between; checks every batch bit for bit. Returns the number of batches seen.
 int64_t compare_epoch(DataLoader& gpu, DataLoader& cpu, LongWork& work, int64_t max_batches,
                       const std::string& what) {
+  // No cached blocks from earlier runs: the next staged batch then gets exactly the blocks of the
+  // batch freed just before it, the case the copy stream's wait on the compute stream is for.
+  kernels::cuda::synchronize(kGpu);
+  memory::allocator_for(kGpu).empty_cache();
   std::vector<Seen> seen;
   while (static_cast<int64_t>(seen.size()) < max_batches) {
     std::optional<Batch> g = gpu.next();
@@ -94,8 +98,10 @@ int64_t compare_epoch(DataLoader& gpu, DataLoader& cpu, LongWork& work, int64_t 
     EXPECT_EQ(g->images.shape(), c->images.shape()) << what << " batch " << c->index;
     s.early_images = g->images.clone();  // must see the finished copy (compute waits for it)
     s.early_labels = g->labels.clone();
-    // Every other step is long, so that the next copies are issued while it still runs.
-    work.queue(c->index % 2 == 0 ? 24 : 2);
+    // Every other step is long, so that the next copies are issued while it still runs; the
+    // steps between are empty, so that the compute stream reaches a batch's clone right when the
+    // long step before has ended and its copy (which waited for that step) has just begun.
+    work.queue(c->index % 2 == 0 ? 24 : 0);
     s.late_images = g->images.clone();  // must not see a later batch copied into freed blocks
     s.cpu_images = bytes_of(c->images);
     s.cpu_labels = bytes_of(c->labels);
