@@ -11,7 +11,8 @@
 // Note [Loader host copies]: on CUDA the batches come from pinned host buffers. With
 // `copy_stream` (the default) the copy of batch k+1 is issued by the next() that returns batch k,
 // on the device's copy stream (kernels::cuda::copy_stream), so it runs while the step on batch k
-// computes; data/copy_stager.h does it. Its device tensors come from frugal's caching allocator,
+// computes; data/copy_stager.h does it. (With workers, only when batch k+1 is built by then: next()
+// never waits for it; otherwise the next() that returns it copies it, without overlap.) Its device tensors come from frugal's caching allocator,
 // which is stream-aware only for the compute stream (a block freed on the host is reused at once,
 // ordered only by the compute stream), so two cross-stream events make the copy safe:
 //   - before the copy, an event recorded on the compute stream, which the copy stream waits for:
