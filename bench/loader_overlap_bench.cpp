@@ -9,9 +9,11 @@
 //   loader_overlap_bench --batch 256 --input 3x224x224 --iters 20 [--work-ms 0] [--json]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <thread>
 
