@@ -51,7 +51,6 @@ std::vector<uint8_t> download(const Tensor& t) { return bytes_of(t.to(Device::cp
 // happens between next() calls while it runs.
 struct Seen {
   int64_t index = 0;
-  Shape image_shape;
   Tensor early_images, early_labels;  // cloned on the compute stream right after next()
   Tensor late_images;                 // cloned behind long work, after the batch was freed
   std::vector<uint8_t> cpu_images, cpu_labels;
@@ -94,7 +93,6 @@ int64_t compare_epoch(DataLoader& gpu, DataLoader& cpu, LongWork& work, int64_t 
     Seen s;
     s.index = g->index;
     EXPECT_EQ(g->index, c->index) << what;
-    s.image_shape = g->images.shape();
     EXPECT_EQ(g->images.shape(), c->images.shape()) << what << " batch " << c->index;
     s.early_images = g->images.clone();  // must see the finished copy (compute waits for it)
     s.early_labels = g->labels.clone();
