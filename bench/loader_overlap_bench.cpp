@@ -13,11 +13,10 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/bench_common.h"
 #include "core/factory.h"
@@ -118,10 +117,13 @@ int run(int argc, char** argv) {
   const int64_t batches = warmup + iters + 1;
   auto ds = std::make_shared<CheapDataset>(sample, batch * batches);
   auto options = [&](Device device, bool copy_stream) {
-    return data::LoaderOptions{.batch_size = batch, .shuffle = true,
+    return data::LoaderOptions{.batch_size = batch,
+                               .shuffle = true,
                                .num_workers = static_cast<int>(workers),
-                               .prefetch = static_cast<int>(prefetch), .seed = 1,
-                               .device = device, .copy_stream = copy_stream};
+                               .prefetch = static_cast<int>(prefetch),
+                               .seed = 1,
+                               .device = device,
+                               .copy_stream = copy_stream};
   };
 
   // Raw H2D copy of one batch from pinned memory on the copy stream.
@@ -142,9 +144,8 @@ int run(int argc, char** argv) {
   Work work{randn({n, n}, gen, {.device = kGpu}, 0.0, 1.0 / static_cast<double>(n)), 1};
   Tensor probe = zeros({batch, sample[0], sample[1], sample[2]}, {.device = kGpu});
   const double one_matmul_ms = time_ms(2, 5, [&] { work.run(probe); });
-  const double target_ms = flags.str("work-ms", "0") == "0"
-                               ? h2d_ms
-                               : std::stod(flags.str("work-ms", "0"));
+  const double target_ms =
+      flags.str("work-ms", "0") == "0" ? h2d_ms : std::stod(flags.str("work-ms", "0"));
   work.reps = std::max<int64_t>(1, std::llround(target_ms / one_matmul_ms));
   const double compute_only_ms = time_ms(warmup, iters, [&] { work.run(probe); });
   probe = Tensor();
@@ -198,15 +199,15 @@ int run(int argc, char** argv) {
               static_cast<long long>(iters));
   std::printf("  H2D copy of one batch        %8.2f ms (%.1f GB/s)\n", h2d_ms,
               j["h2d_gb_per_s"].get<double>());
-  std::printf("  GPU work alone (%lld x matmul %lld) %8.2f ms\n",
-              static_cast<long long>(work.reps), static_cast<long long>(n), compute_only_ms);
+  std::printf("  GPU work alone (%lld x matmul %lld) %8.2f ms\n", static_cast<long long>(work.reps),
+              static_cast<long long>(n), compute_only_ms);
   std::printf("  host building alone (CPU)    %8.2f ms\n", host_only_ms);
   std::printf("  loader alone, copy stream    %8.2f ms\n", loader_copy_stream_ms);
   std::printf("  loader alone, compute stream %8.2f ms\n", loader_compute_stream_ms);
   std::printf("  loader + work, serial        %8.2f ms  (copy + work = %.2f)\n", serial_ms,
               h2d_ms + compute_only_ms);
-  std::printf("  loader + work, overlapped    %8.2f ms  (max(copy, work) = %.2f)\n",
-              overlapped_ms, std::max(h2d_ms, compute_only_ms));
+  std::printf("  loader + work, overlapped    %8.2f ms  (max(copy, work) = %.2f)\n", overlapped_ms,
+              std::max(h2d_ms, compute_only_ms));
   std::printf("  speedup                      %8.2fx\n", serial_ms / overlapped_ms);
   return 0;
 }

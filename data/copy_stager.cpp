@@ -26,8 +26,8 @@ void CopyStager::recycle(Slot& s) {
   s.host_labels = PooledBuffer();
 }
 
-void CopyStager::stage(int64_t index, uint64_t generation, PooledBuffer images,
-                       PooledBuffer labels, const Shape& image_shape) {
+void CopyStager::stage(int64_t index, uint64_t generation, PooledBuffer images, PooledBuffer labels,
+                       const Shape& image_shape) {
   FRUGAL_CHECK(staged_ < 0, "CopyStager::stage: batch ", staged_index(), " is still staged");
   Slot& s = slots_[static_cast<size_t>(next_)];
   recycle(s);  // its copy was issued two batches ago and is normally long finished

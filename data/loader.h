@@ -12,9 +12,10 @@
 // `copy_stream` (the default) the copy of batch k+1 is issued by the next() that returns batch k,
 // on the device's copy stream (kernels::cuda::copy_stream), so it runs while the step on batch k
 // computes; data/copy_stager.h does it. (With workers, only when batch k+1 is built by then: next()
-// never waits for it; otherwise the next() that returns it copies it, without overlap.) Its device tensors come from frugal's caching allocator,
-// which is stream-aware only for the compute stream (a block freed on the host is reused at once,
-// ordered only by the compute stream), so two cross-stream events make the copy safe:
+// never waits for it; otherwise the next() that returns it copies it, without overlap.) Its device
+// tensors come from frugal's caching allocator, which is stream-aware only for the compute stream
+// (a block freed on the host is reused at once, ordered only by the compute stream), so two
+// cross-stream events make the copy safe:
 //   - before the copy, an event recorded on the compute stream, which the copy stream waits for:
 //     a freshly allocated block may have been freed by the host while kernels already queued on
 //     the compute stream still read it. That event covers only the work queued so far (the steps
@@ -25,8 +26,9 @@
 //     stream, as if the copy had run there. A staged batch that is never handed over (begin_epoch,
 //     destruction) is freed only after the compute stream was made to wait the same way.
 // A batch's pinned buffers return to their pool only after the ready event completed: the one
-// handed over keeps them until the stage after next reuses its slot (a host wait on a copy issued
-// one batch earlier, which bounds how far the host runs ahead); the destructor waits for all.
+// handed over keeps them until the stage two batches later reuses its slot (a host wait on a copy
+// issued two next() calls earlier, which bounds how far the host runs ahead of the device); the
+// destructor waits for all. The price is one more batch of device memory: the staged one.
 // With copy_stream off, each batch is copied inside its own next() on the compute stream
 // (stream-ordered with the steps, no overlap), and a CopyEvent after the copy lets the next
 // next() return the pinned buffers.

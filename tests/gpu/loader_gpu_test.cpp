@@ -116,9 +116,7 @@ int64_t compare_epoch(DataLoader& gpu, DataLoader& cpu, LongWork& work, int64_t 
   return static_cast<int64_t>(seen.size());
 }
 
-int64_t device_allocated() {
-  return memory::allocator_for(kGpu).stats().allocated_bytes.current;
-}
+int64_t device_allocated() { return memory::allocator_for(kGpu).stats().allocated_bytes.current; }
 int64_t pinned_allocated() {
   return memory::pinned_host_allocator().stats().allocated_bytes.current;
 }
@@ -198,8 +196,11 @@ TEST(LoaderGpu, WorkerErrorsReachTheConsumerAtTheirBatch) {
   for (const Config& cfg : kConfigs) {
     const int64_t pinned_before = pinned_allocated();
     {
-      DataLoader loader(ds, {.batch_size = 5, .shuffle = false, .num_workers = cfg.workers,
-                             .device = kGpu, .copy_stream = cfg.copy_stream});
+      DataLoader loader(ds, {.batch_size = 5,
+                             .shuffle = false,
+                             .num_workers = cfg.workers,
+                             .device = kGpu,
+                             .copy_stream = cfg.copy_stream});
       DataLoader cpu(ds, {.batch_size = 5, .shuffle = false, .num_workers = cfg.workers});
       for (int64_t e = 0; e < 2; ++e) {
         loader.begin_epoch(e);
