@@ -13,5 +13,13 @@ void CopyEvent::record(const kernels::Context& ctx) {
 
 void CopyEvent::wait() {}
 
+void CopyEvent::stream_wait(const kernels::Context& ctx) {
+  FRUGAL_FAIL("CopyEvent: frugal was built without CUDA, cannot wait on ", ctx.device);
+}
+
+kernels::Context copy_context(Device device) {
+  FRUGAL_FAIL("copy_context: frugal was built without CUDA, no copy stream on ", device);
+}
+
 }  // namespace frugal::data
 #endif

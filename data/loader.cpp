@@ -1,7 +1,8 @@
 // DataLoader internals: one mutex guards the epoch plan, the claim counter and the map of built
 // batches; workers claim batch numbers in order but at most `prefetch` ahead of the consumer, so
 // at most `prefetch` batches are ever built and waiting. Stale work (a restarted or aborted epoch,
-// or shutdown) is recognised by its generation number and dropped, returning its buffers.
+// or shutdown) is recognised by its generation number and dropped, returning its buffers. On CUDA
+// with a copy stream, next() also stages the batch after the one it returns (CopyStager).
 #include "data/loader.h"
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include "base/error.h"
 #include "data/buffer_pool.h"
 #include "data/copy_event.h"
+#include "data/copy_stager.h"
 #include "data/shuffle.h"
 #include "kernels/elementwise.h"
 #include "kernels/random.h"
@@ -41,6 +43,13 @@ struct Built {
   std::exception_ptr error;
 };
 
+// A batch taken off the epoch plan for the consumer (built, or failed to build).
+struct Taken {
+  std::shared_ptr<const EpochPlan> plan;
+  int64_t k = 0;
+  Built built;
+};
+
 }  // namespace
 
 struct DataLoader::Impl {
@@ -61,9 +70,12 @@ struct DataLoader::Impl {
   std::map<int64_t, Built> ready;
   std::vector<std::thread> workers;
 
-  // CUDA: the previous batch's pinned buffers stay on loan until its copy has finished.
+  // CUDA, copy_stream off: the previous batch's pinned buffers stay on loan until its copy (on
+  // the compute stream) has finished.
   CopyEvent copy_done;
   HostBatch in_flight;
+  // CUDA, copy_stream on: the batch after the last one handed over, copied ahead.
+  std::unique_ptr<CopyStager> stager;
 
   // Fills batch k of `plan`; returns false when the plan went stale midway.
   bool build(const EpochPlan& p, int64_t k, HostBatch& out, std::vector<float>& tmp) {
@@ -157,6 +169,81 @@ struct DataLoader::Impl {
     in_flight = std::move(hb);
     return b;
   }
+
+  // Takes the next batch of the epoch off the plan: from the workers (waiting for it when `wait`,
+  // else only when it is built already), or built here when num_workers == 0. False when the
+  // epoch has no batch left (or, without `wait`, the next one is not built yet).
+  bool take(bool wait, Taken& out) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!plan || delivered >= plan->num_batches) return false;
+      out.plan = plan;
+      out.k = delivered;
+      if (!workers.empty()) {
+        if (!wait && ready.count(out.k) == 0) return false;
+        ready_cv.wait(lock, [&] { return ready.count(out.k) != 0; });
+        out.built = std::move(ready.at(out.k));
+        ready.erase(out.k);
+      }
+      delivered++;
+      if (delivered >= out.plan->num_batches) plan.reset();  // epoch over: workers idle
+    }
+    work_cv.notify_all();
+    if (workers.empty()) {
+      try {
+        build(*out.plan, out.k, out.built.batch, scratch);
+      } catch (...) {
+        out.built.error = std::current_exception();
+      }
+    }
+    return true;
+  }
+
+  // A failed batch ends its epoch (unless a newer epoch has begun) and is rethrown.
+  [[noreturn]] void fail_epoch(uint64_t plan_generation, std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (plan && plan->generation == plan_generation) abort_epoch_locked();
+    }
+    std::rethrow_exception(error);
+  }
+
+  // Stages a taken batch; a failure to stage it (device out of memory) becomes that batch's error,
+  // so the consumer meets it at the batch it belongs to.
+  void stage(Taken t) {
+    if (!t.built.error) {
+      HostBatch& hb = t.built.batch;
+      try {
+        stager->stage(t.k, t.plan->generation, std::move(hb.images), std::move(hb.labels),
+                      {hb.n, out_shape[0], out_shape[1], out_shape[2]});
+        return;
+      } catch (...) {
+        t.built.error = std::current_exception();
+      }
+    }
+    stager->stage_error(t.k, t.plan->generation, std::move(t.built.error));
+  }
+
+  // next() with a copy stream: hands over the staged batch and stages the one after it, so that
+  // its copy runs while the consumer's step on this one computes. Note [Loader host copies].
+  std::optional<Batch> next_staged() {
+    if (!stager->staged()) {  // an epoch's first batch, or the workers were behind
+      Taken t;
+      if (!take(/*wait=*/true, t)) return std::nullopt;
+      stage(std::move(t));
+    }
+    if (std::exception_ptr error = stager->staged_error()) {
+      const uint64_t generation = stager->staged_generation();
+      stager->drop();
+      fail_epoch(generation, error);
+    }
+    CopyStager::Taken handed = stager->take();
+    // Without workers the next batch is built here (the same work per call as without staging);
+    // with workers it is staged only when already built, so next() never waits for it.
+    Taken t;
+    if (take(/*wait=*/workers.empty(), t)) stage(std::move(t));
+    return Batch{std::move(handed.images), std::move(handed.labels), handed.index};
+  }
 };
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
@@ -186,6 +273,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   m.image_pool =
       BufferPool::create(host, static_cast<size_t>(b * m.out_shape.numel()) * sizeof(float), keep);
   m.label_pool = BufferPool::create(host, static_cast<size_t>(b) * sizeof(int64_t), keep);
+  if (m.opts.device.is_cuda() && m.opts.copy_stream) {
+    m.stager = std::make_unique<CopyStager>(m.opts.device);
+  }
   for (int i = 0; i < m.opts.num_workers; ++i) m.workers.emplace_back([&m] { m.worker_loop(); });
 }
 
@@ -197,6 +287,7 @@ DataLoader::~DataLoader() {
   }
   impl_->work_cv.notify_all();
   for (std::thread& t : impl_->workers) t.join();
+  impl_->stager.reset();  // drains: the staged batch is dropped, every pending copy waited for
   try {
     impl_->copy_done.wait();
   } catch (const std::exception&) {
@@ -212,6 +303,7 @@ void DataLoader::begin_epoch(int64_t epoch) {
   p->num_batches = m.num_batches;
   p->transform_seed =
       kernels::mix64(kernels::mix64(m.opts.seed ^ 0x7472616e73ull) + static_cast<uint64_t>(epoch));
+  if (m.stager) m.stager->drop();  // a staged batch of the old epoch
   std::map<int64_t, Built> dropped;
   {
     std::lock_guard<std::mutex> lock(m.mu);
@@ -227,38 +319,11 @@ void DataLoader::begin_epoch(int64_t epoch) {
 
 std::optional<Batch> DataLoader::next() {
   Impl& m = *impl_;
-  std::shared_ptr<const EpochPlan> p;
-  int64_t k = 0;
-  Built built;
-  {
-    std::unique_lock<std::mutex> lock(m.mu);
-    if (!m.plan || m.delivered >= m.plan->num_batches) return std::nullopt;
-    p = m.plan;
-    k = m.delivered;
-    if (!m.workers.empty()) {
-      m.ready_cv.wait(lock, [&] { return m.ready.count(k) != 0; });
-      built = std::move(m.ready.at(k));
-      m.ready.erase(k);
-    }
-    m.delivered++;
-    if (m.delivered >= p->num_batches) m.plan.reset();  // epoch over: workers idle
-  }
-  m.work_cv.notify_all();
-  if (m.workers.empty()) {
-    try {
-      m.build(*p, k, built.batch, m.scratch);
-    } catch (...) {
-      built.error = std::current_exception();
-    }
-  }
-  if (built.error) {
-    {
-      std::lock_guard<std::mutex> lock(m.mu);
-      if (m.plan == p) m.abort_epoch_locked();
-    }
-    std::rethrow_exception(built.error);
-  }
-  return m.to_batch(std::move(built.batch), k);
+  if (m.stager) return m.next_staged();
+  Taken t;
+  if (!m.take(/*wait=*/true, t)) return std::nullopt;
+  if (t.built.error) m.fail_epoch(t.plan->generation, t.built.error);
+  return m.to_batch(std::move(t.built.batch), t.k);
 }
 
 int64_t DataLoader::batches_per_epoch() const { return impl_->num_batches; }

@@ -8,12 +8,30 @@
 //   for (int64_t e = 0; e < epochs; ++e)
 //     for (data::Batch& b : loader.epoch(e)) step(b.images /*[N, H, W, C]*/, b.labels /*[N]*/);
 //
-// Note [Loader host copies]: on CUDA each batch is copied from its pinned buffer to fresh device
-// tensors with kernels::copy_bytes on the device's compute stream (stream-ordered with the
-// step, so the caching allocator's reuse rules hold); a CUDA event after the copy tells when the
-// pinned buffer may return to the pool, which the next next() call waits for (cheap: the copy is
-// queued ahead of the step that follows it). No dedicated copy stream: its overlap would need
-// device buffers owned outside the caching allocator.
+// Note [Loader host copies]: on CUDA the batches come from pinned host buffers. With
+// `copy_stream` (the default) the copy of batch k+1 is issued by the next() that returns batch k,
+// on the device's copy stream (kernels::cuda::copy_stream), so it runs while the step on batch k
+// computes; data/copy_stager.h does it. (With workers, only when batch k+1 is built by then: next()
+// never waits for it; otherwise the next() that returns it copies it, without overlap.) Its device
+// tensors come from frugal's caching allocator, which is stream-aware only for the compute stream
+// (a block freed on the host is reused at once, ordered only by the compute stream), so two
+// cross-stream events make the copy safe:
+//   - before the copy, an event recorded on the compute stream, which the copy stream waits for:
+//     a freshly allocated block may have been freed by the host while kernels already queued on
+//     the compute stream still read it. That event covers only the work queued so far (the steps
+//     before batch k's), so the copy still overlaps batch k's step;
+//   - after the copy, a "ready" event on the copy stream; handing batch k+1 over makes the compute
+//     stream wait for it (no host sync). Every later use of the batch, and the reuse of its blocks
+//     by the allocator once the consumer frees them, is thus ordered after the copy on the compute
+//     stream, as if the copy had run there. A staged batch that is never handed over (begin_epoch,
+//     destruction) is freed only after the compute stream was made to wait the same way.
+// A batch's pinned buffers return to their pool only after the ready event completed: the one
+// handed over keeps them until the stage two batches later reuses its slot (a host wait on a copy
+// issued two next() calls earlier, which bounds how far the host runs ahead of the device); the
+// destructor waits for all. The price is one more batch of device memory: the staged one.
+// With copy_stream off, each batch is copied inside its own next() on the compute stream
+// (stream-ordered with the steps, no overlap), and a CopyEvent after the copy lets the next
+// next() return the pinned buffers.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +55,9 @@ struct LoaderOptions {
   uint64_t seed = 0;
   TransformPtr transforms = nullptr;  // per-sample, may be null
   Device device = Device::cpu();
+  // CUDA only: copy each batch on the device's copy stream one batch ahead, overlapping the
+  // consumer's compute (true), or on the compute stream inside next() (false). Same batches.
+  bool copy_stream = true;
 };
 
 struct Batch {

@@ -32,7 +32,7 @@ fi
 # ---- benchmarks (added later) -------------------------------------------------------------
 # Each benchmark script is run only when it exists and is executable, so this script works
 # before they are written. Append new ones here.
-for bench in scripts/gpu-bench.sh; do
+for bench in scripts/gpu-bench.sh scripts/gpu-loader-bench.sh; do
   if [ -x "$bench" ]; then
     echo "== bench $bench" | tee -a "$LOG"
     "$bench" 2>&1 | tee -a "$LOG" || { echo "== BENCH FAILED: $bench" | tee -a "$LOG"; status=1; }

@@ -1,4 +1,5 @@
-// CopyEvent on CUDA: a timing-free event recorded on the stream that ran the copy.
+// CopyEvent on CUDA: a timing-free event recorded on the stream that ran the copy; the copy
+// stream's context.
 #include "data/copy_event.h"
 
 #include <cuda_runtime.h>
@@ -6,6 +7,7 @@
 #include <cstdio>
 
 #include "base/error.h"
+#include "kernels/cuda/runtime.h"
 
 #define FRUGAL_DATA_CUDA_CHECK(call)                                                  \
   do {                                                                                \
@@ -64,6 +66,21 @@ void CopyEvent::wait() {
   if (!pending_) return;
   FRUGAL_DATA_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
   pending_ = false;
+}
+
+void CopyEvent::stream_wait(const kernels::Context& ctx) {
+  if (event_ == nullptr) return;  // never recorded; a finished event costs the stream nothing
+  FRUGAL_CHECK(ctx.device.is_cuda() && ctx.stream != nullptr,
+               "CopyEvent::stream_wait: needs a CUDA context with a stream, got ", ctx.device);
+  DeviceGuard guard(ctx.device.index);
+  FRUGAL_DATA_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx.stream),
+                                             static_cast<cudaEvent_t>(event_), 0));
+}
+
+kernels::Context copy_context(Device device) {
+  kernels::Context ctx = kernels::Context::of(device);
+  ctx.stream = kernels::cuda::copy_stream(device);
+  return ctx;
 }
 
 }  // namespace frugal::data

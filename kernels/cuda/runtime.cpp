@@ -1,5 +1,5 @@
-// CUDA runtime pieces: device count, one compute stream per device, synchronisation, copies,
-// the device guard, per-thread library handles and the error reporting behind check.h.
+// CUDA runtime pieces: device count, one compute and one copy stream per device, synchronisation,
+// copies, the device guard, per-thread library handles and the error reporting behind check.h.
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -84,10 +84,14 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
 }
 
-void* compute_stream(Device device) {
+namespace {
+// One stream per device and purpose, created on first use and never destroyed (like the handles:
+// the runtime may be gone when static destructors run).
+template <int Purpose>
+void* device_stream(Device device, const char* op) {
   static std::array<std::once_flag, kMaxDevices> once;
   static std::array<cudaStream_t, kMaxDevices> streams{};
-  int i = checked_index(device, "compute_stream");
+  int i = checked_index(device, op);
   std::call_once(once[static_cast<size_t>(i)], [&] {
     DeviceGuard guard(device);
     // Non-blocking: it never waits for the legacy default stream, which frugal never uses.
@@ -96,6 +100,11 @@ void* compute_stream(Device device) {
   });
   return streams[static_cast<size_t>(i)];
 }
+}  // namespace
+
+void* compute_stream(Device device) { return device_stream<0>(device, "compute_stream"); }
+
+void* copy_stream(Device device) { return device_stream<1>(device, "copy_stream"); }
 
 void synchronize(Device device) {
   DeviceGuard guard(device);
