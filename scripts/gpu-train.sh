@@ -12,7 +12,8 @@ IMAGE_SIZE="${IMAGE_SIZE:-64}"
 LIMIT_S="${TRAIN_LIMIT_S:-330}"
 for p in ${TRAIN_PRECISIONS:-f32 f16 bf16}; do
   timeout "$LIMIT_S" build-gpu/frugal train --model mobilenet_v2 --device cuda --data-dir "$DATA_DIR" \
-    --epochs "$EPOCHS" --image-size "$IMAGE_SIZE" --schedule cosine --lr 0.1 --batch 128 \
+    --epochs "$EPOCHS" --image-size "$IMAGE_SIZE" --schedule cosine --lr 0.1 --weight-decay 5e-4 \
+    --warmup-epochs 1 --batch 128 \
     --workers 4 --seed 0 --precision "$p" 2>&1 | tr '\r' '\n' | grep -v '^epoch.*\[' \
     > "$OUTDIR/train-$p.log" &
 done

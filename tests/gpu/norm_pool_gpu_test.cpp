@@ -14,7 +14,8 @@ TEST(GpuBatchNorm, TrainEvalBackwardMatchCpu) {
   };
   const double eps = 1e-5, momentum = 0.1;
   for (DType t : kDTypes) {
-    for (Size sz : {Size{70, 13}, Size{3001, 37}, Size{2, 5}}) {
+    for (Size sz : {Size{70, 13}, Size{3001, 37}, Size{2, 5}, Size{4099, 32}, Size{33, 24},
+                     Size{517, 12}}) {  // the last three run on 16-byte channel packs
       SCOPED_TRACE(detail::str(dtype_name(t), " rows ", sz.rows, " c ", sz.c));
       const int64_t n = sz.rows * sz.c;
       const auto c = static_cast<size_t>(sz.c);
