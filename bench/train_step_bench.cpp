@@ -21,6 +21,7 @@
 #include "bench/bench_common.h"
 #include "core/factory.h"
 #include "kernels/context.h"
+#include "kernels/host_profile.h"
 #include "memory/allocator.h"
 #include "models/registry.h"
 #include "optim/grad_scaler.h"
@@ -204,6 +205,7 @@ int run(int argc, char** argv) {
   // reset_peak_memory_stats.
   memory::Allocator& alloc = memory::allocator_for(device);
   alloc.reset_peak_stats();
+  kernels::host_profile::reset();  // FRUGAL_HOST_PROFILE=1 reports the timed steps only
   // ru_maxrss follows the reset below, so the whole-process peak is read before it.
   const int64_t max_rss_before = max_rss_bytes();
   const bool rss_reset = reset_peak_rss();

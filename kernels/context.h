@@ -9,6 +9,7 @@
 #include "base/device.h"
 #include "base/dtype.h"
 #include "base/error.h"
+#include "kernels/host_profile.h"
 #include "memory/allocator.h"
 
 namespace frugal::kernels {
@@ -45,6 +46,7 @@ struct Context {
   void name PARAMS;                                                        \
   }                                                                        \
   inline void name PARAMS {                                                \
+    host_profile::Scope frugal_profile_scope_(#name);                      \
     if (ctx.device.is_cuda()) {                                            \
       FRUGAL_CUDA_CALL(name, cuda::name ARGS);                             \
     } else {                                                               \

@@ -2,6 +2,8 @@
 # Where the GPU time of one MobileNetV2 training step goes, frugal beside PyTorch: ncu times every
 # kernel of frugal's last timed step (train_step_bench --profile), torch.profiler every kernel of
 # one PyTorch step; both summed by kernel name into "${OUT:-/tmp}/profile-<impl>-<precision>.txt".
+# PROFILE_KINDS="host" skips ncu and PyTorch and writes only the host-side profile of frugal's
+# timed steps (FRUGAL_HOST_PROFILE=1, kernels/host_profile.h) to profile-host-<precision>.txt.
 #   PROFILE_PRECISIONS="f32 bf16" PROFILE_CASE="128 3x224x224 1000" scripts/gpu-profile.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +15,12 @@ status=0
 for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
   args=(--device cuda --batch "$batch" --input "$input" --classes "$classes" --precision "$p"
         --warmup 3 --steps 2)
+  if [[ " ${PROFILE_KINDS:-ncu host} " == *" host "* ]]; then
+    FRUGAL_HOST_PROFILE=1 "$BUILD/train_step_bench" "${args[@]}" --steps 30 --warmup 10 \
+      2> "$OUTDIR/profile-host-$p.txt" | grep -o '"median_ms":[0-9.]*' >> "$OUTDIR/profile-host-$p.txt"
+    head -25 "$OUTDIR/profile-host-$p.txt"
+  fi
+  [[ " ${PROFILE_KINDS:-ncu host} " == *" ncu "* ]] || continue
   csv="$OUTDIR/ncu-frugal-$p.csv"
   # --clock-control none: leave the clocks as the benchmark sees them (the device tool's METHOD.md)
   ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \

@@ -11,6 +11,7 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "kernels/host_profile.h"
 #include "kernels/context.h"
 #include "nn/functional.h"
 
@@ -52,21 +53,26 @@ void print_progress(const Progress& p) {
 Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images,
                   const Tensor& labels, DType precision, optim::GradScaler* scaler,
                   double label_smoothing) {
+  namespace hp = kernels::host_profile;  // phases of the step (FRUGAL_HOST_PROFILE=1)
   opt.zero_grad();
   Tensor loss;
   {
+    hp::Scope phase("phase forward+loss");
     // Autocast covers forward and loss only; backward runs each op in its forward's dtype.
     std::optional<AutocastGuard> amp;  // f32 leaves any caller's autocast state alone
     if (is_low_precision(precision)) amp.emplace(images.device(), precision);
     Tensor logits = model.forward(images);  // [N, classes]
     loss = nn::functional::cross_entropy(logits, labels, {.label_smoothing = label_smoothing});
   }
+  {
+    hp::Scope phase("phase backward");
+    (scaler != nullptr ? scaler->scale(loss) : loss).backward();
+  }
+  hp::Scope phase("phase optimizer");
   if (scaler != nullptr) {
-    scaler->scale(loss).backward();
     scaler->step(opt);  // skipped on the device when a gradient overflowed
     scaler->update();
   } else {
-    loss.backward();
     opt.step();
   }
   return loss;
