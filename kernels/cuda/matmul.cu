@@ -1,15 +1,22 @@
 // Row-major GEMM through cuBLAS: a row-major [m, n] result is the column-major [n, m] product
 // b^T a^T, so the operands swap places and no data moves. f16/bf16 run on tensor cores with f32
-// accumulation (CUBLAS_COMPUTE_32F); f32 stays IEEE f32 (the handle's math mode allows no TF32).
+// accumulation (CUBLAS_COMPUTE_32F); f32 stays IEEE f32 (the handle's math mode allows no TF32)
+// unless a caller asks for TF32 (pointwise convolutions under conv_allow_tf32()).
 #include <climits>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/gemm.h"
 #include "kernels/matmul.h"
 
 namespace frugal::kernels::cuda {
 
 void gemm(const Context& ctx, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
           int64_t k, const void* a, const void* b, double beta, void* c) {
+  gemm_tf32(ctx, dtype, trans_a, trans_b, m, n, k, a, b, beta, c, false);
+}
+
+void gemm_tf32(const Context& ctx, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
+               int64_t k, const void* a, const void* b, double beta, void* c, bool allow_tf32) {
   cudaStream_t s = stream_of(ctx, "gemm");
   FRUGAL_CHECK(dtype != DType::f64, "gemm: f64 is CPU-only");
   FRUGAL_CHECK(beta == 0.0 || beta == 1.0, "gemm: beta must be 0 or 1, got ", beta);
@@ -41,7 +48,9 @@ void gemm(const Context& ctx, DType dtype, bool trans_a, bool trans_b, int64_t m
   float alpha_f = 1.0f, beta_f = static_cast<float>(beta);  // beta == 0: c is never read
   CUBLAS_CHECK(cublasGemmEx(cublas_handle(ctx), op_b, op_a, static_cast<int>(n),
                             static_cast<int>(m), static_cast<int>(k), &alpha_f, b, type, ldb, a,
-                            type, lda, &beta_f, c, type, ldc, CUBLAS_COMPUTE_32F,
+                            type, lda, &beta_f, c, type, ldc,
+                            dtype == DType::f32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                              : CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
 }
 

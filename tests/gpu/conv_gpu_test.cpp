@@ -1,6 +1,6 @@
 // CUDA vs CPU convolution: forward with and without bias, input gradient, weight and bias
-// gradients, for 1x1, 3x3 pad 1, stride 2, dilation 2, groups 2, a non-square odd case (cuDNN)
-// and depthwise 3x3/5x5 with strides, dilation, packed and odd channel counts and a batch big
+// gradients, for 1x1 (cuBLAS GEMMs; with stride 2 on cuDNN), 3x3 pad 1, stride 2, dilation 2,
+// groups 2, a non-square odd case (cuDNN) and depthwise 3x3/5x5 with strides, dilation, packed and odd channel counts and a batch big
 // enough for many weight-gradient splits (frugal's own kernels), in f32 (TF32 off, so 1e-5
 // holds), f16 and bf16; then f32 with TF32 allowed (PyTorch's default) within TF32's rounding.
 #include "gpu_test_util.h"
@@ -25,7 +25,9 @@ kernels::Conv2dShape conv(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k,
 
 std::vector<kernels::Conv2dShape> configs() {
   return {
-      conv(2, 7, 9, 8, 12, 1, 1, 1, 0, 0, 1, 1),      // 1x1
+      conv(2, 7, 9, 8, 12, 1, 1, 1, 0, 0, 1, 1),      // 1x1 (cuBLAS)
+      conv(4, 16, 17, 24, 40, 1, 1, 1, 0, 0, 1, 1),   // 1x1 (cuBLAS), 1,088 rows
+      conv(2, 9, 9, 8, 16, 1, 1, 2, 0, 0, 1, 1),      // 1x1 stride 2 (cuDNN)
       conv(2, 9, 7, 6, 10, 3, 3, 1, 1, 1, 1, 1),      // 3x3 pad 1
       conv(2, 11, 9, 5, 7, 3, 3, 2, 1, 1, 1, 1),      // stride 2
       conv(2, 11, 10, 4, 6, 3, 3, 1, 2, 2, 2, 1),     // dilation 2

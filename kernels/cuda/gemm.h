@@ -1,0 +1,13 @@
+// The row-major cuBLAS GEMM behind kernels::cuda::gemm, with a switch for TF32 in f32: the
+// pointwise convolutions of conv.cu run on it and follow conv_allow_tf32() as cuDNN's do.
+#pragma once
+
+#include "kernels/context.h"
+
+namespace frugal::kernels::cuda {
+
+// c[m, n] = op(a) op(b) (+ c when beta == 1); see kernels/matmul.h for the operand layouts.
+void gemm_tf32(const Context& ctx, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
+               int64_t k, const void* a, const void* b, double beta, void* c, bool allow_tf32);
+
+}  // namespace frugal::kernels::cuda
