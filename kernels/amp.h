@@ -16,6 +16,14 @@ FRUGAL_DECLARE_KERNEL(unscale_and_check,
                        float* found_inf),
                       (ctx, n, grad, scale, found_inf))
 
+// unscale_and_check over `count` tensors at once (grads[t] has sizes[t] elements; host arrays
+// of device pointers): GradScaler::unscale_ launches once per few dozen gradients instead of once
+// per gradient, which matters when the host, not the device, bounds a step.
+FRUGAL_DECLARE_KERNEL(unscale_and_check_many,
+                      (const Context& ctx, int64_t count, float* const* grads,
+                       const int64_t* sizes, const float* scale, float* found_inf),
+                      (ctx, count, grads, sizes, scale, found_inf))
+
 // PyTorch's _amp_update_scale_: on *found_inf != 0, scale *= backoff and tracker = 0; otherwise
 // tracker += 1 and, when it reaches growth_interval, scale *= growth (if still finite) and
 // tracker = 0. growth_tracker holds a whole number in f32 (exact below 2^24 steps).

@@ -3,6 +3,7 @@
 #include "optim/grad_scaler.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/factory.h"
@@ -68,14 +69,20 @@ void GradScaler::unscale_(Optimizer& opt) {
   if (stage_.empty()) fill_(found_inf_, 0.0);  // first unscale of this step: a kernel, no sync
   stage_[&opt] = Stage::unscaled;
   if (device.is_meta()) return;
-  kernels::Context ctx = kernels::Context::of(device);
+  std::vector<Tensor> grads;
+  std::vector<float*> pointers;
+  std::vector<int64_t> sizes;
   for (const Tensor& p : opt.params()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    kernels::unscale_and_check(ctx, g.numel(), g.data<float>(), scale_.data<float>(),
-                               found_inf_.data<float>());
-    g.bump_version();
+    pointers.push_back(g.data<float>());
+    sizes.push_back(g.numel());
+    grads.push_back(std::move(g));
   }
+  kernels::unscale_and_check_many(kernels::Context::of(device),
+                                  static_cast<int64_t>(pointers.size()), pointers.data(),
+                                  sizes.data(), scale_.data<float>(), found_inf_.data<float>());
+  for (Tensor& g : grads) g.bump_version();
 }
 
 void GradScaler::step(Optimizer& opt) {

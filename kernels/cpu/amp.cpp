@@ -33,6 +33,14 @@ void unscale_and_check(const Context& ctx, int64_t n, float* grad, const float* 
   });
 }
 
+void unscale_and_check_many(const Context& ctx, int64_t count, float* const* grads,
+                            const int64_t* sizes, const float* scale, float* found_inf) {
+  FRUGAL_CHECK(count >= 0, "unscale_and_check_many: negative count ", count);
+  for (int64_t t = 0; t < count; ++t) {
+    cpu::unscale_and_check(ctx, sizes[t], grads[t], scale, found_inf);
+  }
+}
+
 void update_scale(const Context& ctx, float* scale, float* growth_tracker, const float* found_inf,
                   double growth_factor, double backoff_factor, int64_t growth_interval) {
   (void)ctx;

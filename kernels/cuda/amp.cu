@@ -21,6 +21,28 @@ __global__ void unscale_and_check_kernel(int64_t n, float* grad, const float* sc
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
 }
 
+// Up to kListMax tensors per launch, passed by value in the kernel's parameters (512 bytes).
+constexpr int kListMax = 32;
+struct GradList {
+  float* ptr[kListMax];
+  int64_t n[kListMax];
+};
+
+// blockIdx.y picks the tensor; the x blocks stride over its elements.
+__global__ void unscale_and_check_many_kernel(GradList list, const float* scale,
+                                              float* found_inf) {
+  float* grad = list.ptr[blockIdx.y];
+  const int64_t n = list.n[blockIdx.y];
+  const float inv = 1.0f / *scale;
+  bool bad = false;
+  for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+    const float g = grad[i];
+    bad = bad || !isfinite(g);
+    grad[i] = g * inv;
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
+}
+
 __global__ void update_scale_kernel(float* scale, float* growth_tracker, const float* found_inf,
                                     double growth, double backoff, int64_t interval) {
   if (*found_inf != 0.0f) {
@@ -54,6 +76,35 @@ void unscale_and_check(const Context& ctx, int64_t n, float* grad, const float* 
   DeviceGuard guard(ctx.device);
   unscale_and_check_kernel<<<grid_for(ctx, n), kThreads, 0, s>>>(n, grad, scale, found_inf);
   FRUGAL_LAUNCH_CHECK();
+}
+
+void unscale_and_check_many(const Context& ctx, int64_t count, float* const* grads,
+                            const int64_t* sizes, const float* scale, float* found_inf) {
+  const char* op = "unscale_and_check_many";
+  cudaStream_t s = stream_of(ctx, op);
+  FRUGAL_CHECK(count >= 0, op, ": negative count ", count);
+  FRUGAL_CHECK(scale != nullptr && found_inf != nullptr, op, ": scale and found_inf must be given");
+  DeviceGuard guard(ctx.device);
+  for (int64_t first = 0; first < count;) {
+    GradList list{};
+    int used = 0;
+    int64_t largest = 0;
+    for (; first < count && used < kListMax; ++first) {
+      FRUGAL_CHECK(sizes[first] >= 0, op, ": tensor ", first, " has negative size ", sizes[first]);
+      if (sizes[first] == 0) continue;
+      list.ptr[used] = grads[first];
+      list.n[used] = sizes[first];
+      largest = std::max(largest, sizes[first]);
+      ++used;
+    }
+    if (used == 0) continue;
+    // Enough x blocks to fill the device about four times over across the list's tensors.
+    const int64_t cap = std::max<int64_t>(1, int64_t{sm_count(ctx.device.index)} * 4 / used);
+    const int64_t blocks = std::min<int64_t>((largest + kThreads - 1) / kThreads, cap);
+    dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(used));
+    unscale_and_check_many_kernel<<<grid, kThreads, 0, s>>>(list, scale, found_inf);
+    FRUGAL_LAUNCH_CHECK();
+  }
 }
 
 void update_scale(const Context& ctx, float* scale, float* growth_tracker, const float* found_inf,

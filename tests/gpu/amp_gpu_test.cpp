@@ -38,6 +38,40 @@ TEST(AmpGpu, UnscaleAndCheckMatchesCpu) {
   }
 }
 
+// Many tensors in one call, more than one launch's list (32), an empty one among them, with and
+// without an inf in one tensor; each matches the one-tensor kernel on the CPU exactly.
+TEST(AmpGpu, UnscaleAndCheckManyMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (int bad_tensor : {-1, 0, 40}) {
+    std::vector<std::vector<float>> host;
+    std::vector<DeviceBuffer> dev;
+    std::vector<float*> pointers;
+    std::vector<int64_t> sizes;
+    float scale = 1024.0f, found_ref = 0.0f;
+    for (int t = 0; t < 45; ++t) {
+      const int64_t n = t == 7 ? 0 : 1 + (t * 7919) % 70001;
+      auto g = random_values(static_cast<size_t>(n), 50 + t, DType::f32, -100.f, 100.f);
+      if (t == bad_tensor) g[static_cast<size_t>(n / 2)] = std::numeric_limits<float>::quiet_NaN();
+      dev.push_back(to_device(DType::f32, g));
+      kernels::unscale_and_check(cpu(), n, g.data(), &scale, &found_ref);
+      host.push_back(std::move(g));
+      sizes.push_back(n);
+    }
+    for (DeviceBuffer& d : dev) pointers.push_back(d.as<float>());
+    DeviceBuffer ds = to_device(DType::f32, {scale}), df = to_device(DType::f32, {0.0f});
+    kernels::unscale_and_check_many(gpu(), static_cast<int64_t>(pointers.size()), pointers.data(),
+                                    sizes.data(), ds.as<float>(), df.as<float>());
+    for (size_t t = 0; t < dev.size(); ++t) {
+      std::vector<float> out = dev[t].download();
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (static_cast<int>(t) == bad_tensor && i == out.size() / 2) continue;
+        ASSERT_EQ(out[i], host[t][i]) << "tensor " << t << " element " << i;
+      }
+    }
+    EXPECT_EQ(scalar_values(df)[0], found_ref) << "bad tensor " << bad_tensor;
+  }
+}
+
 TEST(AmpGpu, UpdateScaleMatchesCpuOverASequence) {
   SKIP_WITHOUT_GPU();
   const float flags[] = {0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0};
