@@ -318,6 +318,7 @@ void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const
                     const void* w, const void* bias, void* y) {
   cudaStream_t stream = stream_of(ctx, "conv2d_forward");
   check_shape(s, "conv2d_forward");
+  cudnn_type(dtype, "conv2d_forward");  // names this op for f64 whichever path runs it
   if (s.n == 0 || s.k == 0) return;
   DeviceGuard guard(ctx.device);
   if (depthwise_handles(s)) {
@@ -351,6 +352,7 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
                            const void* w, void* dx) {
   stream_of(ctx, "conv2d_backward_input");
   check_shape(s, "conv2d_backward_input");
+  cudnn_type(dtype, "conv2d_backward_input");
   if (s.n == 0 || s.c == 0) return;
   DeviceGuard guard(ctx.device);
   if (depthwise_handles(s)) {
