@@ -24,4 +24,6 @@ if [ "${SKIP_TRAIN:-0}" != 1 ]; then
   wait "$train_pid"
   grep -E "^==|test accuracy:|epoch 10/" "$OUTDIR/train.txt"
 fi
-(cd "$OUTDIR" && tar czf all.tgz --exclude all.tgz . && find . -type f ! -name all.tgz -delete)
+# Packed outside $OUTDIR first: tar reading a folder it is writing into fails.
+tar czf /tmp/gpu-session-all.tgz -C "$OUTDIR" . && find "$OUTDIR" -type f -delete &&
+  mv /tmp/gpu-session-all.tgz "$OUTDIR/all.tgz"

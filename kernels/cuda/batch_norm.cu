@@ -12,21 +12,9 @@
 namespace frugal::kernels::cuda {
 namespace {
 
-// Channel packs: 16-byte loads when C divides into them (every MobileNet width does), else one
-// channel per thread. 16-bit rows were load-latency bound with one 2-byte channel per thread.
-template <typename T>
-int pack_width(int64_t c, std::initializer_list<const void*> pointers) {
-  if (c % kVec<T> != 0) return 1;
-  for (const void* p : pointers) {
-    if (p != nullptr && !aligned16(p)) return 1;
-  }
-  return kVec<T>;
-}
-
-template <typename T, int V>
-__device__ __forceinline__ Pack<T, V> load_pack(const T* p) {
-  return *reinterpret_cast<const Pack<T, V>*>(p);
-}
+// Channel packs (pack_width in cuda_common.cuh): 16-byte loads when C divides into them (every
+// MobileNet width does), else one channel per thread. 16-bit rows were load-latency bound with
+// one 2-byte channel per thread.
 
 // One block: `lanes` consecutive channel packs x (kThreads / lanes) rows, rows strided over the
 // splits (blockIdx.y). Sums per channel

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/handles.h"
@@ -75,6 +76,22 @@ template <typename T>
 constexpr int kVec = static_cast<int>(16 / sizeof(T));
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <typename T, int N>
+__device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T, N>*>(p);
+}
+
+// Channels per thread for NHWC kernels that load 16-byte packs along C: kVec<T> when `channels`
+// divide into packs and every non-null pointer is 16-byte aligned, else 1.
+template <typename T>
+int pack_width(int64_t channels, std::initializer_list<const void*> pointers) {
+  if (channels % kVec<T> != 0) return 1;
+  for (const void* p : pointers) {
+    if (p != nullptr && !aligned16(p)) return 1;
+  }
+  return kVec<T>;
+}
 
 constexpr int kThreads = 256;
 

@@ -34,11 +34,6 @@ __device__ __forceinline__ void load_floats(const float* p, float* out) {
   }
 }
 
-template <typename T, int V>
-__device__ __forceinline__ Pack<T, V> load_pack(const T* p) {
-  return *reinterpret_cast<const Pack<T, V>*>(p);
-}
-
 // wt[tap, c] = w[c, tap] in f32: weights [C, kh, kw, 1] become packs along the channels.
 template <typename T>
 __global__ void transpose_weight_kernel(int c, int taps, const T* w, float* wt) {
@@ -204,16 +199,6 @@ __global__ void backward_weight_finish_kernel(int64_t n, int splits, const float
   }
 }
 
-// 16-byte packs when the channels divide into them and every pointer is aligned, else 1.
-template <typename T>
-int pack_width(const Conv2dShape& s, std::initializer_list<const void*> pointers) {
-  if (s.c % kVec<T> != 0) return 1;
-  for (const void* p : pointers) {
-    if (p != nullptr && !aligned16(p)) return 1;
-  }
-  return kVec<T>;
-}
-
 // Weights transposed to [taps, C] f32 in a workspace the caller keeps alive.
 template <typename T>
 memory::DataPtr transposed_weights(const Context& ctx, cudaStream_t stream,
@@ -230,7 +215,7 @@ template <typename T, int K>
 void forward_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* x,
                const float* wt, const void* bias, void* y) {
   const Geom g = geom_of(s);
-  const int v = pack_width<T>(s, {x, bias, y});
+  const int v = pack_width<T>(s.c, {x, bias, y});
   const int64_t work = s.n * s.oh() * s.ow() * (s.c / v);
   auto xt = static_cast<const T*>(x);
   auto bt = static_cast<const T*>(bias);
@@ -247,7 +232,7 @@ template <typename T, int K>
 void backward_input_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
                       const void* dy, const float* wt, void* dx) {
   const Geom g = geom_of(s);
-  const int v = pack_width<T>(s, {dy, dx});
+  const int v = pack_width<T>(s.c, {dy, dx});
   const int64_t work = s.n * s.h * s.w * (s.c / v);
   auto dyt = static_cast<const T*>(dy);
   auto dxt = static_cast<T*>(dx);
@@ -295,7 +280,7 @@ template <typename T, int K>
 void backward_weight_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
                        const void* x, const void* dy, void* dw) {
   // 5x5 keeps one channel per thread: 25 taps x a pack would not fit in registers.
-  if (K == 3 && pack_width<T>(s, {x, dy}) == kVec<T>) {
+  if (K == 3 && pack_width<T>(s.c, {x, dy}) == kVec<T>) {
     backward_weight_kv<T, K, kVec<T>>(ctx, stream, s, x, dy, dw);
   } else {
     backward_weight_kv<T, K, 1>(ctx, stream, s, x, dy, dw);
