@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "train/step_timer.h"
+
 namespace frugal::bench {
 
 // `--name value`, `--name=value` and boolean `--flag`; an unknown flag is an error.
@@ -96,12 +98,7 @@ inline std::vector<int64_t> parse_chw(const std::string& s) {
   return out;
 }
 
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using train::median;  // train/step_timer.h
 
 // A field of /proc/self/status in bytes ("VmHWM", "VmRSS"); -1 when unreadable.
 inline int64_t proc_status_bytes(const std::string& field) {

@@ -26,6 +26,7 @@
 #include "models/registry.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "train/step_timer.h"
 #include "train/trainer.h"
 
 #ifdef FRUGAL_WITH_CUDA
@@ -44,74 +45,6 @@ constexpr const char* kUsage =
     "                        [--warmup N] [--steps N] [--seed S] [--json] [--profile]\n"
     "  --profile: bracket the last timed step with cudaProfilerStart/Stop, for\n"
     "             ncu --profile-from-start off (scripts/gpu-profile.sh)\n";
-
-// Timings in milliseconds, one per timed step, measured on the device's own clock.
-class StepTimer {
- public:
-  explicit StepTimer(Device device, int64_t steps) : device_(device) {
-#ifdef FRUGAL_WITH_CUDA
-    if (device.is_cuda()) {
-      events_.resize(static_cast<size_t>(2 * steps));
-      for (auto& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
-    }
-#endif
-    host_.resize(static_cast<size_t>(steps + 1));
-  }
-  ~StepTimer() {
-#ifdef FRUGAL_WITH_CUDA
-    for (auto& e : events_) cudaEventDestroy(e);
-#endif
-  }
-  void begin(int64_t i) {
-#ifdef FRUGAL_WITH_CUDA
-    if (device_.is_cuda()) {
-      check(cudaEventRecord(events_[2 * i], stream()), "cudaEventRecord");
-      return;
-    }
-#endif
-    host_[i] = std::chrono::steady_clock::now();
-  }
-  void end(int64_t i) {
-#ifdef FRUGAL_WITH_CUDA
-    if (device_.is_cuda()) {
-      check(cudaEventRecord(events_[2 * i + 1], stream()), "cudaEventRecord");
-      return;
-    }
-#endif
-    host_[i + 1] = std::chrono::steady_clock::now();
-    host_ms_.push_back(std::chrono::duration<double, std::milli>(host_[i + 1] - host_[i]).count());
-  }
-  // Call after the device has finished every timed step.
-  std::vector<double> milliseconds() {
-#ifdef FRUGAL_WITH_CUDA
-    if (device_.is_cuda()) {
-      std::vector<double> ms;
-      for (size_t i = 0; i + 1 < events_.size(); i += 2) {
-        float t = 0;
-        check(cudaEventElapsedTime(&t, events_[i], events_[i + 1]), "cudaEventElapsedTime");
-        ms.push_back(t);
-      }
-      return ms;
-    }
-#endif
-    return host_ms_;
-  }
-
- private:
-#ifdef FRUGAL_WITH_CUDA
-  cudaStream_t stream() const {
-    return static_cast<cudaStream_t>(kernels::cuda::compute_stream(device_));
-  }
-  static void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess)
-      throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
-  }
-  std::vector<cudaEvent_t> events_;
-#endif
-  Device device_;
-  std::vector<std::chrono::steady_clock::time_point> host_;
-  std::vector<double> host_ms_;
-};
 
 void device_sync(Device device) {
 #ifdef FRUGAL_WITH_CUDA
@@ -211,7 +144,7 @@ int run(int argc, char** argv) {
   const bool rss_reset = reset_peak_rss();
   const int64_t rss_before = proc_status_bytes("VmRSS");
 
-  StepTimer timer(device, steps);
+  train::StepTimer timer(device, steps);
   auto wall0 = std::chrono::steady_clock::now();
   const bool profile = flags.flag("profile") && device.is_cuda();
   for (int64_t i = 0; i < steps; ++i) {
@@ -244,7 +177,7 @@ int run(int argc, char** argv) {
   j["warmup"] = warmup;
   j["steps"] = steps;
   j["threads"] = device.is_cpu() ? omp_get_max_threads() : 0;
-  j["timer"] = device.is_cuda() ? "cuda events on the compute stream" : "steady_clock";
+  j["timer"] = timer.clock_name();
   j["median_ms"] = med;
   j["min_ms"] = *std::min_element(ms.begin(), ms.end());
   j["max_ms"] = *std::max_element(ms.begin(), ms.end());

@@ -1,5 +1,6 @@
 // Runs the f32 / f16 / bf16 comparison: one fresh model, optimizer and batch per precision, timed
-// steps on a steady clock (the host waits for the device around each step on CUDA).
+// steps on the device's own clock (train/step_timer.h: CUDA events, the host never waiting
+// between steps, so host work overlaps device work as in training).
 #include "train/precision_compare.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "models/registry.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "train/step_timer.h"
 #include "train/trainer.h"
 
 #ifdef FRUGAL_WITH_CUDA
@@ -29,13 +31,6 @@ void device_sync(Device device) {
 #else
   (void)device;
 #endif
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 double ratio(double value, double f32_value) { return f32_value != 0 ? value / f32_value : 0.0; }
@@ -96,17 +91,15 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
     loss = step();
     if (i == 0) row.first_loss = loss.item();
   }
-  std::vector<double> ms;
+  device_sync(device);
+  StepTimer timer(device, o.steps);
   for (int64_t i = 0; i < o.steps; ++i) {
-    // Waiting for the device on both sides makes the host clock time this step alone.
-    device_sync(device);
-    const auto t0 = std::chrono::steady_clock::now();
+    timer.begin(i);
     loss = step();
-    device_sync(device);
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    timer.end(i);
     if (o.warmup == 0 && i == 0) row.first_loss = loss.item();
   }
+  const std::vector<double> ms = timer.milliseconds();
   row.loss = loss.item();
   row.loss_scale = scaler ? scaler->get_scale() : 1.0;
   row.median_step_ms = median(ms);
