@@ -14,6 +14,7 @@
 using namespace frugal;
 using frugal::testing::cast_vec;
 using frugal::testing::expect_close;
+using frugal::testing::central_difference;
 using frugal::testing::random_vec;
 using frugal::testing::rounded;
 using frugal::testing::tolerance;
@@ -114,19 +115,7 @@ TEST(BatchNormCpu, BackwardMatchesFiniteDifferencesF64) {
     for (size_t i = 0; i < y.size(); ++i) l += y[i] * r[i];
     return l;
   };
-  auto fd = [&](std::vector<double>& v) {
-    std::vector<double> g(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-      double keep = v[i];
-      v[i] = keep + 1e-6;
-      double lp = loss();
-      v[i] = keep - 1e-6;
-      double lm = loss();
-      v[i] = keep;
-      g[i] = (lp - lm) / 2e-6;
-    }
-    return g;
-  };
+  auto fd = [&](std::vector<double>& v) { return central_difference(loss, v, 1e-6); };
   std::vector<double> y(x.size()), mean(c), invstd(c);
   kernels::batch_norm_forward_train(ctx, DType::f64, rows, c, x.data(), gamma.data(), beta.data(),
                                     kEps, 0.1, y.data(), mean.data(), invstd.data(), nullptr,

@@ -14,6 +14,7 @@
 using namespace frugal;
 using frugal::testing::cast_vec;
 using frugal::testing::expect_close;
+using frugal::testing::central_difference;
 using frugal::testing::random_vec;
 using frugal::testing::rounded;
 using frugal::testing::tolerance;
@@ -162,19 +163,7 @@ TEST(Conv2dCpu, GradientsMatchFiniteDifferencesF64) {
       for (size_t i = 0; i < y.size(); ++i) l += y[i] * r[i];
       return l;
     };
-    auto fd = [&](std::vector<double>& v) {
-      std::vector<double> g(v.size());
-      for (size_t i = 0; i < v.size(); ++i) {
-        double keep = v[i];
-        v[i] = keep + 1e-5;
-        double lp = loss();
-        v[i] = keep - 1e-5;
-        double lm = loss();
-        v[i] = keep;
-        g[i] = (lp - lm) / 2e-5;
-      }
-      return g;
-    };
+    auto fd = [&](std::vector<double>& v) { return central_difference(loss, v, 1e-5); };
     std::vector<double> dx(x.size()), dw(w.size()), db(b.size());
     kernels::conv2d_backward_input(ctx, DType::f64, s, r.data(), w.data(), dx.data());
     kernels::conv2d_backward_weight(ctx, DType::f64, s, x.data(), r.data(), dw.data(), db.data());

@@ -21,6 +21,22 @@ inline std::vector<double> random_vec(int64_t n, uint32_t seed, double lo = -1.0
   return v;
 }
 
+// d loss() / d v[i] for every i by central differences of step h; v ends as it started.
+template <typename Loss>
+std::vector<double> central_difference(Loss&& loss, std::vector<double>& v, double h) {
+  std::vector<double> g(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double keep = v[i];
+    v[i] = keep + h;
+    const double lp = loss();
+    v[i] = keep - h;
+    const double lm = loss();
+    v[i] = keep;
+    g[i] = (lp - lm) / (2 * h);
+  }
+  return g;
+}
+
 template <typename T>
 std::vector<T> cast_vec(const std::vector<double>& v) {
   return std::vector<T>(v.begin(), v.end());
