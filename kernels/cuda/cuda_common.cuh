@@ -82,6 +82,15 @@ __device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
   return *reinterpret_cast<const Pack<T, N>*>(p);
 }
 
+// Rounds N floats to T and stores them as one aligned access.
+template <typename T, int N>
+__device__ __forceinline__ void store_pack(T* p, const float* v) {
+  Pack<T, N> out;
+#pragma unroll
+  for (int i = 0; i < N; ++i) out.v[i] = from_f<T>(v[i]);
+  *reinterpret_cast<Pack<T, N>*>(p) = out;
+}
+
 // Channels per thread for NHWC kernels that load 16-byte packs along C: kVec<T> when `channels`
 // divide into packs and every non-null pointer is 16-byte aligned, else 1.
 template <typename T>

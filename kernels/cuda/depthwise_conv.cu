@@ -34,6 +34,17 @@ __device__ __forceinline__ void load_floats(const float* p, float* out) {
   }
 }
 
+// acc[v] += src[v] * w[v] for one tap: a pack of activations or gradients times the tap's
+// transposed weights.
+template <typename T, int V>
+__device__ __forceinline__ void accumulate_tap(float* acc, const T* src, const float* w) {
+  Pack<T, V> sv = load_pack<T, V>(src);
+  float wv[V];
+  load_floats<V>(w, wv);
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] += to_f(sv.v[v]) * wv[v];
+}
+
 // wt[tap, c] = w[c, tap] in f32: weights [C, kh, kw, 1] become packs along the channels.
 template <typename T>
 __global__ void transpose_weight_kernel(int c, int taps, const T* w, float* wt) {
@@ -67,17 +78,11 @@ __global__ void forward_kernel(Geom g, const T* __restrict__ x, const float* __r
       for (int b = 0; b < K; ++b) {
         const int iw = iw0 + b * g.dw;
         if (iw < 0 || iw >= g.w) continue;
-        Pack<T, V> xv = load_pack<T, V>(row + static_cast<int64_t>(iw) * g.c);
-        float wv[V];
-        load_floats<V>(wt + (a * K + b) * g.c + c0, wv);
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += to_f(xv.v[v]) * wv[v];
+        accumulate_tap<T, V>(acc, row + static_cast<int64_t>(iw) * g.c,
+                             wt + (a * K + b) * g.c + c0);
       }
     }
-    Pack<T, V> out;
-#pragma unroll
-    for (int v = 0; v < V; ++v) out.v[v] = from_f<T>(acc[v]);
-    *reinterpret_cast<Pack<T, V>*>(y + i * V) = out;  // (pixel * C + c0) == i * V
+    store_pack<T, V>(y + i * V, acc);  // (pixel * C + c0) == i * V
   }
 }
 
@@ -109,17 +114,11 @@ __global__ void backward_input_kernel(Geom g, const T* __restrict__ dy,
         if (tw < 0 || tw % g.sw != 0) continue;
         const int ow = tw / g.sw;
         if (ow >= g.ow) continue;
-        Pack<T, V> gv = load_pack<T, V>(row + static_cast<int64_t>(ow) * g.c);
-        float wv[V];
-        load_floats<V>(wt + (a * K + b) * g.c + c0, wv);
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += to_f(gv.v[v]) * wv[v];
+        accumulate_tap<T, V>(acc, row + static_cast<int64_t>(ow) * g.c,
+                             wt + (a * K + b) * g.c + c0);
       }
     }
-    Pack<T, V> out;
-#pragma unroll
-    for (int v = 0; v < V; ++v) out.v[v] = from_f<T>(acc[v]);
-    *reinterpret_cast<Pack<T, V>*>(dx + i * V) = out;
+    store_pack<T, V>(dx + i * V, acc);
   }
 }
 
