@@ -33,6 +33,7 @@
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/runtime.h"
 #endif
 
@@ -57,10 +58,11 @@ void device_sync(Device device) {
 // Opens or closes the window an external profiler (ncu --profile-from-start off) records.
 void set_profiler(bool on) {
 #ifdef FRUGAL_WITH_CUDA
-  cudaError_t e = on ? cudaProfilerStart() : cudaProfilerStop();
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("cudaProfiler") + (on ? "Start" : "Stop") +
-                             " failed: " + cudaGetErrorString(e));
+  if (on) {
+    CUDA_CHECK(cudaProfilerStart());
+  } else {
+    CUDA_CHECK(cudaProfilerStop());
+  }
 #else
   (void)on;
 #endif

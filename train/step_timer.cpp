@@ -9,6 +9,7 @@
 #ifdef FRUGAL_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/runtime.h"
 #endif
 
@@ -16,10 +17,6 @@ namespace frugal::train {
 namespace {
 
 #ifdef FRUGAL_WITH_CUDA
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) FRUGAL_FAIL("StepTimer: ", what, " failed: ", cudaGetErrorString(e));
-}
-
 cudaStream_t stream_of(Device device) {
   return static_cast<cudaStream_t>(kernels::cuda::compute_stream(device));
 }
@@ -34,7 +31,7 @@ StepTimer::StepTimer(Device device, int64_t steps) : device_(device) {
     events_.resize(static_cast<size_t>(2 * steps), nullptr);
     for (void*& e : events_) {
       cudaEvent_t ev = nullptr;
-      check(cudaEventCreate(&ev), "cudaEventCreate");
+      CUDA_CHECK(cudaEventCreate(&ev));
       e = ev;
     }
   }
@@ -44,16 +41,15 @@ StepTimer::StepTimer(Device device, int64_t steps) : device_(device) {
 
 StepTimer::~StepTimer() {
 #ifdef FRUGAL_WITH_CUDA
-  for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  for (void* e : events_) CUDA_CHECK_NOTHROW(cudaEventDestroy(static_cast<cudaEvent_t>(e)));
 #endif
 }
 
 void StepTimer::begin(int64_t i) {
 #ifdef FRUGAL_WITH_CUDA
   if (device_.is_cuda()) {
-    check(cudaEventRecord(static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(2 * i))),
-                          stream_of(device_)),
-          "cudaEventRecord");
+    CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(2 * i))),
+                               stream_of(device_)));
     return;
   }
 #endif
@@ -63,9 +59,9 @@ void StepTimer::begin(int64_t i) {
 void StepTimer::end(int64_t i) {
 #ifdef FRUGAL_WITH_CUDA
   if (device_.is_cuda()) {
-    check(cudaEventRecord(static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(2 * i + 1))),
-                          stream_of(device_)),
-          "cudaEventRecord");
+    CUDA_CHECK(
+        cudaEventRecord(static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(2 * i + 1))),
+                        stream_of(device_)));
     return;
   }
 #endif
@@ -78,13 +74,12 @@ void StepTimer::end(int64_t i) {
 std::vector<double> StepTimer::milliseconds() {
 #ifdef FRUGAL_WITH_CUDA
   if (device_.is_cuda()) {
-    check(cudaEventSynchronize(static_cast<cudaEvent_t>(events_.back())), "cudaEventSynchronize");
+    CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(events_.back())));
     std::vector<double> ms;
     for (size_t i = 0; i + 1 < events_.size(); i += 2) {
       float t = 0;
-      check(cudaEventElapsedTime(&t, static_cast<cudaEvent_t>(events_[i]),
-                                 static_cast<cudaEvent_t>(events_[i + 1])),
-            "cudaEventElapsedTime");
+      CUDA_CHECK(cudaEventElapsedTime(&t, static_cast<cudaEvent_t>(events_[i]),
+                                      static_cast<cudaEvent_t>(events_[i + 1])));
       ms.push_back(t);
     }
     return ms;
