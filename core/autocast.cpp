@@ -42,7 +42,9 @@ class CachedCastNode final : public autograd::Node {
  public:
   explicit CachedCastNode(DType from) : from_(from) {}
   std::string name() const override { return "autocast_cast"; }
+  DType from() const { return from_; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    // A no-op when the op already produced the gradient in from_ (autocast::grad_dtype).
     return {grads[0].defined() ? detail::cast_raw(grads[0], from_) : Tensor()};
   }
 
@@ -95,6 +97,12 @@ namespace autocast {
 bool is_enabled(DeviceType type) { return state_of(type).enabled; }
 DType dtype(DeviceType type) { return state_of(type).dtype; }
 size_t cache_size() { return t_state.cache.size(); }
+
+DType grad_dtype(const Tensor& t) {
+  if (!t.defined()) return DType::f32;
+  auto* node = dynamic_cast<const CachedCastNode*>(t.impl().grad_fn.get());
+  return node != nullptr ? node->from() : t.dtype();
+}
 
 Tensor apply(AutocastOp op, const Tensor& t) {
   if (!t.defined()) return t;

@@ -75,6 +75,12 @@ Tensor apply(AutocastOp op, const Tensor& t);
 // Number of cached low-precision parameter copies on this thread (tests, diagnostics).
 size_t cache_size();
 
+// The dtype t's gradient is wanted in: the parameter's dtype (f32) when t is a cached
+// low-precision copy, else t's own dtype. Ops whose kernels can write that dtype directly (conv's
+// weight gradient on CUDA) do, and the cast node then passes the gradient through: one cast
+// launch less per weight in backward. Undefined t gives f32.
+DType grad_dtype(const Tensor& t);
+
 // Turns autocast off for every device type until destroyed (the engine runs backward under it:
 // each op's backward runs in the dtype its forward used). A guard inside re-enables.
 class SuspendGuard {

@@ -46,11 +46,13 @@ Tensor conv_forward_raw(const Tensor& x, const Tensor& w, const Tensor& b,
   return y;
 }
 
-// Gradients in the compute dtype `dt` (f32 for 16-bit CPU tensors).
+// Gradients in the compute dtype `dt` (f32 for 16-bit CPU tensors); dw and db in f32 instead
+// when `param_dtype` (autocast::grad_dtype of the weight) asks for it and the kernel can write it.
 std::vector<Tensor> conv_backward_raw(const Tensor& g, const Tensor& x, const Tensor& w,
                                       bool need_x, bool need_w, bool need_b,
-                                      const kernels::Conv2dShape& s) {
+                                      const kernels::Conv2dShape& s, DType param_dtype) {
   DType dt = detail::cpu_half(g) ? DType::f32 : g.dtype();
+  DType dw_dt = param_dtype == DType::f32 ? DType::f32 : dt;
   Tensor gc = cast_raw(g, dt), xc = need_w ? cast_raw(x, dt) : x, wc = need_x ? cast_raw(w, dt) : w;
   Tensor dx, dw, db;
   kernels::Context ctx = detail::ctx_of(g);
@@ -60,11 +62,11 @@ std::vector<Tensor> conv_backward_raw(const Tensor& g, const Tensor& x, const Te
     if (!meta) kernels::conv2d_backward_input(ctx, dt, s, gc.data_ptr(), wc.data_ptr(), dx.data_ptr());
   }
   if (need_w || need_b) {
-    dw = Tensor::empty(Shape{s.k, s.kh, s.kw, s.cin_per_group()}, {dt, g.device()});
-    if (need_b) db = Tensor::empty(Shape{s.k}, {dt, g.device()});
+    dw = Tensor::empty(Shape{s.k, s.kh, s.kw, s.cin_per_group()}, {dw_dt, g.device()});
+    if (need_b) db = Tensor::empty(Shape{s.k}, {dw_dt, g.device()});
     if (!meta) {
-      kernels::conv2d_backward_weight(ctx, dt, s, xc.data_ptr(), gc.data_ptr(), dw.data_ptr(),
-                                      need_b ? db.data_ptr() : nullptr);
+      kernels::conv2d_backward_weight(ctx, dt, dw_dt, s, xc.data_ptr(), gc.data_ptr(),
+                                      dw.data_ptr(), need_b ? db.data_ptr() : nullptr);
     }
   }
   return {dx, dw, db};
@@ -92,11 +94,13 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, Conv2d
       "conv2d", {x, weight, bias}, y,
       [s, need_x, need_w, need_b, x_saved = need_w ? autograd::save(x) : Tensor(),
        w_saved = need_x ? autograd::save(weight) : Tensor(), dx_dtype = x.dtype(),
-       dw_dtype = weight.dtype()](const std::vector<Tensor>& g) {
-        std::vector<Tensor> d = conv_backward_raw(g[0], x_saved, w_saved, need_x, need_w, need_b, s);
+       dw_dtype = autocast::grad_dtype(weight),
+       db_dtype = autocast::grad_dtype(bias)](const std::vector<Tensor>& g) {
+        std::vector<Tensor> d =
+            conv_backward_raw(g[0], x_saved, w_saved, need_x, need_w, need_b, s, dw_dtype);
         return std::vector<Tensor>{d[0].defined() ? cast_raw(d[0], dx_dtype) : d[0],
                                    d[1].defined() ? cast_raw(d[1], dw_dtype) : d[1],
-                                   d[2].defined() ? cast_raw(d[2], dw_dtype) : d[2]};
+                                   d[2].defined() ? cast_raw(d[2], db_dtype) : d[2]};
       });
 }
 

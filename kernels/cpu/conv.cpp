@@ -156,9 +156,11 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
   });
 }
 
-void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
-                            const void* dy, void* dw, void* dbias) {
+void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
+                            const void* x, const void* dy, void* dw, void* dbias) {
   check_conv_shape("conv2d_backward_weight", s);
+  FRUGAL_CHECK(dw_dtype == dtype, "conv2d_backward_weight: the CPU writes dw in the input dtype ",
+               dtype, ", not ", dw_dtype);
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "conv2d_backward_weight", {
     auto* xp = static_cast<const T*>(x);
     auto* dyp = static_cast<const T*>(dy);

@@ -1,9 +1,10 @@
 // 2-D convolution through cuDNN 9's legacy API in NHWC with OHWI filters ([K, kh, kw, C/groups]
 // is cuDNN's NHWC filter layout). Groups use the group count; 3x3 and 5x5 depthwise go to
-// frugal's own kernels (Note [Depthwise kernels] in depthwise_conv.h) and pointwise ones to
-// cuBLAS (Note [Pointwise convolutions as GEMMs]). f16/bf16 may use tensor
-// cores, f32 may use TF32 unless conv_allow_tf32() is off (then FMA only, matching the CPU);
-// compute is always float.
+// frugal's own kernels (Note [Depthwise kernels] in depthwise_conv.h), pointwise ones to
+// cuBLAS (Note [Pointwise convolutions as GEMMs]), and the weight gradient of 3x3 convolutions
+// with at most 4 input channels to another own kernel (Note [Few-channel weight gradients]).
+// f16/bf16 may use tensor cores, f32 may use TF32 unless conv_allow_tf32() is off (then FMA only,
+// matching the CPU); compute is always float.
 //
 // Note [Conv algorithm cache]: for each (device, direction, dtype, shape) the heuristic list of
 // cudnnGet*Algorithm_v7 is filtered to algorithms whose workspace fits kConvWorkspaceCap and kept
@@ -25,7 +26,9 @@
 #include "kernels/conv.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/depthwise_conv.h"
+#include "kernels/cuda/few_channel_conv.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/elementwise.h"
 #include "kernels/reduce.h"
 
 namespace frugal::kernels::cuda {
@@ -374,14 +377,17 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
   });
 }
 
-void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
-                            const void* dy, void* dw, void* dbias) {
-  cudaStream_t stream = stream_of(ctx, "conv2d_backward_weight");
-  check_shape(s, "conv2d_backward_weight");
-  cudnn_type(dtype, "conv2d_backward_weight");
+void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
+                            const void* x, const void* dy, void* dw, void* dbias) {
+  const char* op = "conv2d_backward_weight";
+  cudaStream_t stream = stream_of(ctx, op);
+  check_shape(s, op);
+  cudnn_type(dtype, op);
+  FRUGAL_CHECK(dw_dtype == dtype || dw_dtype == DType::f32, op, ": ", dtype,
+               " inputs give dw in ", dtype, " or f32, not ", dw_dtype);
   DeviceGuard guard(ctx.device);
   if (s.n == 0) {  // an empty batch contributes nothing
-    size_t esize = dtype_size(dtype);
+    size_t esize = dtype_size(dw_dtype);
     size_t wbytes = static_cast<size_t>(s.k * s.kh * s.kw * s.cin_per_group()) * esize;
     if (wbytes > 0) CUDA_CHECK(cudaMemsetAsync(dw, 0, wbytes, stream));
     if (dbias != nullptr && s.k > 0) {
@@ -390,13 +396,20 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& 
     return;
   }
   if (s.k == 0) return;
+  const int64_t nw = s.k * s.kh * s.kw * s.cin_per_group();
   if (depthwise_handles(s)) {
-    depthwise_backward_weight(ctx, dtype, s, x, dy, dw);
+    depthwise_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
+  } else if (few_channel_handles(s)) {
+    few_channel_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
   } else if (pointwise(s)) {  // dw[K, C] = dy[M, K]^T x[M, C]
-    gemm_tf32(ctx, dtype, true, false, s.k, s.c, s.n * s.h * s.w, dy, x, 0.0, dw,
-              conv_allow_tf32());
+    gemm_tf32_out(ctx, dtype, dw_dtype, true, false, s.k, s.c, s.n * s.h * s.w, dy, x, 0.0, dw,
+                  conv_allow_tf32());
   } else {
-    ConvDescriptors d(s, dtype, "conv2d_backward_weight");
+    // cuDNN writes dw in the input dtype; an f32 dw goes through a cast.
+    memory::DataPtr staged;
+    if (dw_dtype != dtype) staged = ctx.workspace(static_cast<size_t>(nw) * dtype_size(dtype));
+    void* out = dw_dtype == dtype ? dw : staged.get();
+    ConvDescriptors d(s, dtype, op);
     cudnnHandle_t h = cudnn_handle(ctx);
     float one = 1.0f, zero = 0.0f;
     run_conv(ctx, h, d, Direction::backward_filter, dtype, s,
@@ -404,12 +417,17 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& 
                return cudnnConvolutionBackwardFilter(
                    h, &one, d.x, x, d.y, dy, d.conv,
                    static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes, &zero, d.w,
-                   dw);
+                   out);
              });
+    if (out != dw) cuda::cast(ctx, dtype, dw_dtype, nw, out, dw);
   }
   if (dbias != nullptr) {
-    int64_t rows = s.n * s.oh() * s.ow();
-    cuda::sum_to(ctx, dtype, make_reduction(Shape{rows, s.k}, Shape{1, s.k}), dy, 1.0, dbias);
+    const int64_t rows = s.n * s.oh() * s.ow();
+    memory::DataPtr staged;
+    if (dw_dtype != dtype) staged = ctx.workspace(static_cast<size_t>(s.k) * dtype_size(dtype));
+    void* out = dw_dtype == dtype ? dbias : staged.get();
+    cuda::sum_to(ctx, dtype, make_reduction(Shape{rows, s.k}, Shape{1, s.k}), dy, 1.0, out);
+    if (out != dbias) cuda::cast(ctx, dtype, dw_dtype, s.k, out, dbias);
   }
 }
 

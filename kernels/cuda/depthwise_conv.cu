@@ -5,20 +5,10 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/depthwise_conv.h"
+#include "kernels/cuda/direct_conv_common.cuh"
 
 namespace frugal::kernels::cuda {
 namespace {
-
-// 32-bit geometry (depthwise_handles() checked that every index fits).
-struct Geom {
-  int n, h, w, c, oh, ow, sh, sw, ph, pw, dh, dw;
-};
-
-Geom geom_of(const Conv2dShape& s) {
-  auto i = [](int64_t v) { return static_cast<int>(v); };
-  return {i(s.n), i(s.h), i(s.w), i(s.c), i(s.oh()), i(s.ow()), i(s.stride_h), i(s.stride_w),
-          i(s.pad_h), i(s.pad_w), i(s.dil_h), i(s.dil_w)};
-}
 
 template <int V>
 __device__ __forceinline__ void load_floats(const float* p, float* out) {
@@ -130,16 +120,13 @@ __global__ void backward_weight_partial_kernel(Geom g, int lanes, const T* __res
                                                const T* __restrict__ dy,
                                                float* __restrict__ partial) {
   constexpr int kTaps = K * K;
-  __shared__ float shared[kThreads];
   const int cvs = g.c / V, rows = kThreads / lanes;
   const int lane = static_cast<int>(threadIdx.x) % lanes;
   const int r = static_cast<int>(threadIdx.x) / lanes;
   const int cv = static_cast<int>(blockIdx.x) * lanes + lane;
-  float acc[kTaps][V];
+  float acc[kTaps * V];  // [tap][v]
 #pragma unroll
-  for (int t = 0; t < kTaps; ++t)
-#pragma unroll
-    for (int v = 0; v < V; ++v) acc[t][v] = 0.0f;
+  for (int m = 0; m < kTaps * V; ++m) acc[m] = 0.0f;
   if (r < rows && cv < cvs) {
     const int c0 = cv * V;
     const int64_t positions = static_cast<int64_t>(g.n) * g.oh * g.ow;
@@ -165,37 +152,19 @@ __global__ void backward_weight_partial_kernel(Geom g, int lanes, const T* __res
           if (iw < 0 || iw >= g.w) continue;
           Pack<T, V> xv = load_pack<T, V>(row + static_cast<int64_t>(iw) * g.c);
 #pragma unroll
-          for (int v = 0; v < V; ++v) acc[a * K + b][v] += gv[v] * to_f(xv.v[v]);
+          for (int v = 0; v < V; ++v) acc[(a * K + b) * V + v] += gv[v] * to_f(xv.v[v]);
         }
       }
     }
   }
-  // Sum the rows of the block, one (tap, channel) at a time through shared memory.
-#pragma unroll
-  for (int t = 0; t < kTaps; ++t) {
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      shared[threadIdx.x] = acc[t][v];
-      __syncthreads();
-      if (r == 0 && cv < cvs) {
-        float sum = shared[lane];
-        for (int j = 1; j < rows; ++j) sum += shared[j * lanes + lane];
-        partial[(static_cast<int64_t>(blockIdx.y) * g.c + cv * V + v) * kTaps + t] = sum;
-      }
-      __syncthreads();
+  // Sum over the block's rows (Note [Block row sums]); m = tap * V + v.
+  const int64_t cv0 = static_cast<int64_t>(blockIdx.x) * lanes;
+  sum_block_rows(acc, lanes, rows, [&](int l, int m, float sum) {
+    const int64_t col = cv0 + l;
+    if (col < cvs) {
+      partial[(static_cast<int64_t>(blockIdx.y) * g.c + col * V + m % V) * kTaps + m / V] = sum;
     }
-  }
-}
-
-// dw[c, tap] = sum over splits of partial[split, c, tap], in split order.
-template <typename T>
-__global__ void backward_weight_finish_kernel(int64_t n, int splits, const float* partial,
-                                              T* dw) {
-  for (int64_t i = thread_index(); i < n; i += grid_stride()) {
-    float sum = 0.0f;
-    for (int g = 0; g < splits; ++g) sum += partial[g * n + i];
-    dw[i] = from_f<T>(sum);
-  }
+  });
 }
 
 // Weights transposed to [taps, C] f32 in a workspace the caller keeps alive.
@@ -244,19 +213,9 @@ void backward_input_k(const Context& ctx, cudaStream_t stream, const Conv2dShape
   FRUGAL_LAUNCH_CHECK();
 }
 
-// Row splits: enough blocks to fill the device a few times over, each thread still summing a
-// run of at least 16 positions.
-int weight_splits(const Context& ctx, int64_t blocks_x, int64_t positions, int rows) {
-  int64_t target = int64_t{sm_count(ctx.device.index)} * 4;
-  int64_t by_positions = (positions + int64_t{rows} * 16 - 1) / (int64_t{rows} * 16);
-  return static_cast<int>(
-      std::max<int64_t>(1, std::min<int64_t>({target / std::max<int64_t>(blocks_x, 1),
-                                              by_positions, 1024})));
-}
-
 template <typename T, int K, int V>
 void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                        const void* x, const void* dy, void* dw) {
+                        const void* x, const void* dy, DType dw_dtype, void* dw) {
   const Geom g = geom_of(s);
   const int cvs = static_cast<int>(s.c / V);
   const int lanes = std::min(cvs, kThreads);
@@ -270,19 +229,17 @@ void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dSha
   backward_weight_partial_kernel<T, K, V><<<grid, kThreads, 0, stream>>>(
       g, lanes, static_cast<const T*>(x), static_cast<const T*>(dy), partial);
   FRUGAL_LAUNCH_CHECK();
-  backward_weight_finish_kernel<T><<<grid_for(ctx, n), kThreads, 0, stream>>>(
-      n, splits, partial, static_cast<T*>(dw));
-  FRUGAL_LAUNCH_CHECK();
+  finish_weight_gradient<T>(ctx, stream, n, splits, partial, dw_dtype, dw);
 }
 
 template <typename T, int K>
 void backward_weight_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                       const void* x, const void* dy, void* dw) {
+                       const void* x, const void* dy, DType dw_dtype, void* dw) {
   // 5x5 keeps one channel per thread: 25 taps x a pack would not fit in registers.
   if (K == 3 && pack_width<T>(s.c, {x, dy}) == kVec<T>) {
-    backward_weight_kv<T, K, kVec<T>>(ctx, stream, s, x, dy, dw);
+    backward_weight_kv<T, K, kVec<T>>(ctx, stream, s, x, dy, dw_dtype, dw);
   } else {
-    backward_weight_kv<T, K, 1>(ctx, stream, s, x, dy, dw);
+    backward_weight_kv<T, K, 1>(ctx, stream, s, x, dy, dw_dtype, dw);
   }
 }
 
@@ -321,13 +278,13 @@ void depthwise_backward_input(const Context& ctx, DType dtype, const Conv2dShape
   });
 }
 
-void depthwise_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& s,
-                               const void* x, const void* dy, void* dw) {
+void depthwise_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
+                               const Conv2dShape& s, const void* x, const void* dy, void* dw) {
   const char* op = "conv2d_backward_weight (depthwise)";
   cudaStream_t stream = stream_of(ctx, op);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
-    if (s.kh == 3) backward_weight_k<T, 3>(ctx, stream, s, x, dy, dw);
-    else backward_weight_k<T, 5>(ctx, stream, s, x, dy, dw);
+    if (s.kh == 3) backward_weight_k<T, 3>(ctx, stream, s, x, dy, dw_dtype, dw);
+    else backward_weight_k<T, 5>(ctx, stream, s, x, dy, dw_dtype, dw);
   });
 }
 

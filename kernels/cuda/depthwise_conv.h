@@ -23,8 +23,8 @@ void depthwise_forward(const Context& ctx, DType dtype, const Conv2dShape& s, co
                        const void* w, const void* bias, void* y);
 void depthwise_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s,
                               const void* dy, const void* w, void* dx);
-// dw only; the caller sums the bias gradient.
-void depthwise_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& s,
-                               const void* x, const void* dy, void* dw);
+// dw only, in dw_dtype (dtype or f32); the caller sums the bias gradient.
+void depthwise_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
+                               const Conv2dShape& s, const void* x, const void* dy, void* dw);
 
 }  // namespace frugal::kernels::cuda

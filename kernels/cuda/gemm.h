@@ -10,4 +10,10 @@ namespace frugal::kernels::cuda {
 void gemm_tf32(const Context& ctx, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
                int64_t k, const void* a, const void* b, double beta, void* c, bool allow_tf32);
 
+// gemm_tf32 with c stored in c_dtype: dtype, or f32 for 16-bit a and b (cuBLAS accumulates in
+// f32 either way; the pointwise weight gradients of autocast are wanted in f32).
+void gemm_tf32_out(const Context& ctx, DType dtype, DType c_dtype, bool trans_a, bool trans_b,
+                   int64_t m, int64_t n, int64_t k, const void* a, const void* b, double beta,
+                   void* c, bool allow_tf32);
+
 }  // namespace frugal::kernels::cuda

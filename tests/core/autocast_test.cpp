@@ -214,6 +214,29 @@ TEST(Autocast, ParameterGradientsArriveInF32AndMatchTheF32Gradients) {
   }
 }
 
+TEST(Autocast, ConvWritesTheWeightGradientInTheParametersDtype) {
+  Generator gen(7);
+  Tensor x = randn({2, 5, 5, 3}, gen), w = param({4, 3, 3, 3}, gen), b = param({4}, gen);
+  AutocastGuard amp(Device::cpu(), DType::bf16);
+  Tensor low_w = autocast::apply(AutocastOp::conv2d, w);
+  EXPECT_EQ(low_w.dtype(), DType::bf16);
+  EXPECT_EQ(autocast::grad_dtype(low_w), DType::f32) << "a cached copy's gradient is its source's";
+  EXPECT_EQ(autocast::grad_dtype(w), DType::f32);
+  Tensor low_x = autocast::apply(AutocastOp::conv2d, x);
+  EXPECT_EQ(autocast::grad_dtype(low_x), DType::bf16) << "not a cached parameter copy";
+  // The conv node hands the cached copies f32 gradients (no cast in between) and the input a
+  // gradient in its own dtype.
+  Tensor xb = x.to(DType::bf16);  // a bf16 leaf: autocast leaves it as it is
+  xb.requires_grad_();
+  Tensor y = F::conv2d(xb, w, b, {.padding = 1});
+  ASSERT_NE(y.impl().grad_fn, nullptr);
+  std::vector<Tensor> g = y.impl().grad_fn->apply({ones(y.shape(), {.dtype = y.dtype()})});
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0].dtype(), DType::bf16);
+  EXPECT_EQ(g[1].dtype(), DType::f32);
+  EXPECT_EQ(g[2].dtype(), DType::f32);
+}
+
 TEST(Autocast, CachedCopySurvivesBackwardForGradientAccumulation) {
   Generator gen(8);
   Tensor w = param({4, 5}, gen), x = randn({3, 5}, gen);

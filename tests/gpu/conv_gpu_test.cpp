@@ -1,9 +1,9 @@
 // CUDA vs CPU convolution: forward with and without bias, input gradient, weight and bias
 // gradients, for 1x1 (cuBLAS GEMMs; with stride 2 on cuDNN), 3x3 pad 1, stride 2, dilation 2,
-// groups 2, a non-square odd case (cuDNN) and depthwise 3x3/5x5 with strides, dilation, packed
-// and odd channel counts and a batch big enough for many weight-gradient splits (frugal's own
-// kernels), in f32 (TF32 off, so 1e-5 holds), f16 and bf16; then f32 with TF32 allowed
-// (PyTorch's default) within TF32's rounding.
+// groups 2, a non-square odd case (cuDNN), depthwise 3x3/5x5 with strides, dilation, packed
+// and odd channel counts and a batch big enough for many weight-gradient splits, and 3x3 weight
+// gradients with 1-4 input channels (frugal's own kernels), in f32 (TF32 off, so 1e-5 holds),
+// f16 and bf16; then f32 with TF32 allowed (PyTorch's default) within TF32's rounding.
 #include "gpu_test_util.h"
 #include "kernels/conv.h"
 
@@ -41,6 +41,9 @@ std::vector<kernels::Conv2dShape> configs() {
       conv(2, 9, 8, 7, 7, 3, 3, 1, 2, 2, 2, 7),       // depthwise dilation 2, odd channels
       conv(2, 7, 7, 16, 16, 3, 3, 2, 0, 0, 1, 16),    // depthwise stride 2, no padding
       conv(6, 29, 31, 32, 32, 3, 3, 1, 1, 1, 1, 32),  // depthwise, many weight-gradient splits
+      conv(8, 32, 32, 1, 32, 3, 3, 2, 1, 1, 1, 1),    // few input channels: a 32x32 stem
+      conv(2, 15, 13, 3, 20, 3, 3, 2, 1, 1, 1, 1),    // few input channels: a 3-channel stem
+      conv(2, 9, 9, 2, 300, 3, 3, 1, 1, 1, 1, 1),     // few input channels, K over a block
   };
 }
 
@@ -75,18 +78,24 @@ void expect_matches_cpu(DType t, double tol) {
       kernels::cuda::conv2d_backward_input(gpu(), t, s, ddy.get(), dw_in.get(), dout.get());
       EXPECT_CLOSE(dout.download(), ref, tol);
     }
-    for (bool with_bias : {false, true}) {
-      SCOPED_TRACE(with_bias ? "dbias" : "no dbias");
-      std::vector<float> ref_w(static_cast<size_t>(nw)), ref_b(static_cast<size_t>(s.k));
-      kernels::cpu::conv2d_backward_weight(cpu(), DType::f32, s, x.data(), dy.data(),
-                                           ref_w.data(), with_bias ? ref_b.data() : nullptr);
-      DeviceBuffer dgw(t, nw), dgb(t, s.k);
-      dgw.poison();
-      dgb.poison();
-      kernels::cuda::conv2d_backward_weight(gpu(), t, s, dxin.get(), ddy.get(), dgw.get(),
-                                            with_bias ? dgb.get() : nullptr);
-      EXPECT_CLOSE(dgw.download(), ref_w, tol);
-      if (with_bias) EXPECT_CLOSE(dgb.download(), ref_b, tol);
+    // dw and dbias in t, and for 16-bit t also straight in f32 (autocast's parameter grads).
+    std::vector<DType> dw_types{t};
+    if (t != DType::f32) dw_types.push_back(DType::f32);
+    for (DType dw_t : dw_types) {
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(detail::str(with_bias ? "dbias" : "no dbias", ", dw in ", dw_t));
+        std::vector<float> ref_w(static_cast<size_t>(nw)), ref_b(static_cast<size_t>(s.k));
+        kernels::cpu::conv2d_backward_weight(cpu(), DType::f32, DType::f32, s, x.data(),
+                                             dy.data(), ref_w.data(),
+                                             with_bias ? ref_b.data() : nullptr);
+        DeviceBuffer dgw(dw_t, nw), dgb(dw_t, s.k);
+        dgw.poison();
+        dgb.poison();
+        kernels::cuda::conv2d_backward_weight(gpu(), t, dw_t, s, dxin.get(), ddy.get(),
+                                              dgw.get(), with_bias ? dgb.get() : nullptr);
+        EXPECT_CLOSE(dgw.download(), ref_w, tol);
+        if (with_bias) EXPECT_CLOSE(dgb.download(), ref_b, tol);
+      }
     }
   }
 }

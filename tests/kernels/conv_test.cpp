@@ -103,7 +103,7 @@ void check_case(const Case& tc) {
   kernels::conv2d_forward(ctx, dt, s, xt.data(), wt.data(), tc.bias ? bt.data() : nullptr,
                           y.data());
   kernels::conv2d_backward_input(ctx, dt, s, dyt.data(), wt.data(), dx.data());
-  kernels::conv2d_backward_weight(ctx, dt, s, xt.data(), dyt.data(), dw.data(),
+  kernels::conv2d_backward_weight(ctx, dt, dt, s, xt.data(), dyt.data(), dw.data(),
                                   tc.bias ? db.data() : nullptr);
   double tol = tolerance<T>();
   expect_close(ref.y, y, tol, tc.name + " forward " + s.str());
@@ -166,7 +166,8 @@ TEST(Conv2dCpu, GradientsMatchFiniteDifferencesF64) {
     auto fd = [&](std::vector<double>& v) { return central_difference(loss, v, 1e-5); };
     std::vector<double> dx(x.size()), dw(w.size()), db(b.size());
     kernels::conv2d_backward_input(ctx, DType::f64, s, r.data(), w.data(), dx.data());
-    kernels::conv2d_backward_weight(ctx, DType::f64, s, x.data(), r.data(), dw.data(), db.data());
+    kernels::conv2d_backward_weight(ctx, DType::f64, DType::f64, s, x.data(), r.data(),
+                                    dw.data(), db.data());
     expect_close(fd(x), dx, 1e-7, "fd dx " + s.str());
     expect_close(fd(w), dw, 1e-7, "fd dw " + s.str());
     expect_close(fd(b), db, 1e-7, "fd dbias " + s.str());
@@ -178,7 +179,8 @@ TEST(Conv2dCpu, EmptyBatchZeroesWeightGradient) {
   Conv2dShape s = shape(0, 5, 5, 4, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1);
   std::vector<float> w(static_cast<size_t>(w_size(s)), 1.f), dw(w.size(), 5.f), db(2, 5.f);
   kernels::conv2d_forward(ctx, DType::f32, s, nullptr, w.data(), nullptr, nullptr);
-  kernels::conv2d_backward_weight(ctx, DType::f32, s, nullptr, nullptr, dw.data(), db.data());
+  kernels::conv2d_backward_weight(ctx, DType::f32, DType::f32, s, nullptr, nullptr, dw.data(),
+                                  db.data());
   for (float v : dw) EXPECT_EQ(v, 0.f);
   for (float v : db) EXPECT_EQ(v, 0.f);
 }

@@ -1,0 +1,64 @@
+// What frugal's own NHWC convolution kernels share (depthwise_conv.cu, few_channel_conv.cu): the
+// 32-bit geometry, and the two-stage weight gradient (row splits of the output positions summed
+// into an f32 workspace, then the splits added in a fixed order: deterministic, no atomics).
+#pragma once
+
+#include <algorithm>
+
+#include "kernels/conv.h"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace frugal::kernels::cuda {
+
+// 32-bit geometry (the callers' *_handles() checked that every index fits). c counts input
+// channels, k output channels.
+struct Geom {
+  int n, h, w, c, k, oh, ow, sh, sw, ph, pw, dh, dw;
+};
+
+inline Geom geom_of(const Conv2dShape& s) {
+  auto i = [](int64_t v) { return static_cast<int>(v); };
+  return {i(s.n),        i(s.h),        i(s.w),     i(s.c),     i(s.k),
+          i(s.oh()),     i(s.ow()),     i(s.stride_h), i(s.stride_w), i(s.pad_h),
+          i(s.pad_w),    i(s.dil_h),    i(s.dil_w)};
+}
+
+// Row splits of the weight gradient's output positions: enough blocks to fill the device a few
+// times over, each thread still summing a run of positions (several independent tap loads each).
+constexpr int64_t kPositionsPerThread = 8;
+
+inline int weight_splits(const Context& ctx, int64_t blocks_x, int64_t positions, int rows) {
+  int64_t target = int64_t{sm_count(ctx.device.index)} * 4;
+  int64_t by_positions = (positions + int64_t{rows} * kPositionsPerThread - 1) /
+                         (int64_t{rows} * kPositionsPerThread);
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({target / std::max<int64_t>(blocks_x, 1),
+                                              by_positions, 1024})));
+}
+
+// dw[i] = sum over splits of partial[split, i] for i < n, in split order.
+template <typename T>
+__global__ void backward_weight_finish_kernel(int64_t n, int splits, const float* partial,
+                                              T* dw) {
+  for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+    float sum = 0.0f;
+    for (int g = 0; g < splits; ++g) sum += partial[g * n + i];
+    dw[i] = from_f<T>(sum);
+  }
+}
+
+// The finish for n weights from inputs of type T, stored as T or, when dw_dtype is f32, as f32.
+template <typename T>
+void finish_weight_gradient(const Context& ctx, cudaStream_t stream, int64_t n, int splits,
+                            const float* partial, DType dw_dtype, void* dw) {
+  if (dw_dtype == DType::f32) {
+    backward_weight_finish_kernel<float><<<grid_for(ctx, n), kThreads, 0, stream>>>(
+        n, splits, partial, static_cast<float*>(dw));
+  } else {
+    backward_weight_finish_kernel<T><<<grid_for(ctx, n), kThreads, 0, stream>>>(
+        n, splits, partial, static_cast<T*>(dw));
+  }
+  FRUGAL_LAUNCH_CHECK();
+}
+
+}  // namespace frugal::kernels::cuda
