@@ -13,6 +13,10 @@
 // version, so an optimizer step (which bumps the version) invalidates it. Nothing is cached
 // under NoGradGuard (PyTorch's leak, pytorch#65766). The cached copy's cast node saves nothing
 // and survives backward, so several forward/backward passes may share it (accumulation).
+// A region that starts with the parameter the previous one started with lowers all of the
+// previous region's parameters at its first cast, in one launch per few dozen (Note [Lowering a
+// forward's parameters together] in core/autocast.cpp), and conv weight gradients come back in
+// f32 without a cast (grad_dtype below): a MobileNetV2 f16 step launches about 110 casts fewer.
 #pragma once
 
 #include <cstddef>

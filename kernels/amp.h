@@ -24,6 +24,14 @@ FRUGAL_DECLARE_KERNEL(unscale_and_check_many,
                        const int64_t* sizes, const float* scale, float* found_inf),
                       (ctx, count, grads, sizes, scale, found_inf))
 
+// dsts[t][i] = srcs[t][i] rounded to `to` (f16 or bf16) for i < sizes[t], t < count (host arrays
+// of device pointers), a few dozen tensors per launch: autocast lowers a forward's f32 parameters
+// together instead of one cast launch each (Note [Autocast cache] in core/autocast.h).
+FRUGAL_DECLARE_KERNEL(lower_many,
+                      (const Context& ctx, DType to, int64_t count, const float* const* srcs,
+                       void* const* dsts, const int64_t* sizes),
+                      (ctx, to, count, srcs, dsts, sizes))
+
 // PyTorch's _amp_update_scale_: on *found_inf != 0, scale *= backoff and tracker = 0; otherwise
 // tracker += 1 and, when it reaches growth_interval, scale *= growth (if still finite) and
 // tracker = 0. growth_tracker holds a whole number in f32 (exact below 2^24 steps).

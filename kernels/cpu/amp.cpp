@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/elementwise.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -39,6 +40,13 @@ void unscale_and_check_many(const Context& ctx, int64_t count, float* const* gra
   for (int64_t t = 0; t < count; ++t) {
     cpu::unscale_and_check(ctx, sizes[t], grads[t], scale, found_inf);
   }
+}
+
+void lower_many(const Context& ctx, DType to, int64_t count, const float* const* srcs,
+                void* const* dsts, const int64_t* sizes) {
+  FRUGAL_CHECK(count >= 0, "lower_many: negative count ", count);
+  FRUGAL_CHECK(is_low_precision(to), "lower_many: target must be f16 or bf16, got ", to);
+  for (int64_t t = 0; t < count; ++t) cpu::cast(ctx, DType::f32, to, sizes[t], srcs[t], dsts[t]);
 }
 
 void update_scale(const Context& ctx, float* scale, float* growth_tracker, const float* found_inf,

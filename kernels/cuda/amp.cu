@@ -43,6 +43,21 @@ __global__ void unscale_and_check_many_kernel(GradList list, const float* scale,
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
 }
 
+struct LowerList {
+  const float* src[kListMax];
+  void* dst[kListMax];
+  int64_t n[kListMax];
+};
+
+// blockIdx.y picks the tensor; the x blocks stride over its elements.
+template <typename T>
+__global__ void lower_many_kernel(LowerList list) {
+  const float* src = list.src[blockIdx.y];
+  T* dst = static_cast<T*>(list.dst[blockIdx.y]);
+  const int64_t n = list.n[blockIdx.y];
+  for (int64_t i = thread_index(); i < n; i += grid_stride()) dst[i] = from_f<T>(src[i]);
+}
+
 __global__ void update_scale_kernel(float* scale, float* growth_tracker, const float* found_inf,
                                     double growth, double backoff, int64_t interval) {
   if (*found_inf != 0.0f) {
@@ -103,6 +118,39 @@ void unscale_and_check_many(const Context& ctx, int64_t count, float* const* gra
     const int64_t blocks = std::min<int64_t>((largest + kThreads - 1) / kThreads, cap);
     dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(used));
     unscale_and_check_many_kernel<<<grid, kThreads, 0, s>>>(list, scale, found_inf);
+    FRUGAL_LAUNCH_CHECK();
+  }
+}
+
+void lower_many(const Context& ctx, DType to, int64_t count, const float* const* srcs,
+                void* const* dsts, const int64_t* sizes) {
+  const char* op = "lower_many";
+  cudaStream_t s = stream_of(ctx, op);
+  FRUGAL_CHECK(count >= 0, op, ": negative count ", count);
+  FRUGAL_CHECK(is_low_precision(to), op, ": target must be f16 or bf16, got ", to);
+  DeviceGuard guard(ctx.device);
+  for (int64_t first = 0; first < count;) {
+    LowerList list{};
+    int used = 0;
+    int64_t largest = 0;
+    for (; first < count && used < kListMax; ++first) {
+      FRUGAL_CHECK(sizes[first] >= 0, op, ": tensor ", first, " has negative size ", sizes[first]);
+      if (sizes[first] == 0) continue;
+      list.src[used] = srcs[first];
+      list.dst[used] = dsts[first];
+      list.n[used] = sizes[first];
+      largest = std::max(largest, sizes[first]);
+      ++used;
+    }
+    if (used == 0) continue;
+    const int64_t cap = std::max<int64_t>(1, int64_t{sm_count(ctx.device.index)} * 4 / used);
+    const int64_t blocks = std::min<int64_t>((largest + kThreads - 1) / kThreads, cap);
+    dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(used));
+    if (to == DType::f16) {
+      lower_many_kernel<__half><<<grid, kThreads, 0, s>>>(list);
+    } else {
+      lower_many_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(list);
+    }
     FRUGAL_LAUNCH_CHECK();
   }
 }

@@ -214,6 +214,41 @@ TEST(Autocast, ParameterGradientsArriveInF32AndMatchTheF32Gradients) {
   }
 }
 
+// Note [Lowering a forward's parameters together].
+TEST(Autocast, ARegionStartingLikeTheLastLowersItsParametersTogether) {
+  Generator gen(9);
+  Tensor a = param({4, 5}, gen), b = param({3, 4}, gen), c = param({2, 3}, gen);
+  Tensor x = randn({6, 5}, gen);
+  auto forward = [&] {
+    Tensor h = F::linear(F::linear(x, a, Tensor()), b, Tensor());
+    return sum(F::linear(h, c, Tensor()));
+  };
+  auto grads_of_a_region = [&](const Tensor& first_cast, size_t cached_after_first) {
+    a.zero_grad(), b.zero_grad(), c.zero_grad();
+    AutocastGuard amp(Device::cpu(), DType::f16);
+    autocast::apply(AutocastOp::linear, first_cast);
+    EXPECT_EQ(autocast::cache_size(), cached_after_first);
+    forward().backward();
+    EXPECT_EQ(autocast::cache_size(), 3u);
+    return std::vector<Tensor>{a.grad(), b.grad(), c.grad()};
+  };
+  grads_of_a_region(a, 1);  // the first region: nothing to go by
+  // An in-place update, as an optimizer step makes: the next region must lower the new values.
+  float* pb = b.data<float>();
+  for (int64_t i = 0; i < b.numel(); ++i) pb[i] *= 0.5f;
+  b.bump_version();
+  std::vector<Tensor> together = grads_of_a_region(a, 3);  // starts like the last: a, b, c at once
+  std::vector<Tensor> one_by_one = grads_of_a_region(b, 1);  // starts elsewhere: one at a time
+  for (size_t i = 0; i < together.size(); ++i) {
+    EXPECT_EQ(together[i].dtype(), DType::f32);
+    EXPECT_EQ(together[i].to_vector(), one_by_one[i].to_vector()) << "gradient " << i;
+  }
+  c = Tensor();  // a freed parameter is skipped
+  AutocastGuard amp(Device::cpu(), DType::f16);
+  autocast::apply(AutocastOp::linear, b);  // the last region started with b
+  EXPECT_EQ(autocast::cache_size(), 2u);
+}
+
 TEST(Autocast, ConvWritesTheWeightGradientInTheParametersDtype) {
   Generator gen(7);
   Tensor x = randn({2, 5, 5, 3}, gen), w = param({4, 3, 3, 3}, gen), b = param({4}, gen);

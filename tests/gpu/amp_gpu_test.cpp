@@ -1,9 +1,11 @@
-// CUDA loss-scaling kernels against their CPU twins: fused unscale and the flag, the scale
-// update's transitions, count_step and AdamW with its step count on the device.
+// CUDA loss-scaling kernels against their CPU twins: fused unscale and the flag, autocast's
+// lower_many, the scale update's transitions, count_step and AdamW with its step count on the
+// device.
 #include <limits>
 
 #include "gpu_test_util.h"
 #include "kernels/amp.h"
+#include "kernels/elementwise.h"
 #include "kernels/optim.h"
 
 using namespace frugal;
@@ -69,6 +71,40 @@ TEST(AmpGpu, UnscaleAndCheckManyMatchesCpu) {
       }
     }
     EXPECT_EQ(scalar_values(df)[0], found_ref) << "bad tensor " << bad_tensor;
+  }
+}
+
+// lower_many rounds exactly as the CPU's cast does, over more tensors than one launch takes and
+// with an empty one among them.
+TEST(AmpGpu, LowerManyMatchesCpuCastBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (DType to : {DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(to));
+    std::vector<std::vector<float>> host;
+    std::vector<DeviceBuffer> src, dst;
+    std::vector<const float*> srcs;
+    std::vector<void*> dsts;
+    std::vector<int64_t> sizes;
+    for (int t = 0; t < 45; ++t) {
+      const int64_t n = t == 5 ? 0 : 1 + (t * 7919) % 40009;
+      host.push_back(random_values(static_cast<size_t>(n), 80 + t, DType::f32, -70000.f, 70000.f));
+      src.push_back(to_device(DType::f32, host.back()));
+      dst.emplace_back(to, n);
+      dst.back().poison();
+      sizes.push_back(n);
+    }
+    for (size_t t = 0; t < src.size(); ++t) {
+      srcs.push_back(src[t].as<float>());
+      dsts.push_back(dst[t].get());
+    }
+    kernels::lower_many(gpu(), to, static_cast<int64_t>(srcs.size()), srcs.data(), dsts.data(),
+                        sizes.data());
+    for (size_t t = 0; t < src.size(); ++t) {
+      std::vector<uint16_t> ref(host[t].size()), got(host[t].size());
+      kernels::cast(cpu(), DType::f32, to, sizes[t], host[t].data(), ref.data());
+      dst[t].download_raw(got.data());
+      ASSERT_EQ(got, ref) << "tensor " << t;
+    }
   }
 }
 
