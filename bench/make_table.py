@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Builds a markdown table from the JSON lines of train_step_bench and torch_train_step.py:
 one row per case (device, model, batch, input, classes, precision), frugal beside PyTorch,
-with the ratios frugal / PyTorch.
+with the ratios frugal / PyTorch. When a case ran several times (scripts/gpu-bench.sh's
+BENCH_REPEATS), the row shows the run with the median img/s and the range of all runs; a second
+table gives each precision's img/s over the same implementation's f32.
 
   python3 bench/make_table.py results.jsonl --title "H200, $(date -u +%F)" >> bench/RESULTS.md
 """
@@ -45,10 +47,32 @@ def fmt_rate(v):
     return "n/a" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
-def table(rows):
-    cases = {}
+def median_runs(rows):
+    """{case: {impl: (the run with the median img/s, [img/s of every run])}}"""
+    runs = {}
     for r in rows:
-        cases.setdefault(case_key(r), {})[r["impl"]] = r
+        runs.setdefault(case_key(r), {}).setdefault(r["impl"], []).append(r)
+    out = {}
+    for key, impls in runs.items():
+        for impl, rs in impls.items():
+            rs = sorted(rs, key=lambda r: r["img_per_s"])
+            out.setdefault(key, {})[impl] = (rs[(len(rs) - 1) // 2], [r["img_per_s"] for r in rs])
+    return out
+
+
+def fmt_runs(run):
+    if run is None:
+        return "n/a"
+    r, rates = run
+    text = fmt_rate(r["img_per_s"])
+    if len(rates) > 1:
+        text += f" ({fmt_rate(rates[0])}-{fmt_rate(rates[-1])}, {len(rates)} runs)"
+    return text
+
+
+def table(rows):
+    runs = median_runs(rows)
+    cases = {k: {impl: run[0] for impl, run in v.items()} for k, v in runs.items()}
     cpu = any(k[0] == "cpu" for k in cases)
     head = ["case", "precision", "frugal img/s", "PyTorch img/s", "img/s frugal/PyTorch",
             "frugal peak alloc MiB", "PyTorch peak alloc MiB", "alloc frugal/PyTorch",
@@ -62,7 +86,7 @@ def table(rows):
         get = lambda r, k: None if r is None else r.get(k)  # noqa: E731
         layout = f" ({t['layout']})" if t is not None else ""
         cells = [f"{model} {device} {batch} x {inp}, {classes} classes", precision + layout,
-                 fmt_rate(get(f, "img_per_s")), fmt_rate(get(t, "img_per_s")),
+                 fmt_runs(runs[key].get("frugal")), fmt_runs(runs[key].get("pytorch")),
                  ratio(get(f, "img_per_s"), get(t, "img_per_s")),
                  mib(get(f, "peak_allocated_bytes")), mib(get(t, "peak_allocated_bytes")),
                  ratio(get(f, "peak_allocated_bytes"), get(t, "peak_allocated_bytes")),
@@ -73,6 +97,24 @@ def table(rows):
                       ratio(get(f, "peak_rss_timed_bytes"), get(t, "peak_rss_timed_bytes"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def precision_table(rows):
+    """img/s of each precision over f32's, per case and implementation (median runs)."""
+    runs = median_runs(rows)
+    lines = ["| case | precision | frugal img/s / frugal f32 | PyTorch img/s / PyTorch f32 |",
+             "| --- | --- | --- | --- |"]
+    for key, impls in runs.items():
+        if key[5] == "f32":
+            continue
+        f32 = runs.get(key[:5] + ("f32",), {})
+        cells = [f"{key[1]} {key[0]} {key[2]} x {key[3]}, {key[4]} classes", key[5]]
+        for impl in ("frugal", "pytorch"):
+            low, base = impls.get(impl), f32.get(impl)
+            cells.append(ratio(low[0]["img_per_s"] if low else None,
+                               base[0]["img_per_s"] if base else None))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def notes(rows):
@@ -105,6 +147,9 @@ def main():
         parts.append(f"### {a.title}\n")
     parts.append(table(rows))
     parts.append("")
+    by_precision = precision_table(rows)
+    if by_precision:
+        parts += [by_precision, ""]
     parts.append(notes(rows))
     if a.missing:
         parts.append(f"- {a.missing}")

@@ -1,8 +1,9 @@
 // 2-D convolution through cuDNN 9's legacy API in NHWC with OHWI filters ([K, kh, kw, C/groups]
 // is cuDNN's NHWC filter layout). Groups use the group count; 3x3 and 5x5 depthwise go to
 // frugal's own kernels (Note [Depthwise kernels] in depthwise_conv.h), pointwise ones to
-// cuBLAS (Note [Pointwise convolutions as GEMMs]), and the weight gradient of 3x3 convolutions
-// with at most 4 input channels to another own kernel (Note [Few-channel weight gradients]).
+// cuBLAS (Note [Pointwise convolutions as GEMMs]), and the 16-bit weight gradient of 3x3
+// convolutions with at most 4 input channels to another own kernel (Note [Few-channel weight
+// gradients]).
 // f16/bf16 may use tensor cores, f32 may use TF32 unless conv_allow_tf32() is off (then FMA only,
 // matching the CPU); compute is always float.
 //
@@ -399,7 +400,7 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, con
   const int64_t nw = s.k * s.kh * s.kw * s.cin_per_group();
   if (depthwise_handles(s)) {
     depthwise_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
-  } else if (few_channel_handles(s)) {
+  } else if (dtype != DType::f32 && few_channel_handles(s)) {  // f32: cuDNN's is fast here
     few_channel_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
   } else if (pointwise(s)) {  // dw[K, C] = dy[M, K]^T x[M, C]
     gemm_tf32_out(ctx, dtype, dw_dtype, true, false, s.k, s.c, s.n * s.h * s.w, dy, x, 0.0, dw,

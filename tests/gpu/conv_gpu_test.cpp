@@ -1,8 +1,8 @@
 // CUDA vs CPU convolution: forward with and without bias, input gradient, weight and bias
 // gradients, for 1x1 (cuBLAS GEMMs; with stride 2 on cuDNN), 3x3 pad 1, stride 2, dilation 2,
 // groups 2, a non-square odd case (cuDNN), depthwise 3x3/5x5 with strides, dilation, packed
-// and odd channel counts and a batch big enough for many weight-gradient splits, and 3x3 weight
-// gradients with 1-4 input channels (frugal's own kernels), in f32 (TF32 off, so 1e-5 holds),
+// and odd channel counts and a batch big enough for many weight-gradient splits, and 16-bit 3x3
+// weight gradients with 1-4 input channels (frugal's own kernels), in f32 (TF32 off, so 1e-5 holds),
 // f16 and bf16; then f32 with TF32 allowed (PyTorch's default) within TF32's rounding.
 #include "gpu_test_util.h"
 #include "kernels/conv.h"

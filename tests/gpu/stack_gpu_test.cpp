@@ -127,8 +127,9 @@ TEST(StackGpu, AutocastGradientsArriveInF32AndMatchTheCpu) {
     for (size_t i = 0; i < pc.size(); ++i) {
       ASSERT_TRUE(pg[i].second.grad().defined()) << pc[i].first;
       EXPECT_EQ(pg[i].second.grad().dtype(), DType::f32) << pc[i].first;
+      // Rounding of the activations: about 3% in f16, 10% in bf16; a wrong kernel is off by 100%.
       EXPECT_LT(rel_err(pg[i].second.grad(), pc[i].second.grad(), 1e-2),
-                low == DType::f16 ? 3e-2 : 1e-1)
+                low == DType::f16 ? 6e-2 : 2e-1)
           << pc[i].first;
     }
   }
