@@ -28,12 +28,16 @@ void Optimizer::step() {
     FRUGAL_CHECK(found_inf_.numel() == 1 && found_inf_.dtype() == DType::f32, name(),
                  ": found_inf flag must be an f32 scalar, got ", describe(found_inf_));
   }
+  std::vector<size_t> indices;
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g = params_[i].grad();
-    if (!g.defined()) continue;
-    update(i, params_[i], g);
-    params_[i].bump_version();
+    if (params_[i].grad().defined()) indices.push_back(i);
   }
+  update_all(indices);
+  for (size_t i : indices) params_[i].bump_version();
+}
+
+void Optimizer::update_all(const std::vector<size_t>& indices) {
+  for (size_t i : indices) update(i, params_[i], params_[i].grad());
 }
 
 void Optimizer::zero_grad() {

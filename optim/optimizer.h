@@ -1,5 +1,5 @@
-// Optimizers over f32 master parameters: SGD (momentum, dampening, nesterov, weight decay) and
-// AdamW, each one fused kernel per parameter. A step first checks every gradient and only then
+// Optimizers over f32 master parameters: SGD (momentum, dampening, nesterov, weight decay; one
+// fused kernel per 32 parameters) and AdamW (one fused kernel per parameter). A step first checks every gradient and only then
 // updates, so a bad gradient throws and leaves weights and state as they were.
 //
 //   optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 4e-5});
@@ -37,6 +37,9 @@ class Optimizer {
   virtual std::string name() const = 0;
 
  protected:
+  // Updates the parameters at `indices`, whose gradients step() has checked. The default calls
+  // update() for each; SGD batches them into multi-tensor launches.
+  virtual void update_all(const std::vector<size_t>& indices);
   virtual void update(size_t index, const Tensor& param, const Tensor& grad) = 0;
   const float* found_inf_ptr(const Tensor& param) const;
 
@@ -59,6 +62,7 @@ class SGD : public Optimizer {
   const SgdOptions& options() const { return opt_; }
 
  protected:
+  void update_all(const std::vector<size_t>& indices) override;
   void update(size_t index, const Tensor& param, const Tensor& grad) override;
 
  private:

@@ -1,4 +1,6 @@
 // SGD with momentum, dampening, nesterov and weight decay (PyTorch's semantics).
+#include <algorithm>
+
 #include "core/factory.h"
 #include "core/ops.h"
 #include "kernels/optim.h"
@@ -17,15 +19,49 @@ SGD::SGD(std::vector<Tensor> params, SgdOptions opt)
 }
 
 void SGD::update(size_t i, const Tensor& param, const Tensor& grad) {
-  kernels::SgdParams k;
-  k.lr = lr_, k.momentum = opt_.momentum, k.dampening = opt_.dampening;
-  k.weight_decay = opt_.weight_decay, k.nesterov = opt_.nesterov;
-  k.first_step = !momentum_[i].defined();
-  if (opt_.momentum != 0 && k.first_step) momentum_[i] = zeros(param.shape(), param.options());
-  if (param.device().is_meta()) return;
-  kernels::sgd_step(kernels::Context::of(param.device()), param.numel(), param.data<float>(),
-                    grad.data<float>(), opt_.momentum != 0 ? momentum_[i].data<float>() : nullptr,
-                    k, found_inf_ptr(param));
+  (void)param, (void)grad;  // the same tensors as params_[i] and its gradient
+  update_all({i});
+}
+
+// One kernels::sgd_step_many per device and kind of step (a parameter's first step starts its
+// momentum buffer from the gradient), in the order of the parameters.
+void SGD::update_all(const std::vector<size_t>& indices) {
+  struct Batch {
+    Device device;
+    bool first_step;
+    std::vector<float*> params, bufs;
+    std::vector<const float*> grads;
+    std::vector<int64_t> sizes;
+    const float* found_inf;
+  };
+  std::vector<Batch> batches;
+  const bool momentum = opt_.momentum != 0;
+  for (size_t i : indices) {
+    const Tensor& p = params_[i];
+    const bool first = !momentum_[i].defined();
+    if (momentum && first) momentum_[i] = zeros(p.shape(), p.options());
+    if (p.device().is_meta()) continue;
+    auto it = std::find_if(batches.begin(), batches.end(), [&](const Batch& b) {
+      return b.device == p.device() && b.first_step == first;
+    });
+    if (it == batches.end()) {
+      batches.push_back({p.device(), first, {}, {}, {}, {}, found_inf_ptr(p)});
+      it = batches.end() - 1;
+    }
+    it->params.push_back(p.data<float>());
+    it->grads.push_back(p.grad().data<float>());
+    it->bufs.push_back(momentum ? momentum_[i].data<float>() : nullptr);
+    it->sizes.push_back(p.numel());
+  }
+  for (const Batch& b : batches) {
+    kernels::SgdParams k;
+    k.lr = lr_, k.momentum = opt_.momentum, k.dampening = opt_.dampening;
+    k.weight_decay = opt_.weight_decay, k.nesterov = opt_.nesterov;
+    k.first_step = b.first_step;
+    kernels::sgd_step_many(kernels::Context::of(b.device), static_cast<int64_t>(b.params.size()),
+                           b.params.data(), b.grads.data(), b.bufs.data(), b.sizes.data(), k,
+                           b.found_inf);
+  }
 }
 
 NamedTensors SGD::state_dict() const {

@@ -43,6 +43,16 @@ void sgd_step(const Context& ctx, int64_t n, float* param, const float* grad, fl
   });
 }
 
+void sgd_step_many(const Context& ctx, int64_t count, float* const* params,
+                   const float* const* grads, float* const* momentum_bufs, const int64_t* sizes,
+                   const SgdParams& p, const float* found_inf) {
+  FRUGAL_CHECK(count >= 0, "sgd_step_many: negative count ", count);
+  for (int64_t t = 0; t < count; ++t) {
+    cpu::sgd_step(ctx, sizes[t], params[t], grads[t],
+                  momentum_bufs != nullptr ? momentum_bufs[t] : nullptr, p, found_inf);
+  }
+}
+
 void adamw_step(const Context& ctx, int64_t n, float* param, const float* grad, float* exp_avg,
                 float* exp_avg_sq, const AdamWParams& p, const float* found_inf) {
   (void)ctx;

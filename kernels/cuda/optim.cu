@@ -1,6 +1,7 @@
 // Fused SGD and AdamW updates over f32 parameters on CUDA, term by term as the CPU twins
 // (kernels/cpu/optim.cpp, PyTorch's single-tensor formulas). The loss scaler's found_inf flag is
 // read on the device: a non-zero flag makes every thread return, so no host sync is needed.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -14,8 +15,9 @@ struct SgdConsts {
   bool use_mom, first, nesterov;
 };
 
-__global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buf,
-                           SgdConsts k, const float* found_inf) {
+__device__ __forceinline__ void sgd_kernel_body(int64_t n, float* param, const float* grad,
+                                                float* momentum_buf, const SgdConsts& k,
+                                                const float* found_inf) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   for (int64_t i = thread_index(); i < n; i += grid_stride()) {
     float g = grad[i];
@@ -27,6 +29,26 @@ __global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* mo
     }
     param[i] -= k.lr * g;
   }
+}
+
+__global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buf,
+                           SgdConsts k, const float* found_inf) {
+  sgd_kernel_body(n, param, grad, momentum_buf, k, found_inf);
+}
+
+// Up to kListMax tensors per launch, passed by value in the kernel's parameters (1 KiB).
+constexpr int kListMax = 32;
+struct SgdList {
+  float* param[kListMax];
+  const float* grad[kListMax];
+  float* buf[kListMax];
+  int64_t n[kListMax];
+};
+
+// blockIdx.y picks the tensor; the x blocks stride over its elements.
+__global__ void sgd_many_kernel(SgdList list, SgdConsts k, const float* found_inf) {
+  const int t = static_cast<int>(blockIdx.y);
+  sgd_kernel_body(list.n[t], list.param[t], list.grad[t], list.buf[t], k, found_inf);
 }
 
 struct AdamWConsts {
@@ -54,6 +76,19 @@ __global__ void adamw_kernel(int64_t n, float* param, const float* grad, float* 
   }
 }
 
+void check_sgd(const SgdParams& p, const char* op) {
+  FRUGAL_CHECK(!p.nesterov || (p.momentum > 0 && p.dampening == 0), op,
+               ": nesterov needs momentum > 0 and dampening 0 (momentum ", p.momentum,
+               ", dampening ", p.dampening, ")");
+}
+
+SgdConsts sgd_consts(const SgdParams& p) {
+  return {static_cast<float>(p.lr),       static_cast<float>(p.weight_decay),
+          static_cast<float>(p.momentum), static_cast<float>(1.0 - p.dampening),
+          p.momentum != 0,                p.first_step,
+          p.nesterov};
+}
+
 }  // namespace
 
 void sgd_step(const Context& ctx, int64_t n, float* param, const float* grad, float* momentum_buf,
@@ -62,17 +97,48 @@ void sgd_step(const Context& ctx, int64_t n, float* param, const float* grad, fl
   FRUGAL_CHECK(n >= 0, "sgd_step: negative size ", n);
   FRUGAL_CHECK(p.momentum == 0 || momentum_buf != nullptr || n == 0, "sgd_step: momentum ",
                p.momentum, " needs a momentum buffer");
-  FRUGAL_CHECK(!p.nesterov || (p.momentum > 0 && p.dampening == 0),
-               "sgd_step: nesterov needs momentum > 0 and dampening 0 (momentum ", p.momentum,
-               ", dampening ", p.dampening, ")");
+  check_sgd(p, "sgd_step");
   if (n == 0) return;
   DeviceGuard guard(ctx.device);
-  SgdConsts k{static_cast<float>(p.lr),       static_cast<float>(p.weight_decay),
-              static_cast<float>(p.momentum), static_cast<float>(1.0 - p.dampening),
-              p.momentum != 0,                p.first_step,
-              p.nesterov};
-  sgd_kernel<<<grid_for(ctx, n), kThreads, 0, s>>>(n, param, grad, momentum_buf, k, found_inf);
+  sgd_kernel<<<grid_for(ctx, n), kThreads, 0, s>>>(n, param, grad, momentum_buf, sgd_consts(p),
+                                                   found_inf);
   FRUGAL_LAUNCH_CHECK();
+}
+
+void sgd_step_many(const Context& ctx, int64_t count, float* const* params,
+                   const float* const* grads, float* const* momentum_bufs, const int64_t* sizes,
+                   const SgdParams& p, const float* found_inf) {
+  const char* op = "sgd_step_many";
+  cudaStream_t s = stream_of(ctx, op);
+  FRUGAL_CHECK(count >= 0, op, ": negative count ", count);
+  check_sgd(p, op);
+  DeviceGuard guard(ctx.device);
+  const SgdConsts k = sgd_consts(p);
+  for (int64_t first = 0; first < count;) {
+    SgdList list{};
+    int used = 0;
+    int64_t largest = 0;
+    for (; first < count && used < kListMax; ++first) {
+      FRUGAL_CHECK(sizes[first] >= 0, op, ": tensor ", first, " has negative size ", sizes[first]);
+      if (sizes[first] == 0) continue;
+      float* buf = momentum_bufs != nullptr ? momentum_bufs[first] : nullptr;
+      FRUGAL_CHECK(p.momentum == 0 || buf != nullptr, op, ": momentum ", p.momentum,
+                   " needs a momentum buffer for tensor ", first);
+      list.param[used] = params[first];
+      list.grad[used] = grads[first];
+      list.buf[used] = buf;
+      list.n[used] = sizes[first];
+      largest = std::max(largest, sizes[first]);
+      ++used;
+    }
+    if (used == 0) continue;
+    // Enough x blocks to fill the device about four times over across the list's tensors.
+    const int64_t cap = std::max<int64_t>(1, int64_t{sm_count(ctx.device.index)} * 4 / used);
+    const int64_t blocks = std::min<int64_t>((largest + kThreads - 1) / kThreads, cap);
+    dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(used));
+    sgd_many_kernel<<<grid, kThreads, 0, s>>>(list, k, found_inf);
+    FRUGAL_LAUNCH_CHECK();
+  }
 }
 
 void adamw_step(const Context& ctx, int64_t n, float* param, const float* grad, float* exp_avg,

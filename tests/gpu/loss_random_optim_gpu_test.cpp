@@ -146,3 +146,53 @@ TEST(GpuOptim, SgdAndAdamWMatchCpuAndSkipOnInf) {
     EXPECT_CLOSE(dv.download(), v, 1e-6);
   }
 }
+
+// The multi-tensor SGD that optim::SGD launches: 45 tensors (two launches, one of them empty),
+// with and without momentum, first step, nesterov, and a set found_inf flag that skips all.
+TEST(GpuOptim, SgdStepManyMatchesCpuAndSkipsOnInf) {
+  SKIP_WITHOUT_GPU();
+  for (float inf_flag : {0.0f, 1.0f}) {
+    DeviceBuffer dflag = to_device(DType::f32, {inf_flag});
+    for (int variant = 0; variant < 4; ++variant) {
+      kernels::SgdParams sp;
+      sp.lr = 0.05, sp.weight_decay = 1e-3;
+      sp.momentum = variant == 3 ? 0.0 : 0.9;
+      sp.nesterov = variant == 1;
+      sp.first_step = variant == 2;
+      SCOPED_TRACE(detail::str("variant ", variant, " found_inf ", inf_flag));
+      std::vector<std::vector<float>> p, m;
+      std::vector<DeviceBuffer> dp, dg, dm;
+      std::vector<float*> pp, mp;
+      std::vector<const float*> gp;
+      std::vector<int64_t> sizes;
+      for (int t = 0; t < 45; ++t) {
+        const int64_t n = t == 3 ? 0 : 1 + (t * 7919) % 20011;
+        auto p0 = random_values(static_cast<size_t>(n), 300 + t, DType::f32);
+        auto g = random_values(static_cast<size_t>(n), 400 + t, DType::f32);
+        auto m0 = random_values(static_cast<size_t>(n), 500 + t, DType::f32);
+        dp.push_back(to_device(DType::f32, p0));
+        dg.push_back(to_device(DType::f32, g));
+        dm.push_back(to_device(DType::f32, m0));
+        if (inf_flag == 0.0f) {
+          kernels::cpu::sgd_step(cpu(), n, p0.data(), g.data(),
+                                 sp.momentum != 0 ? m0.data() : nullptr, sp, nullptr);
+        }
+        p.push_back(std::move(p0));
+        m.push_back(std::move(m0));
+        sizes.push_back(n);
+      }
+      for (size_t t = 0; t < dp.size(); ++t) {
+        pp.push_back(dp[t].as<float>());
+        gp.push_back(dg[t].as<float>());
+        mp.push_back(dm[t].as<float>());
+      }
+      kernels::cuda::sgd_step_many(gpu(), static_cast<int64_t>(pp.size()), pp.data(), gp.data(),
+                                   sp.momentum != 0 ? mp.data() : nullptr, sizes.data(), sp,
+                                   dflag.as<float>());
+      for (size_t t = 0; t < dp.size(); ++t) {
+        EXPECT_CLOSE(dp[t].download(), p[t], 1e-6);
+        EXPECT_CLOSE(dm[t].download(), m[t], 1e-6);
+      }
+    }
+  }
+}

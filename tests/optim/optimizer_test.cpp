@@ -47,6 +47,27 @@ TEST(SGD, Nesterov) {
   }
 }
 
+// SGD updates its parameters in batches (one per device and kind of step): a parameter that
+// gets its first gradient late starts its momentum then, while the others carry theirs, and a
+// parameter without a gradient is left alone.
+TEST(SGD, ParametersJoiningLateStartTheirOwnMomentum) {
+  Tensor a = param(1.0), b = param(-1.0), c = param(3.0);
+  optim::SGD opt({a, b, c}, {.lr = 0.1, .momentum = 0.9});
+  set_grad(a, 0.5);
+  opt.step();  // a: first step; b, c: no gradient
+  double wa = 1.0 - 0.1 * 0.5, buf_a = 0.5;
+  EXPECT_NEAR(a.item(), wa, 1e-6);
+  EXPECT_EQ(b.item(), -1.0);
+  set_grad(a, 0.2);
+  set_grad(b, 0.4);
+  opt.step();  // a: momentum step; b: first step; c: still none
+  buf_a = 0.9 * buf_a + 0.2;
+  wa -= 0.1 * buf_a;
+  EXPECT_NEAR(a.item(), wa, 1e-6);
+  EXPECT_NEAR(b.item(), -1.0 - 0.1 * 0.4, 1e-6);
+  EXPECT_EQ(c.item(), 3.0);
+}
+
 TEST(AdamW, BiasCorrectionAndDecoupledDecay) {
   Tensor p = param(1.0);
   optim::AdamW opt({p}, {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1});
