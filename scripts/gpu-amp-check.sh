@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One device call for the mixed-precision work (issue 5) when there is no time for the whole of
+# scripts/gpu-session.sh: build, the GPU tests, frugal's 32x32 step in f32/f16/bf16 repeated
+# (precisions alternating, so a slow spell of the machine does not land on one), `frugal compare`
+# at 32x32 and 224x224, then the Fashion-MNIST runs of scripts/gpu-train.sh. Logs under $OUT.
+#   OUT=/tmp/x REPEATS=5 scripts/gpu-amp-check.sh
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUTDIR="${OUT:-/tmp}"
+mkdir -p "$OUTDIR"
+REPEATS="${REPEATS:-5}"
+status=0
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  > "$OUTDIR/build.log" 2>&1 && cmake --build build-gpu -j16 >> "$OUTDIR/build.log" 2>&1 ||
+  { echo "== BUILD FAILED"; tail -30 "$OUTDIR/build.log"; exit 1; }
+(cd build-gpu && ctest -L gpu --output-on-failure > "$OUTDIR/gpu-tests.txt" 2>&1) || status=1
+grep -E "tests passed|\*\*\*Failed" "$OUTDIR/gpu-tests.txt"
+
+# frugal's step at 32x32, batch 256: one JSON line per run in small-steps.jsonl
+: > "$OUTDIR/small-steps.jsonl"
+for ((r = 0; r < REPEATS; r++)); do
+  for p in f32 f16 bf16; do
+    build-gpu/train_step_bench --device cuda --batch 256 --input 1x32x32 --classes 10 \
+      --precision "$p" --warmup 10 --steps 30 --json 2>/dev/null >> "$OUTDIR/small-steps.jsonl" ||
+      status=1
+  done
+done
+python3 - "$OUTDIR/small-steps.jsonl" <<'PY'
+import json, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        runs.setdefault(r["precision"], []).append(r["img_per_s"])
+base = statistics.median(runs["f32"])
+for p, v in runs.items():
+    print(f"32x32 b256 {p}: median {statistics.median(v):,.0f} img/s over {len(v)} runs "
+          f"({min(v):,.0f}-{max(v):,.0f}), {statistics.median(v) / base:.2f}x f32")
+PY
+
+for c in "256 1x32x32 10" "128 3x224x224 1000"; do
+  read -r batch input classes <<< "$c"
+  build-gpu/frugal compare --model mobilenet_v2 --batch "$batch" --input "$input" \
+    --classes "$classes" --steps 20 --device cuda --json "$OUTDIR/compare-$input.json" \
+    --svg "$OUTDIR/compare-$input.svg" > "$OUTDIR/compare-$input.txt" 2>&1 || status=1
+  cat "$OUTDIR/compare-$input.txt"
+done
+
+if [ "${SKIP_TRAIN:-0}" != 1 ]; then
+  scripts/gpu-train.sh > "$OUTDIR/train.txt" 2>&1 || status=1
+  grep -E "^==|test accuracy|epoch 10/" "$OUTDIR/train.txt" | head -40
+fi
+exit $status
