@@ -191,12 +191,6 @@ __global__ void backward_dx_kernel(int64_t n, int64_t c, const T* x, const T* dy
   }
 }
 
-// The partial kernel takes at most 4 channels a thread (8-byte packs in 16 bits): these sums
-// wait on load latency, not bandwidth, and with f16's 16-byte packs of 8 half as many threads
-// were in flight as in f32 (0.78 ms against 0.63 ms for MobileNetV2's step at 32x32, H200).
-template <int V>
-constexpr int kPartialPack = V > 4 ? 4 : V;
-
 // Splits of the row range so that the partial kernel fills the device a few times over while
 // each thread still sums a run of rows. With 32 rows a thread, a 32-channel f16 input of 65,536
 // rows got 32 blocks on 132 SMs, each thread waiting on its loads one after another.
@@ -223,6 +217,22 @@ PartialGrid partial_grid(const Context& ctx, int64_t rows, int64_t c, int v) {
   const int64_t blocks_x = (cvs + lanes - 1) / lanes;
   const int splits = row_splits(ctx, rows, blocks_x, kThreads / lanes);
   return {lanes, splits, dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits))};
+}
+
+// Note [Narrow packs for small reductions]: with 16-bit packs of 8 channels a small input gives
+// half the threads f32's packs of 4 give, and its sums wait on load latency, not bandwidth (f16
+// partials took 0.78 ms against f32's 0.63 ms in MobileNetV2's step at 32x32, H200). When the
+// wide grid would not fill the device, the partial kernel takes 4 channels (8 bytes) a thread
+// instead; large inputs keep the 16-byte loads that bandwidth wants (narrow packs cost about 5%
+// of the f16 step at 224x224).
+template <int V>
+constexpr int kNarrowPack = V > 4 ? 4 : V;
+
+template <int V>
+bool narrow_partials(const Context& ctx, int64_t rows, int64_t c) {
+  if (V <= 4) return false;
+  const PartialGrid wide = partial_grid(ctx, rows, c, V);
+  return int64_t{wide.grid.x} * wide.grid.y < int64_t{sm_count(ctx.device.index)} * 4;
 }
 
 unsigned finish_blocks(int64_t c) {
@@ -263,7 +273,8 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
     auto xt = static_cast<const T*>(x);
     with_pack_width<T>(c, {x, y}, [&](auto pack) {
       constexpr int V = decltype(pack)::value;
-      const PartialGrid pg = partial_grid(ctx, rows, c, kPartialPack<V>);
+      const bool narrow = narrow_partials<V>(ctx, rows, c);
+      const PartialGrid pg = partial_grid(ctx, rows, c, narrow ? kNarrowPack<V> : V);
       // partial sums [splits, C, 2], then room for mean and invstd [2, C] when the caller saves
       // none
       memory::DataPtr ws = ctx.workspace(
@@ -272,8 +283,13 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
       float* scratch = partial + static_cast<int64_t>(pg.splits) * c * 2;
       auto mean = save_mean != nullptr ? static_cast<float*>(save_mean) : scratch;
       auto invstd = save_invstd != nullptr ? static_cast<float*>(save_invstd) : scratch + c;
-      channel_partial_kernel<T, false, kPartialPack<V>><<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, xt,
-                                                                      nullptr, nullptr, partial);
+      if (narrow) {
+        channel_partial_kernel<T, false, kNarrowPack<V>><<<pg.grid, kThreads, 0, s>>>(
+            rows, c, pg.lanes, xt, nullptr, nullptr, partial);
+      } else {
+        channel_partial_kernel<T, false, V><<<pg.grid, kThreads, 0, s>>>(
+            rows, c, pg.lanes, xt, nullptr, nullptr, partial);
+      }
       FRUGAL_LAUNCH_CHECK();
       forward_finish_kernel<T><<<finish_blocks(c), kThreads, 0, s>>>(
           rows, c, pg.splits, partial, xt, eps, momentum, mean, invstd,
@@ -323,13 +339,19 @@ void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t 
     auto dyt = static_cast<const T*>(dy);
     with_pack_width<T>(c, {x, dy, dx}, [&](auto pack) {
       constexpr int V = decltype(pack)::value;
-      const PartialGrid pg = partial_grid(ctx, rows, c, kPartialPack<V>);
+      const bool narrow = narrow_partials<V>(ctx, rows, c);
+      const PartialGrid pg = partial_grid(ctx, rows, c, narrow ? kNarrowPack<V> : V);
       memory::DataPtr ws = ctx.workspace(
           (static_cast<size_t>(pg.splits) * c * 2 + 3 * static_cast<size_t>(c)) * sizeof(float));
       auto partial = static_cast<float*>(ws.get());
       float* coef = partial + static_cast<int64_t>(pg.splits) * c * 2;  // [3, C]
-      channel_partial_kernel<T, true, kPartialPack<V>><<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, xt,
-                                                                     dyt, mean, partial);
+      if (narrow) {
+        channel_partial_kernel<T, true, kNarrowPack<V>><<<pg.grid, kThreads, 0, s>>>(
+            rows, c, pg.lanes, xt, dyt, mean, partial);
+      } else {
+        channel_partial_kernel<T, true, V><<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, xt,
+                                                                       dyt, mean, partial);
+      }
       FRUGAL_LAUNCH_CHECK();
       backward_finish_kernel<<<finish_blocks(c), kThreads, 0, s>>>(
           rows, c, pg.splits, partial, static_cast<const float*>(gamma),

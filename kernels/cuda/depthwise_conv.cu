@@ -236,11 +236,20 @@ template <typename T, int K>
 void backward_weight_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
                        const void* x, const void* dy, DType dw_dtype, void* dw) {
   // 5x5 keeps one channel per thread: 25 taps x a pack would not fit in registers. 16-bit
-  // types take 4 channels (8 bytes) a thread, not 8: the sums wait on load latency and twice the
-  // threads in flight beat wider loads (0.46 against 0.35 ms for f32's 4 at 32x32, H200).
-  constexpr int V = kVec<T> > 4 ? 4 : kVec<T>;
-  if (K == 3 && pack_width<T>(s.c, {x, dy}) == kVec<T>) {
-    backward_weight_kv<T, K, V>(ctx, stream, s, x, dy, dw_dtype, dw);
+  // types take 4 channels (8 bytes) a thread instead of 8 when 8 would not fill the device, as
+  // batch_norm.cu does (Note [Narrow packs for small reductions]): f16's packs of 8 took 0.46 ms
+  // against f32's 0.35 ms at 32x32 (H200).
+  constexpr int V = kVec<T>, kNarrow = V > 4 ? 4 : V;
+  if (K == 3 && pack_width<T>(s.c, {x, dy}) == V) {
+    const int64_t cvs = s.c / V, lanes = std::min<int64_t>(cvs, kThreads);
+    const int64_t blocks_x = (cvs + lanes - 1) / lanes;
+    const int splits = weight_splits(ctx, blocks_x, s.n * s.oh() * s.ow(),
+                                     static_cast<int>(kThreads / lanes));
+    if (V > 4 && blocks_x * splits < int64_t{sm_count(ctx.device.index)} * 4) {
+      backward_weight_kv<T, K, kNarrow>(ctx, stream, s, x, dy, dw_dtype, dw);
+    } else {
+      backward_weight_kv<T, K, V>(ctx, stream, s, x, dy, dw_dtype, dw);
+    }
   } else {
     backward_weight_kv<T, K, 1>(ctx, stream, s, x, dy, dw_dtype, dw);
   }

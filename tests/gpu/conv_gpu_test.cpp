@@ -41,6 +41,7 @@ std::vector<kernels::Conv2dShape> configs() {
       conv(2, 9, 8, 7, 7, 3, 3, 1, 2, 2, 2, 7),       // depthwise dilation 2, odd channels
       conv(2, 7, 7, 16, 16, 3, 3, 2, 0, 0, 1, 16),    // depthwise stride 2, no padding
       conv(6, 29, 31, 32, 32, 3, 3, 1, 1, 1, 1, 32),  // depthwise, many weight-gradient splits
+      conv(64, 66, 66, 32, 32, 3, 3, 1, 1, 1, 1, 32),  // depthwise, 16-bit packs of 8 fill it
       conv(8, 32, 32, 1, 32, 3, 3, 2, 1, 1, 1, 1),    // few input channels: a 32x32 stem
       conv(2, 15, 13, 3, 20, 3, 3, 2, 1, 1, 1, 1),    // few input channels: a 3-channel stem
       conv(2, 9, 9, 2, 300, 3, 3, 1, 1, 1, 1, 1),     // few input channels, K over a block
