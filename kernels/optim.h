@@ -1,7 +1,6 @@
-// Fused optimizer updates over one f32 parameter tensor. found_inf (nullable, device f32 scalar)
+// Fused optimizer updates over f32 parameter tensors. found_inf (nullable, device f32 scalar)
 // is the loss scaler's flag: when it is non-zero the kernel leaves param and state untouched,
-// so a skipped step needs no host synchronisation. inv_scale (nullable) multiplies the gradient
-// first (fused unscale).
+// so a skipped step needs no host synchronisation.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // Optimizers over f32 master parameters: SGD (momentum, dampening, nesterov, weight decay; one
-// fused kernel per 32 parameters) and AdamW (one fused kernel per parameter). A step first checks every gradient and only then
-// updates, so a bad gradient throws and leaves weights and state as they were.
+// fused kernel per 32 parameters) and AdamW (one fused kernel per parameter). A step first
+// checks every gradient and only then updates, so a bad gradient throws and leaves weights and
+// state as they were.
 //
 //   optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 4e-5});
 //   opt.zero_grad(); loss.backward(); opt.step();
