@@ -25,11 +25,13 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: host_overhead_bench [--model mobilenet_v2] [--batch N] [--input CxHxW]\n"
-    "                           [--classes K] [--warmup N] [--steps N]\n"
-    "  prints the median host time of a training step on the meta device per precision\n";
+    "                           [--classes K] [--warmup N] [--steps N] [--precision P]\n"
+    "  prints the median host time of a training step on the meta device for f32, f16 and\n"
+    "  bf16, or for P alone (for a profiler)\n";
 
 int run(int argc, char** argv) {
-  Flags flags(argc, argv, {"model", "batch", "input", "classes", "warmup", "steps"}, {"help"});
+  Flags flags(argc, argv, {"model", "batch", "input", "classes", "warmup", "steps", "precision"},
+              {"help"});
   if (flags.flag("help")) {
     std::cout << kUsage;
     return 0;
@@ -44,7 +46,13 @@ int run(int argc, char** argv) {
   std::printf("%s, batch %lld, input %lldx%lldx%lld: host time per step on the meta device\n",
               model_name.c_str(), static_cast<long long>(batch), static_cast<long long>(chw[0]),
               static_cast<long long>(chw[1]), static_cast<long long>(chw[2]));
-  for (DType precision : {DType::f32, DType::f16, DType::bf16}) {
+  std::vector<DType> precisions = {DType::f32, DType::f16, DType::bf16};
+  if (const std::string p = flags.str("precision", ""); !p.empty()) {
+    if (p != "f32" && p != "f16" && p != "bf16")
+      throw std::invalid_argument("--precision expects f32, f16 or bf16, got '" + p + "'");
+    precisions = {parse_dtype(p)};
+  }
+  for (DType precision : precisions) {
     auto model = models::create(model_name, {.num_classes = classes, .in_channels = chw[0]});
     model->to(meta);
     model->train();
