@@ -16,7 +16,7 @@ WARMUP="${BENCH_WARMUP:-10}"
 STEPS="${BENCH_STEPS:-30}"
 PRECISIONS="${BENCH_PRECISIONS:-f32 f16 bf16}"
 # batch input classes repeats. At 32x32 a step is a few milliseconds of mostly host work and one
-# run's median moved by up to 30% between runs of the same build: it runs BENCH_SMALL_REPEATS
+# run's median moved by up to 40% between runs of the same build: it runs BENCH_SMALL_REPEATS
 # times. The 224x224 step is device-bound and steady.
 SMALL_REPEATS="${BENCH_SMALL_REPEATS:-5}"
 CASES=("128 3x224x224 1000 1" "256 1x32x32 10 $SMALL_REPEATS")
