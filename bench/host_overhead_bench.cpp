@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,10 +58,9 @@ int run(int argc, char** argv) {
     optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
     Tensor images = Tensor::empty({batch, chw[1], chw[2], chw[0]}, {.device = meta});
     Tensor labels = Tensor::empty({batch}, {.dtype = DType::i64, .device = meta});
-    std::optional<optim::GradScaler> scaler;
-    if (precision == DType::f16) scaler.emplace();
+    std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
     auto step = [&] {
-      train::train_step(*model, opt, images, labels, precision, scaler ? &*scaler : nullptr);
+      train::train_step(*model, opt, images, labels, precision, scaler.get());
     };
     for (int64_t i = 0; i < warmup; ++i) step();
     std::vector<double> us;

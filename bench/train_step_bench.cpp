@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -122,12 +121,11 @@ int run(int argc, char** argv) {
   Tensor labels = from_vector(label_values, {batch}, {.dtype = DType::i64, .device = device});
 
   // f16 needs loss scaling (PyTorch's GradScaler defaults); bf16 has f32's range and needs none.
-  std::optional<optim::GradScaler> scaler;
-  if (amp_dtype == DType::f16) scaler.emplace();
+  std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(amp_dtype);
 
   auto step = [&]() -> Tensor {
     return train::train_step(*model, opt, images, labels, amp_dtype,
-                             scaler ? &*scaler : nullptr);
+                             scaler.get());
   };
 
   Tensor loss;

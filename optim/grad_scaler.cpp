@@ -162,4 +162,8 @@ void GradScaler::load_state_dict(const NamedTensors& state) {
   }
 }
 
+std::unique_ptr<GradScaler> scaler_for(DType precision) {
+  return precision == DType::f16 ? std::make_unique<GradScaler>() : nullptr;
+}
+
 }  // namespace frugal::optim

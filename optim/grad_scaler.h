@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 
 #include "core/tensor.h"
 #include "optim/optimizer.h"
@@ -81,5 +82,9 @@ class GradScaler {
   double pending_tracker_ = 0;  // a loaded tracker, until the device tensors exist
   std::map<const Optimizer*, Stage> stage_;  // optimizers touched since the last update()
 };
+
+// The scaler PyTorch's recipe gives a training precision: one with the defaults for f16 (its
+// 5-bit exponent underflows small gradients), none (null) for f32 and bf16.
+std::unique_ptr<GradScaler> scaler_for(DType precision);
 
 }  // namespace frugal::optim

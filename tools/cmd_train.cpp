@@ -139,8 +139,7 @@ int cmd_train(const std::vector<std::string>& argv) {
 
   // f16 needs loss scaling; one scaler for the whole run (saved in checkpoints) so its scale
   // carries over epochs and resumes.
-  std::unique_ptr<optim::GradScaler> scaler;
-  if (precision == DType::f16) scaler = std::make_unique<optim::GradScaler>();
+  std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
 
   int64_t first_epoch = 0;
   if (args.has("resume")) {

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
-#include <optional>
 
 #include "core/factory.h"
 #include "kernels/context.h"
@@ -76,12 +75,11 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
 
   optim::SGD opt(model->parameters(), {.lr = o.lr, .momentum = o.momentum});
   // f16's 5-bit exponent underflows small gradients: it needs loss scaling; bf16 does not.
-  std::optional<optim::GradScaler> scaler;
-  if (precision == DType::f16) scaler.emplace();
+  std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
 
   auto step = [&]() -> Tensor {
     return train::train_step(*model, opt, images, labels, precision,
-                             scaler ? &*scaler : nullptr);
+                             scaler.get());
   };
 
   CompareRow row;

@@ -54,6 +54,15 @@ TEST(GradScaler, PyTorchDefaults) {
   EXPECT_THROW(optim::GradScaler({.backoff_factor = 1.5}), Error);
 }
 
+TEST(GradScaler, ScalerForGivesOneWithTheDefaultsToF16Only) {
+  std::unique_ptr<optim::GradScaler> f16 = optim::scaler_for(DType::f16);
+  ASSERT_NE(f16, nullptr);
+  EXPECT_EQ(f16->options().init_scale, 65536.0);
+  EXPECT_TRUE(f16->is_enabled());
+  EXPECT_EQ(optim::scaler_for(DType::f32), nullptr);
+  EXPECT_EQ(optim::scaler_for(DType::bf16), nullptr);
+}
+
 TEST(GradScaler, ScaleMultipliesTheLossAndItsGradients) {
   optim::GradScaler s({.init_scale = 1024.0});
   Tensor w = from_vector({0.5, -2.0, 3.0}, Shape{3}, {.requires_grad = true});
