@@ -53,6 +53,10 @@ CachingAllocator::~CachingAllocator() {
 DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   if (bytes == 0) return {};
   std::lock_guard<std::mutex> lock(mu_);
+  if (open_pool_ != kDefaultStream && stream == kDefaultStream &&
+      std::this_thread::get_id() == pool_thread_) {
+    stream = open_pool_;
+  }
   const size_t rounded = round_request(bytes);
   const bool small_pool = rounded <= kSmallRequestMax;
   Block* b = find_free(rounded, stream, small_pool);
@@ -155,7 +159,15 @@ void CachingAllocator::release(void* ptr, size_t /*size*/) noexcept {
     return;
   }
   Block* b = it->second;
-  allocated_.erase(it);
+  if (open_pool_ != kDefaultStream && b->stream != open_pool_) {
+    held_[open_pool_].push_back(b);  // a captured kernel may use it: kept until the pool goes
+    return;
+  }
+  free_block(b);
+}
+
+void CachingAllocator::free_block(Block* b) {
+  allocated_.erase(b->addr);
   const auto n = static_cast<int64_t>(b->size);
   stats_.allocated_bytes.sub(n);
   stats_.active_bytes.sub(n);
@@ -179,6 +191,44 @@ void CachingAllocator::release(void* ptr, size_t /*size*/) noexcept {
     b = prev;
   }
   insert_free(b);
+}
+
+void CachingAllocator::open_private_pool(StreamId pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FRUGAL_CHECK(pool != kDefaultStream, "open_private_pool(", device_.str(),
+               "): the default stream's tag is not a private pool");
+  FRUGAL_CHECK(open_pool_ == kDefaultStream, "open_private_pool(", device_.str(), "): pool ",
+               open_pool_, " is still open; captures into private pools do not nest");
+  open_pool_ = pool;
+  pool_thread_ = std::this_thread::get_id();
+}
+
+void CachingAllocator::close_private_pool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_pool_ = kDefaultStream;
+}
+
+void CachingAllocator::release_private_pool(StreamId pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FRUGAL_CHECK(pool != open_pool_, "release_private_pool(", device_.str(), "): pool ", pool,
+               " is still open");
+  if (auto it = held_.find(pool); it != held_.end()) {
+    std::vector<Block*> held = std::move(it->second);
+    held_.erase(it);
+    for (Block* b : held) free_block(b);
+  }
+  for (auto& [addr, head] : segments_) {
+    if (head->stream != pool) continue;
+    for (Block* b = head; b != nullptr; b = b->next) {
+      if (b->allocated) {
+        b->stream = kDefaultStream;
+      } else {  // the free set is ordered by stream first
+        erase_free(b);
+        b->stream = kDefaultStream;
+        insert_free(b);
+      }
+    }
+  }
 }
 
 void CachingAllocator::free_segment(Block* head) {

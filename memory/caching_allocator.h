@@ -21,6 +21,8 @@
 //     naming the request, cap, device total/free, allocated and reserved-but-unallocated bytes.
 // Streams are tags: a block freed on stream s is only reused on s. Cross-stream use
 // (record_stream) is not tracked, so active == allocated. One mutex guards everything.
+// Private pools (Note [Private pools for captured graphs]) reuse the tags: while one is open,
+// the opening thread's default-stream requests are served under the pool's tag instead.
 //
 //   CachingAllocator a(make_cuda_memory_source(0), Device::cuda(0));
 //   DataPtr p = a.allocate(3000);           // 3072 B block in a new 2 MiB segment
@@ -34,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -95,6 +98,24 @@ class CachingAllocator final : public Allocator {
   void set_memory_fraction(double fraction);
   size_t memory_cap_bytes() const;
 
+  // Note [Private pools for captured graphs]
+  // A captured CUDA graph replays its kernels at the addresses they had during capture, so the
+  // memory the capture touched must not be handed to anyone else while the graph lives:
+  //   - while a pool is open, default-stream requests from the thread that opened it are served
+  //     from segments tagged `pool` (any tag other than a real stream's), so the graph's
+  //     temporaries never share a block with memory allocated outside it;
+  //   - a block allocated before the pool opened and freed while it is open (the last step's
+  //     gradients, say) may have been read by a captured kernel: it is held, still counted as
+  //     allocated, until release_private_pool;
+  //   - close_private_pool stops the redirection; the pool's free blocks stay reserved for later
+  //     replays and captures into the same pool (reopen it with open_private_pool);
+  //   - release_private_pool (the graph is gone) frees the held blocks and retags the pool's
+  //     segments to the default stream, so their memory serves everyone again.
+  // PyTorch's caching allocator keeps a private pool per graph for the same reason.
+  void open_private_pool(StreamId pool);
+  void close_private_pool();
+  void release_private_pool(StreamId pool);
+
   std::vector<SegmentSnapshot> snapshot() const;
   // Walks every segment and checks links, coverage, pools and stats; throws frugal::Error naming
   // the first broken invariant. For tests and debugging (linear in the number of blocks).
@@ -129,6 +150,7 @@ class CachingAllocator final : public Allocator {
   void insert_free(Block* b);
   void erase_free(Block* b);
   size_t release_free_segments();  // whole free segments back to the source; returns bytes
+  void free_block(Block* b);  // back to its stream's free blocks, merged with free neighbours
   void free_segment(Block* head);
   [[noreturn]] void throw_oom(size_t bytes, size_t rounded, size_t seg_bytes, StreamId stream);
 
@@ -141,6 +163,10 @@ class CachingAllocator final : public Allocator {
   Pool large_free_;
   std::unordered_map<uintptr_t, Block*> allocated_;  // by address
   std::map<uintptr_t, Block*> segments_;             // segment head blocks, by address
+  // The open private pool and the thread it serves (Note [Private pools for captured graphs]).
+  StreamId open_pool_ = kDefaultStream;
+  std::thread::id pool_thread_;
+  std::map<StreamId, std::vector<Block*>> held_;  // blocks freed into a pool's keeping
 };
 
 }  // namespace frugal::memory
