@@ -11,6 +11,45 @@
 
 namespace frugal {
 
+namespace {
+// Generators capturing on this thread; a draw from any other one would be frozen into the graph.
+thread_local int capturing_generators = 0;
+}  // namespace
+
+uint64_t Generator::take(uint64_t n) {
+  FRUGAL_CHECK(capturing_generators == 0,
+               "random draw while capturing a CUDA graph: only dropout on the capturing ",
+               "generator can be replayed with fresh numbers (Note [Random draws in captured ",
+               "graphs] in core/factory.h); draw before capturing");
+  uint64_t o = offset_;
+  offset_ += n;
+  return o;
+}
+
+Generator::Draw Generator::draw(uint64_t n) {
+  if (graph_base_ == nullptr) return {seed_, take(n), nullptr};
+  FRUGAL_CHECK(offset_ >= graph_start_, "Generator::draw: offset ", offset_,
+               " was set back before the capture's start ", graph_start_);
+  const uint64_t o = offset_ - graph_start_;
+  offset_ += n;
+  return {seed_, o, graph_base_};
+}
+
+void Generator::begin_graph_capture(const uint64_t* offset_base) {
+  FRUGAL_CHECK(offset_base != nullptr, "Generator::begin_graph_capture: null offset counter");
+  FRUGAL_CHECK(graph_base_ == nullptr, "Generator::begin_graph_capture: already capturing");
+  graph_base_ = offset_base;
+  graph_start_ = offset_;
+  ++capturing_generators;
+}
+
+uint64_t Generator::end_graph_capture() {
+  FRUGAL_CHECK(graph_base_ != nullptr, "Generator::end_graph_capture: not capturing");
+  graph_base_ = nullptr;
+  --capturing_generators;
+  return offset_ - graph_start_;
+}
+
 Generator& default_generator() {
   static Generator gen(0x5eed);
   return gen;
@@ -51,16 +90,16 @@ Tensor random_tensor(const Shape& shape, TensorOptions opts, Draw draw) {
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts, double lo, double hi) {
   uint64_t offset = gen.take(static_cast<uint64_t>(shape.numel()));
   return random_tensor(shape, opts, [&](const Tensor& t) {
-    kernels::fill_uniform(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(),
-                          offset, lo, hi);
+    kernels::fill_uniform(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(), offset,
+                          lo, hi);
   });
 }
 
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts, double mean, double stddev) {
   uint64_t offset = gen.take(static_cast<uint64_t>(shape.numel()));
   return random_tensor(shape, opts, [&](const Tensor& t) {
-    kernels::fill_normal(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(),
-                         offset, mean, stddev);
+    kernels::fill_normal(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(), offset,
+                         mean, stddev);
   });
 }
 
@@ -79,21 +118,31 @@ Tensor from_blob(const void* data, const Shape& shape, DType dtype, TensorOption
 }
 
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
-  FRUGAL_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ",
-               values.size(), " values for shape ", shape, " (", shape.numel(), " elements)");
+  FRUGAL_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ", values.size(),
+               " values for shape ", shape, " (", shape.numel(), " elements)");
   Tensor host = Tensor::empty(shape, {opts.dtype, Device::cpu(), false});
   void* p = host.data_ptr();
   for (size_t i = 0; i < values.size(); ++i) {
     double v = values[i];
     switch (opts.dtype) {
-      case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DType::f64: static_cast<double*>(p)[i] = v; break;
-      case DType::f16: static_cast<uint16_t*>(p)[i] = float_to_f16(static_cast<float>(v)); break;
+      case DType::f32:
+        static_cast<float*>(p)[i] = static_cast<float>(v);
+        break;
+      case DType::f64:
+        static_cast<double*>(p)[i] = v;
+        break;
+      case DType::f16:
+        static_cast<uint16_t*>(p)[i] = float_to_f16(static_cast<float>(v));
+        break;
       case DType::bf16:
         static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v));
         break;
-      case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-      case DType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+      case DType::i64:
+        static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+        break;
+      case DType::u8:
+        static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+        break;
     }
   }
   Tensor out = opts.device.is_cpu() ? host : host.to(opts.device);

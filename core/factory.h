@@ -24,16 +24,34 @@ class Generator {
     offset_ = 0;
   }
   void set_offset(uint64_t offset) { offset_ = offset; }
-  // Reserves n draws and returns the first offset.
-  uint64_t take(uint64_t n) {
-    uint64_t o = offset_;
-    offset_ += n;
-    return o;
-  }
+  // Reserves n draws and returns the first offset. Throws while this thread captures a CUDA
+  // graph: the offset would be frozen into the graph (Note [Random draws in captured graphs]).
+  uint64_t take(uint64_t n);
+
+  // A draw of n values for a kernel that reads its offset as offset + *offset_base when
+  // offset_base is not null (dropout). Outside a capture offset_base is null and offset absolute.
+  struct Draw {
+    uint64_t seed = 0;
+    uint64_t offset = 0;
+    const uint64_t* offset_base = nullptr;
+  };
+  Draw draw(uint64_t n);
+
+  // Note [Random draws in captured graphs]
+  // A captured graph replays its kernels with the arguments they had during capture, so a draw
+  // offset passed by value would give every replay the same dropout mask. Between these two
+  // calls draw() hands out offsets relative to the capture's start and the device counter
+  // `offset_base` (which the caller sets to offset() before capture and advances by the
+  // returned count at the end of every replay, inside the graph); take() throws. PyTorch's
+  // CUDA generator does the same with its philox offset.
+  void begin_graph_capture(const uint64_t* offset_base);
+  uint64_t end_graph_capture();  // draws reserved since begin_graph_capture
 
  private:
   uint64_t seed_;
   uint64_t offset_ = 0;
+  const uint64_t* graph_base_ = nullptr;
+  uint64_t graph_start_ = 0;
 };
 
 // The process-wide generator used when none is given; manual_seed resets it.

@@ -54,6 +54,11 @@ FRUGAL_DECLARE_KERNEL(cast, (const Context& ctx, DType from, DType to, int64_t n
                              void* y),
                       (ctx, from, to, n, x, y))
 
+// y[i] += delta for i < n: i64 counters (BatchNorm's num_batches_tracked) kept on the device, so
+// counting needs no host copy and a captured graph advances them on every replay.
+FRUGAL_DECLARE_KERNEL(add_i64, (const Context& ctx, int64_t n, int64_t* y, int64_t delta),
+                      (ctx, n, y, delta))
+
 // y[i] = value for any dtype (i64 and u8 included).
 FRUGAL_DECLARE_KERNEL(fill, (const Context& ctx, DType dtype, int64_t n, void* y, double value),
                       (ctx, dtype, n, y, value))

@@ -2,7 +2,9 @@
 #include "nn/layers.h"
 
 #include "core/factory.h"
+#include "core/op_util.h"
 #include "core/ops.h"
+#include "kernels/elementwise.h"
 #include "nn/init.h"
 
 namespace frugal::nn {
@@ -65,14 +67,11 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
   if (is_training()) {
-    // Counted on the host and written with an asynchronous fill, so training never waits for
-    // the device; the host copy is read back once (after construction or a checkpoint load).
-    if (tracked_ < 0) {
-      tracked_ = num_batches_tracked.device().is_meta()
-                     ? 0
-                     : static_cast<int64_t>(num_batches_tracked.item());
+    // Counted on the device: no host read, and a captured graph counts on every replay.
+    if (!num_batches_tracked.device().is_meta()) {
+      kernels::add_i64(detail::ctx_of(num_batches_tracked), 1,
+                       num_batches_tracked.data<int64_t>(), 1);
     }
-    fill_(num_batches_tracked, static_cast<double>(++tracked_));
   }
   return functional::batch_norm(x, weight, bias, running_mean, running_var,
                                 {is_training(), momentum_, eps_});

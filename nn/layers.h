@@ -48,8 +48,6 @@ class BatchNorm2d : public Module {
   Tensor weight, bias;                // [C] f32
   Tensor running_mean, running_var;   // [C] f32 buffers
   Tensor num_batches_tracked;         // i64 scalar buffer, as in PyTorch's state_dict
-  // Forget the host copy of num_batches_tracked (after its buffer was overwritten by a load).
-  void reset_tracked_cache() { tracked_ = -1; }
 
  protected:
   std::string extra_repr() const override;
@@ -57,7 +55,6 @@ class BatchNorm2d : public Module {
  private:
   int64_t c_;
   double eps_, momentum_;
-  int64_t tracked_ = -1;  // host copy of num_batches_tracked; -1 until read
 };
 
 // Stateless layers wrapping one functional op.

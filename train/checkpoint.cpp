@@ -142,14 +142,8 @@ ModelLoad plan_model_load(const char* op, const std::string& path, const nn::Mod
   return plan;
 }
 
-void reset_batch_norm_caches(nn::Module& m) {
-  if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) bn->reset_tracked_cache();
-  for (const auto& [name, child] : m.named_children()) reset_batch_norm_caches(*child);
-}
-
-void apply_model_load(const ModelLoad& plan, nn::Module& model) {
+void apply_model_load(const ModelLoad& plan) {
   for (const auto& [dst, src] : plan.copies) copy_(dst, src);
-  reset_batch_norm_caches(model);
 }
 
 std::string format_u64(uint64_t v) { return std::to_string(v); }
@@ -180,7 +174,7 @@ void save_model(const std::string& path, const nn::Module& model, const Metadata
 void load_model(const std::string& path, nn::Module& model) {
   SafetensorsFile file = load_safetensors(path);
   ModelLoad plan = plan_model_load("load_model", path, model, file.tensors);
-  apply_model_load(plan, model);
+  apply_model_load(plan);
 }
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* opt,
@@ -270,7 +264,7 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
   // 3. The scaler (already validated), then the model copies, which cannot fail on shapes or
   // dtypes any more.
   if (load_scaler) scaler->load_state_dict(scaler_part);
-  apply_model_load(plan, model);
+  apply_model_load(plan);
   return state;
 }
 

@@ -163,6 +163,12 @@ void affine(const Context& ctx, DType dtype, int64_t n, const void* x, double al
   });
 }
 
+void add_i64(const Context& ctx, int64_t n, int64_t* y, int64_t delta) {
+  (void)ctx;
+  FRUGAL_CHECK(n >= 0, "add_i64: negative size ", n);
+  for (int64_t i = 0; i < n; ++i) y[i] += delta;  // counters: a handful of elements
+}
+
 void fill(const Context& ctx, DType dtype, int64_t n, void* y, double value) {
   (void)ctx;
   FRUGAL_CHECK(n >= 0, "fill: negative size ", n);

@@ -62,10 +62,12 @@ void fill_normal(const Context& ctx, DType dtype, int64_t n, void* y, uint64_t s
 }
 
 void dropout_forward(const Context& ctx, DType dtype, int64_t n, const void* x, double p,
-                     uint64_t seed, uint64_t offset, void* y, uint8_t* mask) {
+                     uint64_t seed, uint64_t offset, const uint64_t* offset_base, void* y,
+                     uint8_t* mask) {
   (void)ctx;
   FRUGAL_CHECK(n >= 0, "dropout_forward: negative size ", n);
   check_dropout_p("dropout_forward", p);
+  if (offset_base != nullptr) offset += *offset_base;  // a host counter here
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "dropout_forward", {
     const T* px = static_cast<const T*>(x);
     T* py = static_cast<T*>(y);

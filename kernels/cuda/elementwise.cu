@@ -262,6 +262,21 @@ void cast(const Context& ctx, DType from, DType to, int64_t n, const void* x, vo
   });
 }
 
+namespace {
+__global__ void add_i64_kernel(int64_t n, int64_t* y, int64_t delta) {
+  for (int64_t i = thread_index(); i < n; i += grid_stride()) y[i] += delta;
+}
+}  // namespace
+
+void add_i64(const Context& ctx, int64_t n, int64_t* y, int64_t delta) {
+  cudaStream_t s = stream_of(ctx, "add_i64");
+  FRUGAL_CHECK(n >= 0, "add_i64: negative size ", n);
+  if (n == 0) return;
+  DeviceGuard guard(ctx.device);
+  add_i64_kernel<<<grid_for(ctx, n), kThreads, 0, s>>>(n, y, delta);
+  FRUGAL_LAUNCH_CHECK();
+}
+
 void fill(const Context& ctx, DType dtype, int64_t n, void* y, double value) {
   cudaStream_t s = stream_of(ctx, "fill");
   FRUGAL_CHECK(dtype != DType::f64, "fill: f64 is CPU-only");

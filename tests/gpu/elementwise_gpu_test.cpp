@@ -111,6 +111,19 @@ TEST(GpuElementwise, FillWritesEveryDtype) {
   }
 }
 
+TEST(GpuElementwise, AddI64MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 70001;  // more than one grid-stride pass of small grids
+  std::vector<int64_t> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = i * 1000003 - (int64_t{1} << 41);
+  DeviceBuffer d(DType::i64, n);
+  d.upload_raw(want.data());
+  kernels::cuda::add_i64(gpu(), n, d.as<int64_t>(), -17);
+  kernels::cpu::add_i64(cpu(), n, want.data(), -17);
+  d.download_raw(got.data());
+  EXPECT_EQ(got, want);
+}
+
 TEST(GpuElementwise, F64IsCpuOnlyAndEmptyIsFine) {
   SKIP_WITHOUT_GPU();
   DeviceBuffer d(DType::f32, 4);

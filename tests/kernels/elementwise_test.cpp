@@ -146,3 +146,11 @@ TEST(Fill, EveryDType) {
   EXPECT_EQ(raw[static_cast<size_t>(n)], 0);  // nothing written past n
   kernels::fill(ctx, DType::f32, 0, nullptr, 1.0);
 }
+
+TEST(AddI64, AddsToEveryCounterAndNothingPast) {
+  std::vector<int64_t> v{0, 7, -3, (int64_t{1} << 40), 99};
+  kernels::add_i64(cpu_ctx(), 4, v.data(), 5);
+  EXPECT_EQ(v, (std::vector<int64_t>{5, 12, 2, (int64_t{1} << 40) + 5, 99}));
+  kernels::add_i64(cpu_ctx(), 0, nullptr, 1);
+  EXPECT_THROW(kernels::add_i64(cpu_ctx(), -1, v.data(), 1), Error);
+}

@@ -71,7 +71,7 @@ TEST(Dropout, KeepFractionScaleAndReplay) {
     auto xv = random_values(n, 61, 0.5, 2.0);  // never zero, so y == 0 means dropped
     Buf x(dt, xv), y(dt, n), y2(dt, n), y3(dt, n);
     std::vector<uint8_t> mask(n), mask2(n), mask3(n);
-    kernels::dropout_forward(cpu_ctx(), dt, n, x.data(), p, 99, 5, y.data(), mask.data());
+    kernels::dropout_forward(cpu_ctx(), dt, n, x.data(), p, 99, 5, nullptr, y.data(), mask.data());
     int64_t kept = 0;
     for (int64_t i = 0; i < n; ++i) {
       bool keep = static_cast<double>(kernels::uniform01(99, 5 + i)) >= p;
@@ -84,13 +84,19 @@ TEST(Dropout, KeepFractionScaleAndReplay) {
       }
     }
     EXPECT_NEAR(static_cast<double>(kept) / n, 1 - p, 0.006);  // ~4 standard errors
-    kernels::dropout_forward(cpu_ctx(), dt, n, x.data(), p, 99, 5, y2.data(), mask2.data());
+    kernels::dropout_forward(cpu_ctx(), dt, n, x.data(), p, 99, 5, nullptr, y2.data(),
+                             mask2.data());
     EXPECT_EQ(mask, mask2);  // same seed and offset: same mask
     EXPECT_EQ(y.values(), y2.values());
-    kernels::dropout_forward(cpu_ctx(), dt, n, x.data(), p, 99, 6, y3.data(), mask3.data());
+    kernels::dropout_forward(cpu_ctx(), dt, n, x.data(), p, 99, 6, nullptr, y3.data(),
+                             mask3.data());
     int64_t differ = 0;
     for (int64_t i = 0; i < n; ++i) differ += mask[i] != mask3[i];
     EXPECT_GT(differ, n / 4);  // another offset: an independent mask (expected 2p(1-p) = 42%)
+    // A counter read by the kernel adds to the offset (captured graphs): 2 + *base(3) is 5.
+    const uint64_t base = 3;
+    kernels::dropout_forward(cpu_ctx(), dt, n, x.data(), p, 99, 2, &base, y3.data(), mask3.data());
+    EXPECT_EQ(mask3, mask);
 
     auto dyv = random_values(n, 62);
     Buf dy(dt, dyv), dx(dt, n);
@@ -105,14 +111,16 @@ TEST(Dropout, KeepFractionScaleAndReplay) {
 TEST(Dropout, EdgeProbabilities) {
   std::vector<float> x{1, -2, 3, 4, 5}, y(5);
   std::vector<uint8_t> m(5);
-  kernels::dropout_forward(cpu_ctx(), DType::f32, 5, x.data(), 0.0, 1, 0, y.data(), m.data());
+  kernels::dropout_forward(cpu_ctx(), DType::f32, 5, x.data(), 0.0, 1, 0, nullptr, y.data(),
+                           m.data());
   EXPECT_EQ(y, x);
   EXPECT_EQ(m, (std::vector<uint8_t>(5, 1)));
-  kernels::dropout_forward(cpu_ctx(), DType::f32, 5, x.data(), 1.0, 1, 0, y.data(), m.data());
+  kernels::dropout_forward(cpu_ctx(), DType::f32, 5, x.data(), 1.0, 1, 0, nullptr, y.data(),
+                           m.data());
   EXPECT_EQ(y, (std::vector<float>(5, 0.0f)));  // p = 1 drops everything, no inf * 0
   EXPECT_EQ(m, (std::vector<uint8_t>(5, 0)));
-  EXPECT_THROW(
-      kernels::dropout_forward(cpu_ctx(), DType::f32, 5, x.data(), 1.5, 1, 0, y.data(), m.data()),
-      Error);
-  kernels::dropout_forward(cpu_ctx(), DType::f32, 0, nullptr, 0.5, 1, 0, nullptr, nullptr);
+  EXPECT_THROW(kernels::dropout_forward(cpu_ctx(), DType::f32, 5, x.data(), 1.5, 1, 0, nullptr,
+                                        y.data(), m.data()),
+               Error);
+  kernels::dropout_forward(cpu_ctx(), DType::f32, 0, nullptr, 0.5, 1, 0, nullptr, nullptr, nullptr);
 }

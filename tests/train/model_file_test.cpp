@@ -133,11 +133,11 @@ TEST(ModelFile, SequentialRoundTripBitExact) {
   EXPECT_EQ(test::snapshot(state_of(*b)), test::snapshot(state_of(*a)));
 }
 
-TEST(ModelFile, LoadMakesBatchNormForgetItsCachedCount) {
+TEST(ModelFile, LoadedBatchNormCountsOnFromTheLoadedValue) {
   Generator gen(3);
   Tensor x = randn({2, 3, 3, 4}, gen);  // [N, H, W, C]
   nn::BatchNorm2d bn(4);
-  bn.forward(x);  // caches num_batches_tracked = 1 on the host
+  bn.forward(x);
   ASSERT_EQ(bn.num_batches_tracked.item(), 1);
   nn::BatchNorm2d saved(4);
   fill_(saved.num_batches_tracked, 7);
@@ -146,7 +146,7 @@ TEST(ModelFile, LoadMakesBatchNormForgetItsCachedCount) {
   train::load_model(f.path(), bn);
   EXPECT_EQ(bn.num_batches_tracked.item(), 7);
   bn.forward(x);
-  EXPECT_EQ(bn.num_batches_tracked.item(), 8);  // 2 if the stale host count were kept
+  EXPECT_EQ(bn.num_batches_tracked.item(), 8);  // 2 if a count kept aside were used
 }
 
 // Each mismatch is written late in the file's list, so a loader that copied as it went would
