@@ -4,18 +4,18 @@
 // and loss under autocast with a GradScaler, bf16 under autocast alone (PyTorch's recipe).
 // bench/torch_train_step.py is its PyTorch twin with the same --json fields.
 //
-//   train_step_bench --device cuda --batch 128 --input 3x224x224 --classes 1000 --precision f16 --json
+//   train_step_bench --device cuda --batch 128 --input 3x224x224 --classes 1000 --precision f16
+//   --json
 #include <omp.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/bench_common.h"
 #include "core/factory.h"
@@ -25,6 +25,7 @@
 #include "models/registry.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "train/captured_step.h"
 #include "train/step_timer.h"
 #include "train/trainer.h"
 
@@ -43,6 +44,9 @@ constexpr const char* kUsage =
     "usage: train_step_bench [--device cpu|cuda] [--model mobilenet_v2] [--batch N]\n"
     "                        [--input CxHxW] [--classes K] [--precision f32|f16|bf16]\n"
     "                        [--warmup N] [--steps N] [--seed S] [--json] [--profile]\n"
+    "                        [--graph]\n"
+    "  --graph:   capture the step as a CUDA graph in the last warm-up step and replay it\n"
+    "             (train/captured_step.h); eager where graphs are not available\n"
     "  --profile: bracket the last timed step with cudaProfilerStart/Stop, for\n"
     "             ncu --profile-from-start off (scripts/gpu-profile.sh)\n";
 
@@ -81,10 +85,10 @@ std::string device_name(Device device) {
 }
 
 int run(int argc, char** argv) {
-  Flags flags(argc, argv,
-              {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps",
-               "seed"},
-              {"json", "help", "profile"});
+  Flags flags(
+      argc, argv,
+      {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps", "seed"},
+      {"json", "help", "profile", "graph"});
   if (flags.flag("help")) {
     std::cout << kUsage;
     return 0;
@@ -123,10 +127,14 @@ int run(int argc, char** argv) {
   // f16 needs loss scaling (PyTorch's GradScaler defaults); bf16 has f32's range and needs none.
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(amp_dtype);
 
-  auto step = [&]() -> Tensor {
-    return train::train_step(*model, opt, images, labels, amp_dtype,
-                             scaler.get());
+  auto eager_step = [&]() -> Tensor {
+    return train::train_step(*model, opt, images, labels, amp_dtype, scaler.get());
   };
+  // --graph: the warm-up runs eagerly but for its last step, which captures (and replays).
+  const bool graph = flags.flag("graph");
+  if (graph && warmup < 2) throw std::invalid_argument("--graph needs --warmup 2 or more");
+  train::CapturedStep captured(device, eager_step, {.warmup = std::max<int64_t>(1, warmup - 1)});
+  auto step = [&]() -> Tensor { return graph ? captured() : eager_step(); };
 
   Tensor loss;
   for (int64_t i = 0; i < warmup; ++i) loss = step();
@@ -170,6 +178,7 @@ int run(int argc, char** argv) {
   j["device"] = device.is_cuda() ? "cuda" : "cpu";
   j["device_name"] = device_name(device);
   j["precision"] = precision;
+  j["graph"] = graph && captured.captured();
   j["layout"] = "NHWC";
   j["batch"] = batch;
   j["input"] = input;
@@ -188,7 +197,11 @@ int run(int argc, char** argv) {
   j["memory_measured"] =
       std::string("peak of frugal's ") + (device.is_cuda() ? "CUDA caching" : "host") +
       " allocator over the timed steps, from the state after warm-up (parameters, gradients, "
-      "momentum, batch included)";
+      "momentum, batch included)" +
+      std::string(j["graph"].get<bool>()
+                      ? "; replays allocate nothing, so the captured step's temporaries show "
+                        "in peak reserved only"
+                      : "");
   const int64_t peak_rss_timed = rss_reset ? proc_status_bytes("VmHWM") : -1;
   j["peak_rss_timed_bytes"] = peak_rss_timed;
   j["rss_before_timed_bytes"] = rss_before;
@@ -202,14 +215,16 @@ int run(int argc, char** argv) {
     return 0;
   }
   constexpr double kMiB = 1024.0 * 1024.0;
-  std::printf("frugal %s on %s (%s), batch %lld, input %s, %lld classes, %s\n", model_name.c_str(),
-              device.str().c_str(), device_name(device).c_str(), static_cast<long long>(batch),
-              input.c_str(), static_cast<long long>(classes), precision.c_str());
-  std::printf("  %lld warm-up + %lld timed steps (%s): median %.2f ms, min %.2f, max %.2f, "
-              "mean wall %.2f ms\n",
-              static_cast<long long>(warmup), static_cast<long long>(steps),
-              j["timer"].get<std::string>().c_str(), med, j["min_ms"].get<double>(),
-              j["max_ms"].get<double>(), j["mean_wall_ms"].get<double>());
+  std::printf("frugal %s on %s (%s), batch %lld, input %s, %lld classes, %s%s\n",
+              model_name.c_str(), device.str().c_str(), device_name(device).c_str(),
+              static_cast<long long>(batch), input.c_str(), static_cast<long long>(classes),
+              precision.c_str(), j["graph"].get<bool>() ? ", replayed from a CUDA graph" : "");
+  std::printf(
+      "  %lld warm-up + %lld timed steps (%s): median %.2f ms, min %.2f, max %.2f, "
+      "mean wall %.2f ms\n",
+      static_cast<long long>(warmup), static_cast<long long>(steps),
+      j["timer"].get<std::string>().c_str(), med, j["min_ms"].get<double>(),
+      j["max_ms"].get<double>(), j["mean_wall_ms"].get<double>());
   std::printf("  %.1f img/s\n", j["img_per_s"].get<double>());
   std::printf("  peak allocated %.1f MiB, peak reserved %.1f MiB (%s)\n",
               static_cast<double>(stats.allocated_bytes.peak) / kMiB,

@@ -46,6 +46,7 @@ class Generator {
   // CUDA generator does the same with its philox offset.
   void begin_graph_capture(const uint64_t* offset_base);
   uint64_t end_graph_capture();  // draws reserved since begin_graph_capture
+  bool capturing_graph() const { return graph_base_ != nullptr; }
 
  private:
   uint64_t seed_;

@@ -1,0 +1,233 @@
+// CapturedStep on the device: replayed steps do what the same eager steps do (dropout masks,
+// BatchNorm counts, GradScaler skips), a step that cannot be captured leaves the model alone,
+// and the graph's private pool goes back to the allocator with it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/factory.h"
+#include "core/ops.h"
+#include "gpu_test_util.h"
+#include "memory/caching_allocator.h"
+#include "models/registry.h"
+#include "nn/functional.h"
+#include "optim/grad_scaler.h"
+#include "optim/optimizer.h"
+#include "train/captured_step.h"
+#include "train/trainer.h"
+
+using namespace frugal;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// Everything a step changes: parameters and buffers, as host values.
+std::vector<std::vector<double>> state_of(const nn::Module& m) {
+  std::vector<std::vector<double>> out;
+  for (const auto& [name, p] : m.named_parameters()) out.push_back(p.to_vector());
+  for (const auto& [name, b] : m.named_buffers()) out.push_back(b.to_vector());
+  return out;
+}
+
+double max_rel_diff(const std::vector<std::vector<double>>& a,
+                    const std::vector<std::vector<double>>& b) {
+  double worst = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a[t].size(); ++i) {
+      num += (a[t][i] - b[t][i]) * (a[t][i] - b[t][i]);
+      den += b[t][i] * b[t][i];
+    }
+    worst = std::max(worst, std::sqrt(num) / (std::sqrt(den) + 1e-6));
+  }
+  return worst;
+}
+
+Tensor batch_images(int k) {
+  Generator g(100 + static_cast<uint64_t>(k));
+  return randn({16, 32, 32, 1}, g, {.device = kGpu});
+}
+
+Tensor batch_labels(int k) {
+  std::vector<double> v(16);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<double>((i * 7 + static_cast<size_t>(k)) % 10);
+  return from_vector(v, {16}, {.dtype = DType::i64, .device = kGpu});
+}
+
+struct StepsRun {
+  std::vector<double> losses;
+  std::vector<std::vector<double>> state;
+  uint64_t generator_offset = 0;
+  double scale = 0;
+  int64_t replays = 0;
+};
+
+// `steps` training steps of MobileNetV2 (dropout included) on batches 0..steps-1, eagerly or
+// through a CapturedStep, from the same seed and generator offset.
+StepsRun train_steps(DType precision, bool captured, int steps) {
+  manual_seed(21);
+  auto model = models::create("mobilenet_v2", {.num_classes = 10, .in_channels = 1});
+  model->to(kGpu);
+  model->train();
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
+  Tensor images = Tensor::empty({16, 32, 32, 1}, {.device = kGpu});
+  Tensor labels = Tensor::empty({16}, {.dtype = DType::i64, .device = kGpu});
+  auto step_fn = [&] {
+    return train::train_step(*model, opt, images, labels, precision, scaler.get());
+  };
+  train::CapturedStep step(kGpu, step_fn, {.warmup = 2});
+  StepsRun run;
+  for (int k = 0; k < steps; ++k) {
+    copy_(images, batch_images(k));
+    copy_(labels, batch_labels(k));
+    Tensor loss = captured ? step() : step_fn();
+    run.losses.push_back(loss.item());
+  }
+  run.state = state_of(*model);
+  run.generator_offset = default_generator().offset();
+  run.scale = scaler ? scaler->get_scale() : 1.0;
+  run.replays = step.replays();
+  return run;
+}
+
+}  // namespace
+
+TEST(CapturedStepGpu, DropoutDrawsTheEagerMasksOnEveryReplay) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = ones({4096}, {.device = kGpu});
+  default_generator().set_offset(777);
+  std::vector<std::vector<double>> eager;
+  for (int k = 0; k < 5; ++k) eager.push_back(nn::functional::dropout(x, 0.5, true).to_vector());
+  const uint64_t eager_end = default_generator().offset();
+
+  default_generator().set_offset(777);
+  train::CapturedStep step(kGpu, [&] { return nn::functional::dropout(x, 0.5, true); },
+                           {.warmup = 1});
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_EQ(step().to_vector(), eager[static_cast<size_t>(k)]) << "call " << k;
+  }
+  EXPECT_TRUE(step.captured());
+  EXPECT_EQ(step.replays(), 4);
+  EXPECT_EQ(default_generator().offset(), eager_end);
+  EXPECT_NE(eager[2], eager[3]);  // the replays did not repeat one mask
+}
+
+TEST(CapturedStepGpu, TrainingReplaysMatchEagerSteps) {
+  SKIP_WITHOUT_GPU();
+  for (DType precision : {DType::f32, DType::f16}) {
+    SCOPED_TRACE(dtype_name(precision));
+    const uint64_t offset = default_generator().offset();
+    StepsRun eager = train_steps(precision, false, 6);
+    default_generator().set_offset(offset);
+    StepsRun graphed = train_steps(precision, true, 6);
+    EXPECT_EQ(graphed.replays, 4);
+    for (size_t k = 0; k < eager.losses.size(); ++k) {
+      EXPECT_NEAR(graphed.losses[k], eager.losses[k], 1e-3 * std::abs(eager.losses[k]))
+          << "step " << k;
+    }
+    EXPECT_NE(graphed.losses[2], graphed.losses[3]);  // new batches reach the replays
+    // Same kernels on the same data; only cuDNN's non-deterministic weight gradients differ.
+    EXPECT_LT(max_rel_diff(graphed.state, eager.state), 1e-3);
+    EXPECT_EQ(graphed.generator_offset, eager.generator_offset);
+    EXPECT_EQ(graphed.scale, eager.scale);
+    // num_batches_tracked is the last buffer of every BatchNorm: 6 steps counted exactly.
+    EXPECT_EQ(graphed.state.back(), std::vector<double>{6.0});
+  }
+}
+
+TEST(CapturedStepGpu, AnOverflowingReplayIsSkippedOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+  manual_seed(5);
+  auto model = models::create("mobilenet_v2", {.num_classes = 10, .in_channels = 1});
+  model->to(kGpu);
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::GradScaler scaler;
+  Tensor images = batch_images(0), labels = batch_labels(0);
+  train::CapturedStep step(
+      kGpu, [&] { return train::train_step(*model, opt, images, labels, DType::f16, &scaler); });
+  for (int k = 0; k < 4; ++k) step();
+  ASSERT_TRUE(step.captured());
+  const double scale = scaler.get_scale();
+  std::vector<std::vector<double>> params;
+  for (const auto& [name, p] : model->named_parameters()) params.push_back(p.to_vector());
+  const optim::NamedTensors momentum = opt.state_dict();
+  std::vector<std::vector<double>> momentum_before;
+  for (const auto& [name, t] : momentum) momentum_before.push_back(t.to_vector());
+
+  fill_(images, INFINITY);
+  step();
+  EXPECT_EQ(scaler.get_scale(), scale * 0.5);
+  size_t i = 0;
+  for (const auto& [name, p] : model->named_parameters()) {
+    EXPECT_EQ(p.to_vector(), params[i++]) << name << " changed in a skipped step";
+  }
+  i = 0;
+  for (const auto& [name, t] : opt.state_dict()) {
+    EXPECT_EQ(t.to_vector(), momentum_before[i++]) << name << " changed in a skipped step";
+  }
+  copy_(images, batch_images(1));
+  step();
+  EXPECT_NE(model->named_parameters()[0].second.to_vector(), params[0]);  // clean again
+}
+
+TEST(CapturedStepGpu, AStepThatReadsBackFailsToCaptureAndChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  manual_seed(6);
+  auto model = models::create("mobilenet_v2", {.num_classes = 10, .in_channels = 1});
+  model->to(kGpu);
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  Tensor images = batch_images(0), labels = batch_labels(0);
+  auto& alloc = dynamic_cast<memory::CachingAllocator&>(memory::allocator_for(kGpu));
+  train::CapturedStep step(kGpu,
+                           [&] {
+                             Tensor loss = train::train_step(*model, opt, images, labels);
+                             if (loss.item() > 1e9)
+                               throw std::runtime_error("unreachable");  // a host read
+                             return loss;
+                           },
+                           {.warmup = 1});
+  step();
+  std::vector<std::vector<double>> before = state_of(*model);
+  try {
+    step();
+    FAIL() << "a synchronising step was captured";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CapturedStep: capturing the step on cuda:0 failed"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(step.captured());
+  EXPECT_EQ(state_of(*model), before);
+  for (const memory::SegmentSnapshot& seg : alloc.snapshot()) {
+    EXPECT_EQ(seg.stream, memory::kDefaultStream) << "a failed capture kept its pool";
+  }
+  alloc.check_invariants();
+  // Eager steps still work after the failed capture.
+  Tensor loss = train::train_step(*model, opt, images, labels);
+  EXPECT_TRUE(std::isfinite(loss.item()));
+}
+
+TEST(CapturedStepGpu, ThePoolGoesBackToTheAllocatorWithTheStep) {
+  SKIP_WITHOUT_GPU();
+  auto& alloc = dynamic_cast<memory::CachingAllocator&>(memory::allocator_for(kGpu));
+  Tensor x = ones({1 << 20}, {.device = kGpu});
+  {
+    train::CapturedStep step(kGpu, [&] { return mul(add(x, 1.0), 2.0); }, {.warmup = 1});
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(step().to_vector()[5], 4.0);
+    EXPECT_GE(step.graph_nodes(), 2);
+    int pool_segments = 0;
+    for (const memory::SegmentSnapshot& seg : alloc.snapshot()) {
+      pool_segments += seg.stream != memory::kDefaultStream;
+    }
+    EXPECT_GE(pool_segments, 1);
+    copy_(x, full({1 << 20}, 3.0, {.device = kGpu}));
+    EXPECT_EQ(step().to_vector()[5], 8.0);  // the replay reads x's new values
+  }
+  for (const memory::SegmentSnapshot& seg : alloc.snapshot()) {
+    EXPECT_EQ(seg.stream, memory::kDefaultStream);
+  }
+  alloc.check_invariants();
+}
