@@ -16,13 +16,16 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITE
 (cd build-gpu && ctest -L gpu --output-on-failure > "$OUTDIR/gpu-tests.txt" 2>&1) || status=1
 grep -E "tests passed|\*\*\*Failed" "$OUTDIR/gpu-tests.txt"
 
-# frugal's step at 32x32, batch 256: one JSON line per run in small-steps.jsonl
+# frugal's step at 32x32, batch 256, eager and replayed from a CUDA graph (--graph): one JSON
+# line per run in small-steps.jsonl
 : > "$OUTDIR/small-steps.jsonl"
 for ((r = 0; r < REPEATS; r++)); do
   for p in f32 f16 bf16; do
-    build-gpu/train_step_bench --device cuda --batch 256 --input 1x32x32 --classes 10 \
-      --precision "$p" --warmup 10 --steps 30 --json 2>/dev/null >> "$OUTDIR/small-steps.jsonl" ||
-      status=1
+    for graph in "" --graph; do
+      build-gpu/train_step_bench --device cuda --batch 256 --input 1x32x32 --classes 10 \
+        --precision "$p" --warmup 10 --steps 30 --json $graph 2>/dev/null \
+        >> "$OUTDIR/small-steps.jsonl" || status=1
+    done
   done
 done
 python3 - "$OUTDIR/small-steps.jsonl" <<'PY'
@@ -31,11 +34,12 @@ runs = {}
 for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
-        runs.setdefault(r["precision"], []).append(r["img_per_s"])
-base = statistics.median(runs["f32"])
-for p, v in runs.items():
-    print(f"32x32 b256 {p}: median {statistics.median(v):,.0f} img/s over {len(v)} runs "
-          f"({min(v):,.0f}-{max(v):,.0f}), {statistics.median(v) / base:.2f}x f32")
+        mode = "graph" if r.get("graph") else "eager"
+        runs.setdefault((mode, r["precision"]), []).append(r["img_per_s"])
+for (mode, p), v in sorted(runs.items()):
+    base = statistics.median(runs[(mode, "f32")])
+    print(f"32x32 b256 {mode} {p}: median {statistics.median(v):,.0f} img/s over {len(v)} runs "
+          f"({min(v):,.0f}-{max(v):,.0f}), {statistics.median(v) / base:.2f}x {mode} f32")
 PY
 
 for c in "256 1x32x32 10" "128 3x224x224 1000"; do
