@@ -31,7 +31,9 @@ constexpr const char* kHelp =
     "  --seed N          default 0\n"
     "  --device auto|cpu|cuda|cuda:N   default auto (CUDA when present)\n"
     "  --json PATH       write the rows as JSON\n"
-    "  --svg PATH        write a bar chart (ratios to f32) as SVG\n";
+    "  --svg PATH        write a bar chart (ratios to f32) as SVG\n"
+    "  --graph           replay the timed steps from a CUDA graph captured in the last warm-up\n"
+    "                    step (one launch a step instead of hundreds; eager on the CPU)\n";
 
 // "3x224x224" -> C, H, W
 void parse_input(const std::string& s, train::CompareOptions& o) {
@@ -60,7 +62,7 @@ int cmd_compare(const std::vector<std::string>& argv) {
   Args args("compare", argv,
             {"model", "batch", "input", "classes", "width", "steps", "warmup", "seed", "device",
              "json", "svg"},
-            {"help"});
+            {"help", "graph"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -84,6 +86,12 @@ int cmd_compare(const std::vector<std::string>& argv) {
   o.steps = args.integer("steps", 20, 1);
   o.warmup = args.integer("warmup", 3, 0);
   o.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
+  o.graph = args.flag("graph");
+  if (o.graph && o.warmup < 2) {
+    throw UsageError(
+        "compare: --graph captures in the last warm-up step after an eager one: "
+        "needs --warmup 2 or more");
+  }
   const std::string device_flag = args.str("device", "auto");
   try {
     o.device = parse_device(resolve_device(device_flag));

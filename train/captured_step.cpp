@@ -63,6 +63,9 @@ Tensor CapturedStep::operator()() {
 
 void CapturedStep::capture() {
   memory::CachingAllocator& alloc = caching_allocator_of(device_);
+  // The pool cannot reuse what the eager steps left cached; hand that back first, or the
+  // device would hold both (it waits for the device: this is outside the timed replays).
+  alloc.empty_cache();
   // The offset base lives outside the pool: it outlives any one replay's temporaries.
   rng_counter_ = zeros({1}, {.dtype = DType::i64, .device = device_});
   fill_(rng_counter_, static_cast<double>(gen_->offset()));  // exact below 2^53 draws

@@ -20,7 +20,8 @@
 //     capturing) and replays it once; every later call replays it. Each call's return value is
 //     the captured step's output tensor, rewritten by every replay.
 //   - Memory: the capture allocates from a private pool of the caching allocator (Note [Private
-//     pools for captured graphs]), which the graph keeps until this object is destroyed.
+//     pools for captured graphs]), which the graph keeps until this object is destroyed. The
+//     cache the eager steps left is emptied first, since the pool cannot reuse it.
 //     Temporaries count as freed after capture, so the allocator's allocated bytes understate
 //     what a replay uses; its reserved bytes do not.
 //   - Randomness: dropout on `generator` reads its offset from a device counter that every

@@ -14,6 +14,7 @@
 #include "models/registry.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "train/captured_step.h"
 #include "train/step_timer.h"
 #include "train/trainer.h"
 
@@ -43,6 +44,8 @@ void check_options(const CompareOptions& o, DType precision) {
                o.classes);
   FRUGAL_CHECK(o.warmup >= 0 && o.steps >= 1, "compare: needs warmup >= 0 and steps >= 1, got ",
                o.warmup, " and ", o.steps);
+  FRUGAL_CHECK(!o.graph || o.warmup >= 2, "compare: a graph is captured in the last warm-up ",
+               "step after at least one eager one: needs warmup >= 2, got ", o.warmup);
   FRUGAL_CHECK(o.device.is_cpu() || o.device.is_cuda(),
                "compare: needs a device with a clock (cpu or cuda), got ", o.device);
 }
@@ -77,10 +80,11 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
   // f16's 5-bit exponent underflows small gradients: it needs loss scaling; bf16 does not.
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
 
-  auto step = [&]() -> Tensor {
-    return train::train_step(*model, opt, images, labels, precision,
-                             scaler.get());
+  auto eager_step = [&]() -> Tensor {
+    return train::train_step(*model, opt, images, labels, precision, scaler.get());
   };
+  CapturedStep captured(device, eager_step, {.warmup = std::max<int64_t>(1, o.warmup - 1)});
+  auto step = [&]() -> Tensor { return o.graph ? captured() : eager_step(); };
 
   CompareRow row;
   row.precision = precision;

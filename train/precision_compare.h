@@ -36,6 +36,9 @@ struct CompareOptions {
   Device device = Device::cpu();
   double lr = 0.05;  // SGD; small enough that 23 steps on one batch stay finite
   double momentum = 0.9;
+  // Replay the timed steps from a CUDA graph captured in the last warm-up step (Note [Captured
+  // training steps] in train/captured_step.h); needs warmup >= 2; eager on the CPU.
+  bool graph = false;
 };
 
 struct CompareRow {

@@ -62,10 +62,11 @@ std::string mib(int64_t bytes) { return format("%.1f MiB", static_cast<double>(b
 std::string to_table(const CompareOptions& o, const std::vector<CompareRow>& rows) {
   std::string s = format(
       "%s (width %.2f), batch %lld, input %s, %lld classes, %s: %lld warm-up + "
-      "%lld timed steps, SGD lr %g momentum %g, seed %llu\n",
+      "%lld timed steps%s, SGD lr %g momentum %g, seed %llu\n",
       o.model.c_str(), o.width_multiplier, static_cast<long long>(o.batch), input_str(o).c_str(),
       static_cast<long long>(o.classes), o.device.str().c_str(), static_cast<long long>(o.warmup),
-      static_cast<long long>(o.steps), o.lr, o.momentum, static_cast<unsigned long long>(o.seed));
+      static_cast<long long>(o.steps), o.graph ? " (replayed from a CUDA graph)" : "", o.lr,
+      o.momentum, static_cast<unsigned long long>(o.seed));
   s += format("%-9s %-24s %-24s %-22s %9s  %-20s %s\n", "precision", "peak allocated",
               "peak reserved", "img/s", "step ms", "last loss", "loss scale");
   for (const CompareRow& r : rows) {
@@ -92,15 +93,15 @@ std::string to_json(const CompareOptions& o, const std::vector<CompareRow>& rows
   j["device"] = o.device.str();
   j["warmup"] = o.warmup;
   j["steps"] = o.steps;
+  j["graph"] = o.graph;
   j["seed"] = o.seed;
   j["optimizer"] = format("SGD lr %g momentum %g", o.lr, o.momentum);
   j["memory_measured"] =
       "allocator peaks from right after the model is built and moved to the device, each "
       "precision from an emptied cache: parameters, batch, gradients, momentum, autocast copies, "
       "activations";
-  j["timer"] = o.device.is_cuda()
-                   ? "cuda events on the compute stream, no host wait between steps"
-                   : "steady clock around each step";
+  j["timer"] = o.device.is_cuda() ? "cuda events on the compute stream, no host wait between steps"
+                                  : "steady clock around each step";
   nlohmann::ordered_json arr = nlohmann::ordered_json::array();
   for (const CompareRow& r : rows) {
     nlohmann::ordered_json e;

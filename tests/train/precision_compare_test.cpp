@@ -284,3 +284,17 @@ TEST(PrecisionCompare, RefusesBadPrecisionsAndRowsWithoutF32) {
   rows[0].precision = DType::f16;
   EXPECT_THROW(train::fill_ratios(rows), Error);
 }
+
+TEST(PrecisionCompare, GraphOptionRunsEagerlyOnTheCpuWithTheSameLosses) {
+  train::CompareOptions o = small_options();
+  o.warmup = 2;
+  const train::CompareRow eager = train::run_precision(o, DType::bf16);
+  o.graph = true;
+  const train::CompareRow graphed = train::run_precision(o, DType::bf16);
+  EXPECT_EQ(graphed.first_loss, eager.first_loss);
+  EXPECT_EQ(graphed.loss, eager.loss);
+  EXPECT_EQ(nlohmann::json::parse(train::to_json(o, {graphed})).at("graph"), true);
+  EXPECT_NE(train::to_table(o, {graphed}).find("replayed from a CUDA graph"), std::string::npos);
+  o.warmup = 1;  // the capture needs an eager warm-up step before it
+  EXPECT_THROW(train::run_precision(o, DType::f32), Error);
+}
