@@ -30,7 +30,14 @@ def load(paths):
 
 
 def case_key(r):
-    return (r["device"], r["model"], r["batch"], r["input"], r["classes"], r["precision"])
+    mode = "CUDA graph" if r.get("graph") else "eager"
+    return (r["device"], r["model"], r["batch"], r["input"], r["classes"], r["precision"], mode)
+
+
+def case_name(key):
+    device, model, batch, inp, classes, _, mode = key
+    graph = ", replayed from a CUDA graph" if mode != "eager" else ""
+    return f"{model} {device} {batch} x {inp}, {classes} classes{graph}"
 
 
 def mib(v):
@@ -82,10 +89,10 @@ def table(rows):
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for key, impls in cases.items():
         f, t = impls.get("frugal"), impls.get("pytorch")
-        device, model, batch, inp, classes, precision = key
+        precision = key[5]
         get = lambda r, k: None if r is None else r.get(k)  # noqa: E731
         layout = f" ({t['layout']})" if t is not None else ""
-        cells = [f"{model} {device} {batch} x {inp}, {classes} classes", precision + layout,
+        cells = [case_name(key), precision + layout,
                  fmt_runs(runs[key].get("frugal")), fmt_runs(runs[key].get("pytorch")),
                  ratio(get(f, "img_per_s"), get(t, "img_per_s")),
                  mib(get(f, "peak_allocated_bytes")), mib(get(t, "peak_allocated_bytes")),
@@ -107,8 +114,8 @@ def precision_table(rows):
     for key, impls in runs.items():
         if key[5] == "f32":
             continue
-        f32 = runs.get(key[:5] + ("f32",), {})
-        cells = [f"{key[1]} {key[0]} {key[2]} x {key[3]}, {key[4]} classes", key[5]]
+        f32 = runs.get(key[:5] + ("f32",) + key[6:], {})
+        cells = [case_name(key), key[5]]
         for impl in ("frugal", "pytorch"):
             low, base = impls.get(impl), f32.get(impl)
             cells.append(ratio(low[0]["img_per_s"] if low else None,

@@ -103,6 +103,11 @@ def main():
     p.add_argument("--channels-last", choices=["auto", "on", "off"], default="auto",
                    help="auto: on for CUDA, off for the CPU")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--graph", action="store_true",
+                   help="CUDA: replay the step from a CUDA graph captured after warm-up, the way "
+                        "PyTorch's CUDA-semantics notes describe (whole step for f32/bf16; for f16 "
+                        "forward, loss and scaled backward, with GradScaler.step eager, since it "
+                        "synchronises)")
     p.add_argument("--profile", action="store_true",
                    help="after the timed steps, print the GPU kernels of one more step "
                         "(torch.profiler) to stderr")
@@ -141,9 +146,38 @@ def main():
         scaler.update()
         return loss
 
-    for _ in range(a.warmup):
+    graphed = a.graph and dev.type == "cuda"
+    if graphed:
+        # Warm-up on a side stream, as torch.cuda.graph requires, then capture. Autocast's weight
+        # cache must be off inside a capture (PyTorch's CUDA-semantics notes).
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(a.warmup):
+                loss = step()
+        torch.cuda.current_stream().wait_stream(side)
+        warmup_loss = loss.item()
+        graph = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype is not None,
+                                cache_enabled=False):
+                static_loss = torch.nn.functional.cross_entropy(model(images), labels)
+            scaler.scale(static_loss).backward()
+            if a.precision != "f16":
+                opt.step()
+
+        def step():  # noqa: F811 -- the replayed step
+            graph.replay()
+            if a.precision == "f16":
+                scaler.step(opt)  # unscale, found-inf read back, SGD: eager
+                scaler.update()
+            return static_loss
         loss = step()
-    warmup_loss = loss.item()  # synchronises
+    else:
+        for _ in range(a.warmup):
+            loss = step()
+        warmup_loss = loss.item()  # synchronises
 
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -199,6 +233,7 @@ def main():
         "device": dev.type,
         "device_name": name,
         "precision": a.precision,
+        "graph": graphed,
         "layout": "channels_last" if channels_last else "NCHW",
         "batch": a.batch,
         "input": "x".join(str(v) for v in a.input),

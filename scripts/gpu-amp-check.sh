@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call for the mixed-precision work (issue 5) when there is no time for the whole of
-# scripts/gpu-session.sh: build, the GPU tests, frugal's 32x32 step in f32/f16/bf16 repeated
-# (precisions alternating, so a slow spell of the machine does not land on one), `frugal compare`
-# at 32x32 and 224x224, then the Fashion-MNIST runs of scripts/gpu-train.sh. Logs under $OUT.
+# scripts/gpu-session.sh: build, the GPU tests, frugal's 32x32 step in f32/f16/bf16 eager and
+# from a CUDA graph, repeated (precisions alternating, so a slow spell of the machine does not
+# land on one; REPEATS=0 skips it), `frugal compare` at 32x32 and 224x224 eager and --graph,
+# then the Fashion-MNIST runs of scripts/gpu-train.sh (SKIP_TRAIN=1 skips them). Logs under $OUT.
 #   OUT=/tmp/x REPEATS=5 scripts/gpu-amp-check.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,7 @@ for ((r = 0; r < REPEATS; r++)); do
     done
   done
 done
-python3 - "$OUTDIR/small-steps.jsonl" <<'PY'
+[ "$REPEATS" -gt 0 ] && python3 - "$OUTDIR/small-steps.jsonl" <<'PY'
 import json, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
@@ -42,12 +43,16 @@ for (mode, p), v in sorted(runs.items()):
           f"({min(v):,.0f}-{max(v):,.0f}), {statistics.median(v) / base:.2f}x {mode} f32")
 PY
 
+# `frugal compare` eager, then with the timed steps replayed from a CUDA graph (--graph)
 for c in "256 1x32x32 10" "128 3x224x224 1000"; do
   read -r batch input classes <<< "$c"
-  build-gpu/frugal compare --model mobilenet_v2 --batch "$batch" --input "$input" \
-    --classes "$classes" --steps 20 --device cuda --json "$OUTDIR/compare-$input.json" \
-    --svg "$OUTDIR/compare-$input.svg" > "$OUTDIR/compare-$input.txt" 2>&1 || status=1
-  cat "$OUTDIR/compare-$input.txt"
+  for graph in "" --graph; do
+    name="compare-$input${graph:+-graph}"
+    build-gpu/frugal compare --model mobilenet_v2 --batch "$batch" --input "$input" \
+      --classes "$classes" --steps 20 --device cuda --json "$OUTDIR/$name.json" \
+      --svg "$OUTDIR/$name.svg" $graph > "$OUTDIR/$name.txt" 2>&1 || status=1
+    cat "$OUTDIR/$name.txt"
+  done
 done
 
 if [ "${SKIP_TRAIN:-0}" != 1 ]; then

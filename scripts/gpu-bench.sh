@@ -15,6 +15,9 @@ LOG="$OUTDIR/bench-stderr.log"
 WARMUP="${BENCH_WARMUP:-10}"
 STEPS="${BENCH_STEPS:-30}"
 PRECISIONS="${BENCH_PRECISIONS:-f32 f16 bf16}"
+# Step modes: eager, and replayed from a CUDA graph (--graph: frugal captures the whole step,
+# PyTorch what its CUDA-semantics notes allow). BENCH_MODES="eager" skips the graphs.
+MODES="${BENCH_MODES:-eager graph}"
 # batch input classes repeats. At 32x32 a step is a few milliseconds of mostly host work and one
 # run's median moved by up to 40% between runs of the same build: it runs BENCH_SMALL_REPEATS
 # times. The 224x224 step is device-bound and steady.
@@ -50,12 +53,15 @@ for ((rep = 0; rep < MAX_REPEATS; rep++)); do
     for c in "${CASES[@]}"; do
       read -r batch input classes repeats <<< "$c"
       [ "$rep" -lt "$repeats" ] || continue
-      args=(--device cuda --batch "$batch" --input "$input" --classes "$classes"
-            --precision "$precision" --warmup "$WARMUP" --steps "$STEPS" --json)
-      run frugal "$BIN" "${args[@]}" || status=1
-      if [ "$have_torch" = 1 ]; then
-        run pytorch python3 bench/torch_train_step.py "${args[@]}" || status=1
-      fi
+      for mode in $MODES; do
+        args=(--device cuda --batch "$batch" --input "$input" --classes "$classes"
+              --precision "$precision" --warmup "$WARMUP" --steps "$STEPS" --json)
+        [ "$mode" = graph ] && args+=(--graph)
+        run frugal "$BIN" "${args[@]}" || status=1
+        if [ "$have_torch" = 1 ]; then
+          run pytorch python3 bench/torch_train_step.py "${args[@]}" || status=1
+        fi
+      done
     done
   done
 done
