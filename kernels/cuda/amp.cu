@@ -21,16 +21,14 @@ __global__ void unscale_and_check_kernel(int64_t n, float* grad, const float* sc
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
 }
 
-// Up to kListMax tensors per launch, passed by value in the kernel's parameters (512 bytes).
-constexpr int kListMax = 32;
+// Note [Multi-tensor lists] in cuda_common.cuh (512 bytes of parameters).
 struct GradList {
   float* ptr[kListMax];
   int64_t n[kListMax];
 };
 
 // blockIdx.y picks the tensor; the x blocks stride over its elements.
-__global__ void unscale_and_check_many_kernel(GradList list, const float* scale,
-                                              float* found_inf) {
+__global__ void unscale_and_check_many_kernel(GradList list, const float* scale, float* found_inf) {
   float* grad = list.ptr[blockIdx.y];
   const int64_t n = list.n[blockIdx.y];
   const float inv = 1.0f / *scale;
@@ -97,62 +95,35 @@ void unscale_and_check_many(const Context& ctx, int64_t count, float* const* gra
                             const int64_t* sizes, const float* scale, float* found_inf) {
   const char* op = "unscale_and_check_many";
   cudaStream_t s = stream_of(ctx, op);
-  FRUGAL_CHECK(count >= 0, op, ": negative count ", count);
   FRUGAL_CHECK(scale != nullptr && found_inf != nullptr, op, ": scale and found_inf must be given");
   DeviceGuard guard(ctx.device);
-  for (int64_t first = 0; first < count;) {
-    GradList list{};
-    int used = 0;
-    int64_t largest = 0;
-    for (; first < count && used < kListMax; ++first) {
-      FRUGAL_CHECK(sizes[first] >= 0, op, ": tensor ", first, " has negative size ", sizes[first]);
-      if (sizes[first] == 0) continue;
-      list.ptr[used] = grads[first];
-      list.n[used] = sizes[first];
-      largest = std::max(largest, sizes[first]);
-      ++used;
-    }
-    if (used == 0) continue;
-    // Enough x blocks to fill the device about four times over across the list's tensors.
-    const int64_t cap = std::max<int64_t>(1, int64_t{sm_count(ctx.device.index)} * 4 / used);
-    const int64_t blocks = std::min<int64_t>((largest + kThreads - 1) / kThreads, cap);
-    dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(used));
-    unscale_and_check_many_kernel<<<grid, kThreads, 0, s>>>(list, scale, found_inf);
-    FRUGAL_LAUNCH_CHECK();
-  }
+  for_each_tensor_list<GradList>(
+      ctx, op, count, sizes,
+      [&](GradList& list, int slot, int64_t t) { list.ptr[slot] = grads[t]; },
+      [&](const GradList& list, dim3 grid) {
+        unscale_and_check_many_kernel<<<grid, kThreads, 0, s>>>(list, scale, found_inf);
+      });
 }
 
 void lower_many(const Context& ctx, DType to, int64_t count, const float* const* srcs,
                 void* const* dsts, const int64_t* sizes) {
   const char* op = "lower_many";
   cudaStream_t s = stream_of(ctx, op);
-  FRUGAL_CHECK(count >= 0, op, ": negative count ", count);
   FRUGAL_CHECK(is_low_precision(to), op, ": target must be f16 or bf16, got ", to);
   DeviceGuard guard(ctx.device);
-  for (int64_t first = 0; first < count;) {
-    LowerList list{};
-    int used = 0;
-    int64_t largest = 0;
-    for (; first < count && used < kListMax; ++first) {
-      FRUGAL_CHECK(sizes[first] >= 0, op, ": tensor ", first, " has negative size ", sizes[first]);
-      if (sizes[first] == 0) continue;
-      list.src[used] = srcs[first];
-      list.dst[used] = dsts[first];
-      list.n[used] = sizes[first];
-      largest = std::max(largest, sizes[first]);
-      ++used;
-    }
-    if (used == 0) continue;
-    const int64_t cap = std::max<int64_t>(1, int64_t{sm_count(ctx.device.index)} * 4 / used);
-    const int64_t blocks = std::min<int64_t>((largest + kThreads - 1) / kThreads, cap);
-    dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(used));
-    if (to == DType::f16) {
-      lower_many_kernel<__half><<<grid, kThreads, 0, s>>>(list);
-    } else {
-      lower_many_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(list);
-    }
-    FRUGAL_LAUNCH_CHECK();
-  }
+  for_each_tensor_list<LowerList>(
+      ctx, op, count, sizes,
+      [&](LowerList& list, int slot, int64_t t) {
+        list.src[slot] = srcs[t];
+        list.dst[slot] = dsts[t];
+      },
+      [&](const LowerList& list, dim3 grid) {
+        if (to == DType::f16) {
+          lower_many_kernel<__half><<<grid, kThreads, 0, s>>>(list);
+        } else {
+          lower_many_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(list);
+        }
+      });
 }
 
 void update_scale(const Context& ctx, float* scale, float* growth_tracker, const float* found_inf,

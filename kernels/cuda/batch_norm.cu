@@ -235,6 +235,34 @@ bool narrow_partials(const Context& ctx, int64_t rows, int64_t c) {
   return int64_t{wide.grid.x} * wide.grid.y < int64_t{sm_count(ctx.device.index)} * 4;
 }
 
+// The partial-sum pass with its pack width chosen: its grid sizes the partial buffer before the
+// launch, hence two steps.
+struct PartialPlan {
+  bool narrow;
+  PartialGrid pg;
+};
+
+template <int V>
+PartialPlan plan_partials(const Context& ctx, int64_t rows, int64_t c) {
+  const bool narrow = narrow_partials<V>(ctx, rows, c);
+  return {narrow, partial_grid(ctx, rows, c, narrow ? kNarrowPack<V> : V)};
+}
+
+// dy and mean are null in the forward pass (kBackward false).
+template <typename T, bool kBackward, int V>
+void launch_partials(const PartialPlan& plan, cudaStream_t s, int64_t rows, int64_t c,
+                     const T* x, const T* dy, const float* mean, float* partial) {
+  const PartialGrid& pg = plan.pg;
+  if (plan.narrow) {
+    channel_partial_kernel<T, kBackward, kNarrowPack<V>>
+        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, mean, partial);
+  } else {
+    channel_partial_kernel<T, kBackward, V>
+        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, mean, partial);
+  }
+  FRUGAL_LAUNCH_CHECK();
+}
+
 unsigned finish_blocks(int64_t c) {
   return static_cast<unsigned>((c + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
@@ -273,8 +301,8 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
     auto xt = static_cast<const T*>(x);
     with_pack_width<T>(c, {x, y}, [&](auto pack) {
       constexpr int V = decltype(pack)::value;
-      const bool narrow = narrow_partials<V>(ctx, rows, c);
-      const PartialGrid pg = partial_grid(ctx, rows, c, narrow ? kNarrowPack<V> : V);
+      const PartialPlan plan = plan_partials<V>(ctx, rows, c);
+      const PartialGrid& pg = plan.pg;
       // partial sums [splits, C, 2], then room for mean and invstd [2, C] when the caller saves
       // none
       memory::DataPtr ws = ctx.workspace(
@@ -283,14 +311,7 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
       float* scratch = partial + static_cast<int64_t>(pg.splits) * c * 2;
       auto mean = save_mean != nullptr ? static_cast<float*>(save_mean) : scratch;
       auto invstd = save_invstd != nullptr ? static_cast<float*>(save_invstd) : scratch + c;
-      if (narrow) {
-        channel_partial_kernel<T, false, kNarrowPack<V>><<<pg.grid, kThreads, 0, s>>>(
-            rows, c, pg.lanes, xt, nullptr, nullptr, partial);
-      } else {
-        channel_partial_kernel<T, false, V><<<pg.grid, kThreads, 0, s>>>(
-            rows, c, pg.lanes, xt, nullptr, nullptr, partial);
-      }
-      FRUGAL_LAUNCH_CHECK();
+      launch_partials<T, false, V>(plan, s, rows, c, xt, nullptr, nullptr, partial);
       forward_finish_kernel<T><<<finish_blocks(c), kThreads, 0, s>>>(
           rows, c, pg.splits, partial, xt, eps, momentum, mean, invstd,
           static_cast<float*>(running_mean), static_cast<float*>(running_var));
@@ -339,20 +360,13 @@ void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t 
     auto dyt = static_cast<const T*>(dy);
     with_pack_width<T>(c, {x, dy, dx}, [&](auto pack) {
       constexpr int V = decltype(pack)::value;
-      const bool narrow = narrow_partials<V>(ctx, rows, c);
-      const PartialGrid pg = partial_grid(ctx, rows, c, narrow ? kNarrowPack<V> : V);
+      const PartialPlan plan = plan_partials<V>(ctx, rows, c);
+      const PartialGrid& pg = plan.pg;
       memory::DataPtr ws = ctx.workspace(
           (static_cast<size_t>(pg.splits) * c * 2 + 3 * static_cast<size_t>(c)) * sizeof(float));
       auto partial = static_cast<float*>(ws.get());
       float* coef = partial + static_cast<int64_t>(pg.splits) * c * 2;  // [3, C]
-      if (narrow) {
-        channel_partial_kernel<T, true, kNarrowPack<V>><<<pg.grid, kThreads, 0, s>>>(
-            rows, c, pg.lanes, xt, dyt, mean, partial);
-      } else {
-        channel_partial_kernel<T, true, V><<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, xt,
-                                                                       dyt, mean, partial);
-      }
-      FRUGAL_LAUNCH_CHECK();
+      launch_partials<T, true, V>(plan, s, rows, c, xt, dyt, mean, partial);
       backward_finish_kernel<<<finish_blocks(c), kThreads, 0, s>>>(
           rows, c, pg.splits, partial, static_cast<const float*>(gamma),
           static_cast<const float*>(save_invstd), static_cast<float*>(dgamma),

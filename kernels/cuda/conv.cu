@@ -378,6 +378,24 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
   });
 }
 
+namespace {
+
+// Runs write(out) for n values computed in `dtype` that belong in `dst` as `to`: straight into
+// dst when the dtypes agree, else into a staged workspace cast afterwards (cuDNN's weight gradient
+// and the bias sum only write their input dtype).
+template <typename Write>
+void write_in_dtype(const Context& ctx, DType dtype, DType to, int64_t n, void* dst, Write write) {
+  if (to == dtype) {
+    write(dst);
+    return;
+  }
+  memory::DataPtr staged = ctx.workspace(static_cast<size_t>(n) * dtype_size(dtype));
+  write(staged.get());
+  cuda::cast(ctx, dtype, to, n, staged.get(), dst);
+}
+
+}  // namespace
+
 void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
                             const void* x, const void* dy, void* dw, void* dbias) {
   const char* op = "conv2d_backward_weight";
@@ -406,29 +424,24 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, con
     gemm_tf32_out(ctx, dtype, dw_dtype, true, false, s.k, s.c, s.n * s.h * s.w, dy, x, 0.0, dw,
                   conv_allow_tf32());
   } else {
-    // cuDNN writes dw in the input dtype; an f32 dw goes through a cast.
-    memory::DataPtr staged;
-    if (dw_dtype != dtype) staged = ctx.workspace(static_cast<size_t>(nw) * dtype_size(dtype));
-    void* out = dw_dtype == dtype ? dw : staged.get();
-    ConvDescriptors d(s, dtype, op);
-    cudnnHandle_t h = cudnn_handle(ctx);
-    float one = 1.0f, zero = 0.0f;
-    run_conv(ctx, h, d, Direction::backward_filter, dtype, s,
-             [&](int algo, void* ws, size_t bytes) {
-               return cudnnConvolutionBackwardFilter(
-                   h, &one, d.x, x, d.y, dy, d.conv,
-                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes, &zero, d.w,
-                   out);
-             });
-    if (out != dw) cuda::cast(ctx, dtype, dw_dtype, nw, out, dw);
+    write_in_dtype(ctx, dtype, dw_dtype, nw, dw, [&](void* out) {
+      ConvDescriptors d(s, dtype, op);
+      cudnnHandle_t h = cudnn_handle(ctx);
+      float one = 1.0f, zero = 0.0f;
+      run_conv(ctx, h, d, Direction::backward_filter, dtype, s,
+               [&](int algo, void* ws, size_t bytes) {
+                 return cudnnConvolutionBackwardFilter(
+                     h, &one, d.x, x, d.y, dy, d.conv,
+                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes, &zero, d.w,
+                     out);
+               });
+    });
   }
   if (dbias != nullptr) {
     const int64_t rows = s.n * s.oh() * s.ow();
-    memory::DataPtr staged;
-    if (dw_dtype != dtype) staged = ctx.workspace(static_cast<size_t>(s.k) * dtype_size(dtype));
-    void* out = dw_dtype == dtype ? dbias : staged.get();
-    cuda::sum_to(ctx, dtype, make_reduction(Shape{rows, s.k}, Shape{1, s.k}), dy, 1.0, out);
-    if (out != dbias) cuda::cast(ctx, dtype, dw_dtype, s.k, out, dbias);
+    write_in_dtype(ctx, dtype, dw_dtype, s.k, dbias, [&](void* out) {
+      cuda::sum_to(ctx, dtype, make_reduction(Shape{rows, s.k}, Shape{1, s.k}), dy, 1.0, out);
+    });
   }
 }
 

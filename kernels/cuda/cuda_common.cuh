@@ -112,6 +112,41 @@ inline unsigned grid_for(const Context& ctx, int64_t work, int threads = kThread
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
 
+// Note [Multi-tensor lists]
+// The *_many entries (unscale_and_check_many, lower_many, sgd_step_many) launch once per list of
+// up to kListMax tensors, the list passed by value in the kernel's parameters (a struct of
+// kListMax-long pointer arrays and the sizes `n`); blockIdx.y picks the tensor, the x blocks
+// stride over its elements. Where the host bounds a step, one launch for 32 tensors instead of
+// 32 launches is the point.
+constexpr int kListMax = 32;
+
+// Fills lists from tensors [0, count) of `sizes`, skipping empty ones: fill(list, slot, t) puts
+// tensor t's pointers in slot `slot` (list.n is set here); launch(list, grid) launches a full
+// list with grid.y = its tensors and enough x blocks to fill the device about four times over.
+template <typename List, typename Fill, typename Launch>
+void for_each_tensor_list(const Context& ctx, const char* op, int64_t count,
+                          const int64_t* sizes, Fill fill, Launch launch) {
+  FRUGAL_CHECK(count >= 0, op, ": negative count ", count);
+  for (int64_t first = 0; first < count;) {
+    List list{};
+    int used = 0;
+    int64_t largest = 0;
+    for (; first < count && used < kListMax; ++first) {
+      FRUGAL_CHECK(sizes[first] >= 0, op, ": tensor ", first, " has negative size ", sizes[first]);
+      if (sizes[first] == 0) continue;
+      fill(list, used, first);
+      list.n[used] = sizes[first];
+      largest = std::max(largest, sizes[first]);
+      ++used;
+    }
+    if (used == 0) continue;
+    const int64_t cap = std::max<int64_t>(1, int64_t{sm_count(ctx.device.index)} * 4 / used);
+    const int64_t blocks = std::min<int64_t>((largest + kThreads - 1) / kThreads, cap);
+    launch(list, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(used)));
+    FRUGAL_LAUNCH_CHECK();
+  }
+}
+
 // Global thread index and stride of a 1-D grid-stride loop, in 64 bits.
 __device__ __forceinline__ int64_t thread_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

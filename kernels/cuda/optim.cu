@@ -36,8 +36,7 @@ __global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* mo
   sgd_kernel_body(n, param, grad, momentum_buf, k, found_inf);
 }
 
-// Up to kListMax tensors per launch, passed by value in the kernel's parameters (1 KiB).
-constexpr int kListMax = 32;
+// Note [Multi-tensor lists] in cuda_common.cuh (1 KiB of parameters).
 struct SgdList {
   float* param[kListMax];
   const float* grad[kListMax];
@@ -110,35 +109,22 @@ void sgd_step_many(const Context& ctx, int64_t count, float* const* params,
                    const SgdParams& p, const float* found_inf) {
   const char* op = "sgd_step_many";
   cudaStream_t s = stream_of(ctx, op);
-  FRUGAL_CHECK(count >= 0, op, ": negative count ", count);
   check_sgd(p, op);
   DeviceGuard guard(ctx.device);
   const SgdConsts k = sgd_consts(p);
-  for (int64_t first = 0; first < count;) {
-    SgdList list{};
-    int used = 0;
-    int64_t largest = 0;
-    for (; first < count && used < kListMax; ++first) {
-      FRUGAL_CHECK(sizes[first] >= 0, op, ": tensor ", first, " has negative size ", sizes[first]);
-      if (sizes[first] == 0) continue;
-      float* buf = momentum_bufs != nullptr ? momentum_bufs[first] : nullptr;
-      FRUGAL_CHECK(p.momentum == 0 || buf != nullptr, op, ": momentum ", p.momentum,
-                   " needs a momentum buffer for tensor ", first);
-      list.param[used] = params[first];
-      list.grad[used] = grads[first];
-      list.buf[used] = buf;
-      list.n[used] = sizes[first];
-      largest = std::max(largest, sizes[first]);
-      ++used;
-    }
-    if (used == 0) continue;
-    // Enough x blocks to fill the device about four times over across the list's tensors.
-    const int64_t cap = std::max<int64_t>(1, int64_t{sm_count(ctx.device.index)} * 4 / used);
-    const int64_t blocks = std::min<int64_t>((largest + kThreads - 1) / kThreads, cap);
-    dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(used));
-    sgd_many_kernel<<<grid, kThreads, 0, s>>>(list, k, found_inf);
-    FRUGAL_LAUNCH_CHECK();
-  }
+  for_each_tensor_list<SgdList>(
+      ctx, op, count, sizes,
+      [&](SgdList& list, int slot, int64_t t) {
+        float* buf = momentum_bufs != nullptr ? momentum_bufs[t] : nullptr;
+        FRUGAL_CHECK(p.momentum == 0 || buf != nullptr, op, ": momentum ", p.momentum,
+                     " needs a momentum buffer for tensor ", t);
+        list.param[slot] = params[t];
+        list.grad[slot] = grads[t];
+        list.buf[slot] = buf;
+      },
+      [&](const SgdList& list, dim3 grid) {
+        sgd_many_kernel<<<grid, kThreads, 0, s>>>(list, k, found_inf);
+      });
 }
 
 void adamw_step(const Context& ctx, int64_t n, float* param, const float* grad, float* exp_avg,

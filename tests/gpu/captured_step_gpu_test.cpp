@@ -57,6 +57,15 @@ Tensor batch_labels(int k) {
   return from_vector(v, {16}, {.dtype = DType::i64, .device = kGpu});
 }
 
+// MobileNetV2 for 1x32x32 inputs and 10 classes, seeded, on the GPU in training mode.
+std::shared_ptr<nn::Module> small_mobilenet(uint64_t seed) {
+  manual_seed(seed);
+  auto model = models::create("mobilenet_v2", {.num_classes = 10, .in_channels = 1});
+  model->to(kGpu);
+  model->train();
+  return model;
+}
+
 struct StepsRun {
   std::vector<double> losses;
   std::vector<std::vector<double>> state;
@@ -68,10 +77,7 @@ struct StepsRun {
 // `steps` training steps of MobileNetV2 (dropout included) on batches 0..steps-1, eagerly or
 // through a CapturedStep, from the same seed and generator offset.
 StepsRun train_steps(DType precision, bool captured, int steps) {
-  manual_seed(21);
-  auto model = models::create("mobilenet_v2", {.num_classes = 10, .in_channels = 1});
-  model->to(kGpu);
-  model->train();
+  auto model = small_mobilenet(21);
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
   Tensor images = Tensor::empty({16, 32, 32, 1}, {.device = kGpu});
@@ -141,9 +147,7 @@ TEST(CapturedStepGpu, TrainingReplaysMatchEagerSteps) {
 
 TEST(CapturedStepGpu, AnOverflowingReplayIsSkippedOnTheDevice) {
   SKIP_WITHOUT_GPU();
-  manual_seed(5);
-  auto model = models::create("mobilenet_v2", {.num_classes = 10, .in_channels = 1});
-  model->to(kGpu);
+  auto model = small_mobilenet(5);
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
   optim::GradScaler scaler;
   Tensor images = batch_images(0), labels = batch_labels(0);
@@ -176,9 +180,7 @@ TEST(CapturedStepGpu, AnOverflowingReplayIsSkippedOnTheDevice) {
 
 TEST(CapturedStepGpu, AStepThatReadsBackFailsToCaptureAndChangesNothing) {
   SKIP_WITHOUT_GPU();
-  manual_seed(6);
-  auto model = models::create("mobilenet_v2", {.num_classes = 10, .in_channels = 1});
-  model->to(kGpu);
+  auto model = small_mobilenet(6);
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
   Tensor images = batch_images(0), labels = batch_labels(0);
   auto& alloc = dynamic_cast<memory::CachingAllocator&>(memory::allocator_for(kGpu));
