@@ -3,7 +3,8 @@
 # scripts/gpu-session.sh: build, the GPU tests, frugal's 32x32 step in f32/f16/bf16 eager and
 # from a CUDA graph, repeated (precisions alternating, so a slow spell of the machine does not
 # land on one; REPEATS=0 skips it), `frugal compare` at 32x32 and 224x224 eager and --graph,
-# then the Fashion-MNIST runs of scripts/gpu-train.sh (SKIP_TRAIN=1 skips them). Logs under $OUT.
+# `frugal train` eager against --graph (GRAPH_TRAIN=1), then the Fashion-MNIST runs of
+# scripts/gpu-train.sh (SKIP_TRAIN=1 skips them). Logs under $OUT.
 #   OUT=/tmp/x REPEATS=5 scripts/gpu-amp-check.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,19 @@ for c in "256 1x32x32 10" "128 3x224x224 1000"; do
     cat "$OUTDIR/$name.txt"
   done
 done
+
+# GRAPH_TRAIN=1: `frugal train` on Fashion-MNIST at 32x32, batch 256, constant learning rate,
+# eager and --graph one after the other per precision (GRAPH_EPOCHS epochs, default 2).
+if [ "${GRAPH_TRAIN:-0}" = 1 ]; then
+  for p in f32 f16; do
+    for graph in "" --graph; do
+      echo "== frugal train $p ${graph:-eager}"
+      build-gpu/frugal train --model mobilenet_v2 --device cuda --data-dir "${DATA_DIR:-.data}" \
+        --epochs "${GRAPH_EPOCHS:-2}" --batch 256 --lr 0.05 --workers 8 --seed 0 --precision "$p" \
+        $graph 2>&1 | tr '\r' '\n' | grep -E "^epoch [0-9]+/[0-9]+:|rror" || status=1
+    done
+  done
+fi
 
 if [ "${SKIP_TRAIN:-0}" != 1 ]; then
   scripts/gpu-train.sh > "$OUTDIR/train.txt" 2>&1 || status=1

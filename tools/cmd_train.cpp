@@ -45,7 +45,9 @@ constexpr const char* kHelp =
     "  --resume PATH         continue from a checkpoint written by --save\n"
     "  --no-augment          no random crops and flips\n"
     "  --precision f32|f16|bf16  default f32; f16/bf16 autocast forward and loss (f32 master\n"
-    "                        weights), f16 with dynamic loss scaling\n";
+    "                        weights), f16 with dynamic loss scaling\n"
+    "  --graph               replay each step from a CUDA graph captured in an epoch's second\n"
+    "                        step (one launch a step; needs --schedule none)\n";
 
 }  // namespace
 
@@ -59,7 +61,7 @@ int cmd_train(const std::vector<std::string>& argv) {
             {"model", "data", "data-dir", "epochs", "batch", "lr", "optimizer", "momentum",
              "weight-decay", "schedule", "warmup-epochs", "label-smoothing", "width",
              "image-size", "limit", "test-limit", "device", "workers", "seed", "save", "resume", "precision"},
-            {"help", "no-augment"});
+            {"help", "no-augment", "graph"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -68,6 +70,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   const int64_t epochs = args.integer("epochs", 1, 1);
   const int64_t batch = args.integer("batch", 128, 1);
   const double lr = args.number("lr", 0.05);
+  const bool graph = args.flag("graph");
   const std::string opt_name = args.str("optimizer", "sgd");
   const std::string schedule = args.str("schedule", "none");
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
@@ -76,6 +79,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   if (schedule != "none" && schedule != "cosine" && schedule != "step") {
     throw UsageError("train: --schedule expects none, cosine or step, got '" + schedule + "'");
+  }
+  if (graph && schedule != "none") {
+    throw UsageError("train: --graph replays the step with the learning rate it was captured "
+                     "with; use --schedule none");
   }
   Device device = parse_device(resolve_device(args.str("device", "auto")));
   const std::string precision_name = args.str("precision", "f32");
@@ -164,7 +171,8 @@ int cmd_train(const std::vector<std::string>& argv) {
                                              {.label_smoothing = args.number("label-smoothing", 0.0),
                                               .epochs = epochs,
                                               .precision = precision,
-                                              .scaler = scaler.get()});
+                                              .scaler = scaler.get(),
+                                              .graph = graph});
     accuracy = train::evaluate(*model, test_loader);
     std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
                 "peak allocated %.1f MiB, peak reserved %.1f MiB\n",

@@ -3,6 +3,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <cstdio>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "kernels/host_profile.h"
 #include "kernels/context.h"
 #include "nn/functional.h"
+#include "train/captured_step.h"
 
 namespace frugal::train {
 namespace {
@@ -92,6 +94,12 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
                "train_epoch: f16 training needs a GradScaler (EpochOptions::scaler); its small ",
                "exponent range underflows unscaled gradients");
   optim::GradScaler* scaler = options.scaler;
+  FRUGAL_CHECK(!options.graph || schedule == nullptr,
+               "train_epoch: a replayed step keeps the learning rate it was captured with; "
+               "EpochOptions::graph needs a constant learning rate (no schedule)");
+  // EpochOptions::graph: the captured step reads its batch from these fixed tensors.
+  Tensor graph_images, graph_labels;
+  std::unique_ptr<CapturedStep> captured;
 
   EpochStats stats;
   const int64_t steps = loader.batches_per_epoch();
@@ -100,8 +108,26 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   auto t0 = Clock::now(), t_log = t0;
   loader.begin_epoch(epoch);
   while (auto batch = loader.next()) {
-    Tensor loss = train_step(model, opt, batch->images, batch->labels, precision, scaler,
-                             options.label_smoothing);
+    Tensor loss;
+    if (options.graph && (captured == nullptr || batch->images.shape() == graph_images.shape())) {
+      if (captured == nullptr) {
+        graph_images = Tensor::empty(batch->images.shape(), batch->images.options());
+        graph_labels = Tensor::empty(batch->labels.shape(), batch->labels.options());
+        captured = std::make_unique<CapturedStep>(
+            device,
+            [&] {
+              return train_step(model, opt, graph_images, graph_labels, precision, scaler,
+                                options.label_smoothing);
+            },
+            CapturedStepOptions{.warmup = 1});
+      }
+      copy_(graph_images, batch->images);
+      copy_(graph_labels, batch->labels);
+      loss = (*captured)();
+    } else {
+      loss = train_step(model, opt, batch->images, batch->labels, precision, scaler,
+                        options.label_smoothing);
+    }
     if (schedule != nullptr) schedule->step();
     {
       autograd::NoGradGuard ng;

@@ -44,6 +44,12 @@ struct EpochOptions {
   // carries over between epochs); bf16 needs none. A given scaler is used whatever the precision.
   DType precision = DType::f32;
   optim::GradScaler* scaler = nullptr;
+  // Replay the step from a CUDA graph (Note [Captured training steps] in captured_step.h):
+  // the epoch's first batch runs eagerly, the second is captured, and later batches of the same
+  // shape are copied into the captured step's inputs and replayed; a batch of another shape (a
+  // last partial batch) runs eagerly. The learning rate is frozen at capture, so a schedule is
+  // refused. Eager wherever graphs are not available.
+  bool graph = false;
 };
 
 // One optimisation step on a batch (zero_grad, forward and loss, backward, step): forward and

@@ -1,5 +1,6 @@
 // train_epoch with EpochOptions::precision on the CPU: bf16 autocast and f16 with a GradScaler
 // both bring the epoch loss down on a learnable synthetic set; f16 without a scaler is refused.
+// EpochOptions::graph runs eagerly here and refuses a schedule.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -8,6 +9,7 @@
 #include "data/synthetic.h"
 #include "nn/layers.h"
 #include "optim/grad_scaler.h"
+#include "optim/lr_schedule.h"
 #include "train/trainer.h"
 
 using namespace frugal;
@@ -74,4 +76,43 @@ TEST(TrainerPrecision, F16WithAScalerTrainsLikeF32AndKeepsTheScaleAcrossEpochs) 
 
 TEST(TrainerPrecision, F16WithoutAScalerIsRefused) {
   EXPECT_THROW(epoch_losses(DType::f16, nullptr, 1), Error);
+}
+
+// EpochOptions::graph where graphs do not exist: the same steps, eagerly. (The replayed path is
+// CapturedStepGpu.TrainEpochWithGraphTracksEager.)
+TEST(TrainerGraph, OnTheCpuTheGraphOptionTrainsLikeEager) {
+  auto run = [](bool graph) {
+    manual_seed(3);
+    auto ds = std::make_shared<data::SyntheticDataset>(Shape{8, 8, 1}, 4, 40, 7,
+                                                       data::SyntheticOptions{.noise = 0.2f});
+    // 40 samples in batches of 16: the last batch of 8 takes the eager path.
+    data::DataLoader loader(ds, {.batch_size = 16, .shuffle = true, .num_workers = 0, .seed = 1});
+    auto net = tiny_cnn();
+    optim::SGD opt(net->parameters(), {.lr = 0.2, .momentum = 0.9});
+    std::vector<double> losses;
+    for (int e = 0; e < 3; ++e) {
+      losses.push_back(
+          train::train_epoch(*net, opt, nullptr, loader, e,
+                             {.progress = [](const train::Progress&) {}, .graph = graph})
+              .loss);
+    }
+    return losses;
+  };
+  const std::vector<double> eager = run(false), graphed = run(true);
+  ASSERT_EQ(graphed.size(), eager.size());
+  for (size_t e = 0; e < eager.size(); ++e) EXPECT_NEAR(graphed[e], eager[e], 1e-6) << e;
+}
+
+TEST(TrainerGraph, AScheduleIsRefused) {
+  auto ds = std::make_shared<data::SyntheticDataset>(Shape{8, 8, 1}, 4, 16, 7);
+  data::DataLoader loader(ds, {.batch_size = 8, .num_workers = 0});
+  auto net = tiny_cnn();
+  optim::SGD opt(net->parameters(), {.lr = 0.2});
+  optim::StepLR sched(opt, 1);
+  try {
+    train::train_epoch(*net, opt, &sched, loader, 0, {.graph = true});
+    FAIL() << "a schedule was accepted with a replayed step";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("constant learning rate"), std::string::npos) << e.what();
+  }
 }
