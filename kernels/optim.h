@@ -13,6 +13,9 @@ struct SgdParams {
   double lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
   bool first_step = true;  // momentum buffer starts as the gradient, as in PyTorch
+  // When set, the learning rate is read from this f32 scalar on ctx.device instead of `lr` (a
+  // host pointer on the CPU): Note [Learning rate on the device] in optim/optimizer.h.
+  const float* lr_device = nullptr;
 };
 
 // PyTorch's SGD: g += wd * p; buf = first ? g : momentum * buf + (1 - dampening) * g;
@@ -36,6 +39,8 @@ struct AdamWParams {
   // When set, the step count is read from this device f32 scalar instead of `step` (AdamW keeps
   // it on the device so a step skipped on found_inf does not advance it; kernels/amp.h count_step).
   const float* step_count = nullptr;
+  // As SgdParams::lr_device: lr is read as this f32 (decay and step size follow it).
+  const float* lr_device = nullptr;
 };
 
 // PyTorch's AdamW: p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;

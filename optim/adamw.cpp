@@ -29,6 +29,7 @@ void AdamW::update(size_t i, const Tensor& param, const Tensor& grad) {
   kernels::Context ctx = kernels::Context::of(param.device());
   kernels::count_step(ctx, steps_[i].data<float>(), found_inf_ptr(param));
   k.step_count = steps_[i].data<float>();
+  k.lr_device = lr_device_ptr(param);
   kernels::adamw_step(ctx, param.numel(), param.data<float>(),
                       grad.data<float>(), exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(),
                       k, found_inf_ptr(param));
@@ -59,7 +60,7 @@ void AdamW::load_state_dict(const NamedTensors& state) {
     if (m[i].defined()) steps[i] = r.scalar(state_name(i, "step"));
   }
   r.check_all_used();
-  lr_ = lr;
+  set_lr(lr);
   for (size_t i = 0; i < params_.size(); ++i) {
     Device d = params_[i].device();
     exp_avg_[i] = m[i].defined() ? m[i].detach().clone().to(d) : Tensor();

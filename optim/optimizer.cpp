@@ -1,6 +1,9 @@
 // The shared step: validate all gradients, then update each parameter.
 #include "optim/optimizer.h"
 
+#include "core/factory.h"
+#include "core/ops.h"
+
 namespace frugal::optim {
 
 Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
@@ -42,6 +45,21 @@ void Optimizer::update_all(const std::vector<size_t>& indices) {
 
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.zero_grad();
+}
+
+void Optimizer::set_lr(double lr) {
+  lr_ = lr;
+  if (lr_device_.defined()) fill_(lr_device_, lr);
+}
+
+void Optimizer::keep_lr_on_device(Device device) {
+  if (lr_device_.defined() && lr_device_.device() == device) return;
+  lr_device_ = full({}, lr_, {.device = device});
+}
+
+const float* Optimizer::lr_device_ptr(const Tensor& param) const {
+  if (!lr_device_.defined() || lr_device_.device() != param.device()) return nullptr;
+  return lr_device_.data<float>();
 }
 
 const float* Optimizer::found_inf_ptr(const Tensor& param) const {

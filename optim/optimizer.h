@@ -25,7 +25,17 @@ class Optimizer {
   void step();
   void zero_grad();
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
+  void set_lr(double lr);
+
+  // Note [Learning rate on the device]
+  // A captured CUDA graph replays its kernels with the arguments of the capture, so a learning
+  // rate passed by value would stay at its capture-time value under a schedule. After
+  // keep_lr_on_device(device) the update kernels of parameters on `device` read it from an f32
+  // scalar there instead, which set_lr keeps current with an asynchronous fill (stream-ordered
+  // before the next step, replayed or not). The kernels then use f32(lr): SGD does anyway;
+  // AdamW's decay and step size follow it. train_epoch does this for EpochOptions::graph.
+  void keep_lr_on_device(Device device);
+  const Tensor& lr_on_device() const { return lr_device_; }  // undefined unless kept
   const std::vector<Tensor>& params() const { return params_; }
   // The loss scaler's device flag (f32 scalar): when non-zero, kernels skip the update.
   void set_found_inf(const Tensor& flag) { found_inf_ = flag; }
@@ -43,9 +53,12 @@ class Optimizer {
   virtual void update_all(const std::vector<size_t>& indices);
   virtual void update(size_t index, const Tensor& param, const Tensor& grad) = 0;
   const float* found_inf_ptr(const Tensor& param) const;
+  // The device learning rate for `param`'s device, or null (Note [Learning rate on the device]).
+  const float* lr_device_ptr(const Tensor& param) const;
 
   std::vector<Tensor> params_;
   double lr_;
+  Tensor lr_device_;  // f32 [] or undefined
   Tensor found_inf_;
 };
 

@@ -33,6 +33,7 @@ void SGD::update_all(const std::vector<size_t>& indices) {
     std::vector<const float*> grads;
     std::vector<int64_t> sizes;
     const float* found_inf;
+    const float* lr_device;
   };
   std::vector<Batch> batches;
   const bool momentum = opt_.momentum != 0;
@@ -45,7 +46,7 @@ void SGD::update_all(const std::vector<size_t>& indices) {
       return b.device == p.device() && b.first_step == first;
     });
     if (it == batches.end()) {
-      batches.push_back({p.device(), first, {}, {}, {}, {}, found_inf_ptr(p)});
+      batches.push_back({p.device(), first, {}, {}, {}, {}, found_inf_ptr(p), lr_device_ptr(p)});
       it = batches.end() - 1;
     }
     it->params.push_back(p.data<float>());
@@ -58,6 +59,7 @@ void SGD::update_all(const std::vector<size_t>& indices) {
     k.lr = lr_, k.momentum = opt_.momentum, k.dampening = opt_.dampening;
     k.weight_decay = opt_.weight_decay, k.nesterov = opt_.nesterov;
     k.first_step = b.first_step;
+    k.lr_device = b.lr_device;
     kernels::sgd_step_many(kernels::Context::of(b.device), static_cast<int64_t>(b.params.size()),
                            b.params.data(), b.grads.data(), b.bufs.data(), b.sizes.data(), k,
                            b.found_inf);
@@ -78,7 +80,7 @@ void SGD::load_state_dict(const NamedTensors& state) {
   std::vector<Tensor> buffers(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) buffers[i] = r.optional_like(i, "momentum_buffer");
   r.check_all_used();
-  lr_ = lr;
+  set_lr(lr);
   for (size_t i = 0; i < params_.size(); ++i) {
     momentum_[i] = buffers[i].defined() ? buffers[i].detach().clone().to(params_[i].device()) : Tensor();
   }

@@ -56,14 +56,16 @@ for c in "256 1x32x32 10" "128 3x224x224 1000"; do
   done
 done
 
-# GRAPH_TRAIN=1: `frugal train` on Fashion-MNIST at 32x32, batch 256, constant learning rate,
-# eager and --graph one after the other per precision (GRAPH_EPOCHS epochs, default 2).
+# GRAPH_TRAIN=1: `frugal train` on Fashion-MNIST at 32x32, batch 256, the cosine schedule of
+# scripts/gpu-train.sh, eager and --graph one after the other per precision (GRAPH_EPOCHS
+# epochs, default 2).
 if [ "${GRAPH_TRAIN:-0}" = 1 ]; then
   for p in f32 f16; do
     for graph in "" --graph; do
       echo "== frugal train $p ${graph:-eager}"
       build-gpu/frugal train --model mobilenet_v2 --device cuda --data-dir "${DATA_DIR:-.data}" \
-        --epochs "${GRAPH_EPOCHS:-2}" --batch 256 --lr 0.05 --workers 8 --seed 0 --precision "$p" \
+        --epochs "${GRAPH_EPOCHS:-2}" --batch 256 --schedule cosine --lr 0.1 --weight-decay 5e-4 \
+        --warmup-epochs 1 --workers 8 --seed 0 --precision "$p" \
         $graph 2>&1 | tr '\r' '\n' | grep -E "^epoch [0-9]+/[0-9]+:|rror" || status=1
     done
   done

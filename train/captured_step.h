@@ -30,7 +30,8 @@
 //   - State lives on the device: parameters, gradients, momentum, BatchNorm statistics and
 //     counts, the GradScaler's scale and found-inf flag are all updated in place by the replays.
 //     What the step reads from the host at capture time is frozen: the inputs' addresses and
-//     the optimizer's hyper-parameters (a learning-rate schedule needs a new CapturedStep).
+//     the optimizer's hyper-parameters, unless the optimizer keeps its learning rate on the
+//     device (Note [Learning rate on the device] in optim/optimizer.h; train_epoch does).
 //   - A step that synchronises with the host (item(), to_vector()) cannot be captured: capture
 //     fails with an error naming the call, and nothing has run, so weights and optimizer state
 //     are as they were.

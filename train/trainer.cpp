@@ -94,10 +94,9 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
                "train_epoch: f16 training needs a GradScaler (EpochOptions::scaler); its small ",
                "exponent range underflows unscaled gradients");
   optim::GradScaler* scaler = options.scaler;
-  FRUGAL_CHECK(!options.graph || schedule == nullptr,
-               "train_epoch: a replayed step keeps the learning rate it was captured with; "
-               "EpochOptions::graph needs a constant learning rate (no schedule)");
-  // EpochOptions::graph: the captured step reads its batch from these fixed tensors.
+  // EpochOptions::graph: the captured step reads its batch from these fixed tensors, and its
+  // learning rate from the device (Note [Learning rate on the device]), so schedules still work.
+  if (options.graph) opt.keep_lr_on_device(device);
   Tensor graph_images, graph_labels;
   std::unique_ptr<CapturedStep> captured;
 

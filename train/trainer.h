@@ -47,8 +47,9 @@ struct EpochOptions {
   // Replay the step from a CUDA graph (Note [Captured training steps] in captured_step.h):
   // the epoch's first batch runs eagerly, the second is captured, and later batches of the same
   // shape are copied into the captured step's inputs and replayed; a batch of another shape (a
-  // last partial batch) runs eagerly. The learning rate is frozen at capture, so a schedule is
-  // refused. Eager wherever graphs are not available.
+  // last partial batch) runs eagerly. The optimizer is made to keep its learning rate on the
+  // device (Note [Learning rate on the device]), so a schedule steps replayed steps too. Eager
+  // wherever graphs are not available.
   bool graph = false;
 };
 

@@ -25,7 +25,8 @@ void sgd_step(const Context& ctx, int64_t n, float* param, const float* grad, fl
                "sgd_step: nesterov needs momentum > 0 and dampening 0 (momentum ", p.momentum,
                ", dampening ", p.dampening, ")");
   if (skip_step(found_inf)) return;
-  const float lr = static_cast<float>(p.lr), wd = static_cast<float>(p.weight_decay);
+  const float lr = p.lr_device != nullptr ? *p.lr_device : static_cast<float>(p.lr);
+  const float wd = static_cast<float>(p.weight_decay);
   const float mom = static_cast<float>(p.momentum);
   const float keep = static_cast<float>(1.0 - p.dampening);
   const bool use_mom = p.momentum != 0, first = p.first_step, nesterov = p.nesterov;
@@ -61,11 +62,12 @@ void adamw_step(const Context& ctx, int64_t n, float* param, const float* grad, 
   const double t = p.step_count != nullptr ? static_cast<double>(*p.step_count)
                                            : static_cast<double>(p.step);
   FRUGAL_CHECK(t >= 1, "adamw_step: step ", t, " must be 1-based and positive");
-  const float decay = static_cast<float>(1.0 - p.lr * p.weight_decay);
+  const double lr = p.lr_device != nullptr ? static_cast<double>(*p.lr_device) : p.lr;
+  const float decay = static_cast<float>(1.0 - lr * p.weight_decay);
   const float b2 = static_cast<float>(p.beta2);
   const float one_minus_b1 = static_cast<float>(1.0 - p.beta1);
   const float one_minus_b2 = static_cast<float>(1.0 - p.beta2);
-  const float step_size = static_cast<float>(p.lr / (1.0 - std::pow(p.beta1, t)));
+  const float step_size = static_cast<float>(lr / (1.0 - std::pow(p.beta1, t)));
   const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(p.beta2, t)));
   const float eps = static_cast<float>(p.eps);
   parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {

@@ -13,12 +13,14 @@ namespace {
 struct SgdConsts {
   float lr, wd, mom, keep;
   bool use_mom, first, nesterov;
+  const float* lr_device;  // overrides lr when set
 };
 
 __device__ __forceinline__ void sgd_kernel_body(int64_t n, float* param, const float* grad,
                                                 float* momentum_buf, const SgdConsts& k,
                                                 const float* found_inf) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
+  const float lr = k.lr_device != nullptr ? *k.lr_device : k.lr;
   for (int64_t i = thread_index(); i < n; i += grid_stride()) {
     float g = grad[i];
     if (k.wd != 0.0f) g += k.wd * param[i];
@@ -27,7 +29,7 @@ __device__ __forceinline__ void sgd_kernel_body(int64_t n, float* param, const f
       momentum_buf[i] = buf;
       g = k.nesterov ? g + k.mom * buf : buf;
     }
-    param[i] -= k.lr * g;
+    param[i] -= lr * g;
   }
 }
 
@@ -52,17 +54,21 @@ __global__ void sgd_many_kernel(SgdList list, SgdConsts k, const float* found_in
 
 struct AdamWConsts {
   float decay, b2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt, eps;
-  double lr, beta1, beta2;  // for the bias correction when the step count is on the device
+  // For step size and decay when the step count or the learning rate is on the device.
+  double lr, beta1, beta2, weight_decay, step;
+  const float* lr_device;
 };
 
 __global__ void adamw_kernel(int64_t n, float* param, const float* grad, float* exp_avg,
                              float* exp_avg_sq, AdamWConsts k, const float* found_inf,
                              const float* step_count) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
-  if (step_count != nullptr) {  // same double formulas as the host path below
-    const double t = static_cast<double>(*step_count);
-    k.step_size = static_cast<float>(k.lr / (1.0 - pow(k.beta1, t)));
+  if (step_count != nullptr || k.lr_device != nullptr) {  // the host path's double formulas
+    const double t = step_count != nullptr ? static_cast<double>(*step_count) : k.step;
+    const double lr = k.lr_device != nullptr ? static_cast<double>(*k.lr_device) : k.lr;
+    k.step_size = static_cast<float>(lr / (1.0 - pow(k.beta1, t)));
     k.bc2_sqrt = static_cast<float>(sqrt(1.0 - pow(k.beta2, t)));
+    k.decay = static_cast<float>(1.0 - lr * k.weight_decay);
   }
   for (int64_t i = thread_index(); i < n; i += grid_stride()) {
     float g = grad[i];
@@ -85,7 +91,7 @@ SgdConsts sgd_consts(const SgdParams& p) {
   return {static_cast<float>(p.lr),       static_cast<float>(p.weight_decay),
           static_cast<float>(p.momentum), static_cast<float>(1.0 - p.dampening),
           p.momentum != 0,                p.first_step,
-          p.nesterov};
+          p.nesterov,                     p.lr_device};
 }
 
 }  // namespace
@@ -145,7 +151,10 @@ void adamw_step(const Context& ctx, int64_t n, float* param, const float* grad, 
                 static_cast<float>(p.eps),
                 p.lr,
                 p.beta1,
-                p.beta2};
+                p.beta2,
+                p.weight_decay,
+                t,
+                p.lr_device};
   adamw_kernel<<<grid_for(ctx, n), kThreads, 0, s>>>(n, param, grad, exp_avg, exp_avg_sq, k,
                                                      found_inf, p.step_count);
   FRUGAL_LAUNCH_CHECK();

@@ -150,4 +150,20 @@ TEST(AmpGpu, AdamWWithDeviceStepCountMatchesCpu) {
   EXPECT_CLOSE(dp.download(), p, 1e-6);
   EXPECT_CLOSE(dm.download(), m, 1e-6);
   EXPECT_CLOSE(dv.download(), v, 1e-6);
+
+  // The learning rate read from the device (Note [Learning rate on the device]), the CPU
+  // reading the same f32 through a host pointer; the by-value lr is deliberately wrong.
+  const float lr = 0.003f;
+  DeviceBuffer dlr = to_device(DType::f32, {lr});
+  kernels::AdamWParams k;
+  k.lr = 99.0, k.weight_decay = 0.1;
+  k.step_count = &step;
+  k.lr_device = &lr;
+  kernels::adamw_step(cpu(), n, p.data(), g.data(), m.data(), v.data(), k, nullptr);
+  k.step_count = dstep.as<float>();
+  k.lr_device = dlr.as<float>();
+  kernels::adamw_step(gpu(), n, dp.as<float>(), dg.as<float>(), dm.as<float>(), dv.as<float>(), k,
+                      nullptr);
+  EXPECT_CLOSE(dp.download(), p, 1e-6);
+  EXPECT_CLOSE(dv.download(), v, 1e-6);
 }

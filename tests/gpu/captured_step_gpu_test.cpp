@@ -14,6 +14,7 @@
 #include "models/registry.h"
 #include "nn/functional.h"
 #include "optim/grad_scaler.h"
+#include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "train/captured_step.h"
 #include "train/precision_compare.h"
@@ -264,7 +265,8 @@ TEST(CapturedStepGpu, CompareWithGraphTrainsLikeEager) {
 }
 
 // train_epoch with EpochOptions::graph: the first batch eager, the second captured, the rest
-// replayed, the last partial batch eager again; epoch by epoch it trains like the eager loop.
+// replayed, the last partial batch eager again, the learning rate halved every 2 steps; epoch by
+// epoch it trains like the eager loop.
 TEST(CapturedStepGpu, TrainEpochWithGraphTracksEager) {
   SKIP_WITHOUT_GPU();
   auto run = [](bool graph) {
@@ -273,10 +275,11 @@ TEST(CapturedStepGpu, TrainEpochWithGraphTracksEager) {
         ds, {.batch_size = 32, .shuffle = true, .num_workers = 0, .seed = 1, .device = kGpu});
     auto model = small_mobilenet(9);
     optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+    optim::StepLR sched(opt, 2, 0.5);  // replayed steps must see every new learning rate
     optim::GradScaler scaler;
     std::vector<double> losses;
     for (int e = 0; e < 3; ++e) {
-      losses.push_back(train::train_epoch(*model, opt, nullptr, loader, e,
+      losses.push_back(train::train_epoch(*model, opt, &sched, loader, e,
                                           {.progress = [](const train::Progress&) {},
                                            .precision = DType::f16,
                                            .scaler = &scaler,

@@ -160,7 +160,8 @@ TEST(GpuOptim, SgdStepManyMatchesCpuAndSkipsOnInf) {
   SKIP_WITHOUT_GPU();
   for (float inf_flag : {0.0f, 1.0f}) {
     DeviceBuffer dflag = to_device(DType::f32, {inf_flag});
-    for (int variant = 0; variant < 4; ++variant) {
+    DeviceBuffer dlr = to_device(DType::f32, {0.05f});
+    for (int variant = 0; variant < 5; ++variant) {
       kernels::SgdParams sp;
       sp.lr = 0.05, sp.weight_decay = 1e-3;
       sp.momentum = variant == 3 ? 0.0 : 0.9;
@@ -193,8 +194,11 @@ TEST(GpuOptim, SgdStepManyMatchesCpuAndSkipsOnInf) {
         gp.push_back(dg[t].as<float>());
         mp.push_back(dm[t].as<float>());
       }
+      // Variant 4: the learning rate read from the device, the by-value one deliberately wrong.
+      kernels::SgdParams gpu_sp = sp;
+      if (variant == 4) gpu_sp.lr = 99.0, gpu_sp.lr_device = dlr.as<float>();
       kernels::cuda::sgd_step_many(gpu(), static_cast<int64_t>(pp.size()), pp.data(), gp.data(),
-                                   sp.momentum != 0 ? mp.data() : nullptr, sizes.data(), sp,
+                                   sp.momentum != 0 ? mp.data() : nullptr, sizes.data(), gpu_sp,
                                    dflag.as<float>());
       for (size_t t = 0; t < dp.size(); ++t) {
         EXPECT_CLOSE(dp[t].download(), p[t], 1e-6);

@@ -8,6 +8,7 @@
 #include "core/ops.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "optim/state_io.h"
 
 using namespace frugal;
 
@@ -172,4 +173,48 @@ TEST(LrSchedule, StepAndCosineWithWarmup) {
   EXPECT_DOUBLE_EQ(cos.lr_at(4), 0.4);
   EXPECT_NEAR(cos.lr_at(9), 0.2, 1e-12);
   EXPECT_NEAR(cos.lr_at(14), 0.0, 1e-12);
+}
+
+// Note [Learning rate on the device]: after keep_lr_on_device the kernels read the learning rate
+// from a tensor that set_lr and load_state_dict keep current (on the CPU a host scalar).
+TEST(Optimizer, LearningRateKeptOnTheDeviceFollowsSetLrAndLoads) {
+  Tensor a = param(1.0), b = param(1.0);
+  optim::SGD by_value({a}, {.lr = 0.1, .momentum = 0.9});
+  optim::SGD on_device({b}, {.lr = 0.1, .momentum = 0.9});
+  EXPECT_FALSE(on_device.lr_on_device().defined());
+  on_device.keep_lr_on_device(Device::cpu());
+  ASSERT_TRUE(on_device.lr_on_device().defined());
+  EXPECT_EQ(on_device.lr_on_device().dtype(), DType::f32);
+  const double lrs[] = {0.1, 0.5, 0.25};
+  for (double lr : lrs) {
+    by_value.set_lr(lr);
+    on_device.set_lr(lr);
+    EXPECT_EQ(on_device.lr_on_device().item(), static_cast<double>(static_cast<float>(lr)));
+    set_grad(a, 0.2);
+    set_grad(b, 0.2);
+    by_value.step();
+    on_device.step();
+    EXPECT_EQ(b.item(), a.item()) << "lr " << lr;  // SGD uses f32(lr) either way
+  }
+  EXPECT_NE(a.item(), 1.0 - 0.1 * 0.2 * 3);  // the set_lr calls took effect
+  optim::NamedTensors state = by_value.state_dict();
+  ASSERT_EQ(state[0].first, "lr");
+  state[0].second = optim::scalar_tensor(0.125);
+  on_device.load_state_dict(state);
+  EXPECT_EQ(on_device.lr_on_device().item(), 0.125);
+}
+
+TEST(AdamW, LearningRateOnTheDeviceIsItsF32Value) {
+  const float lr32 = static_cast<float>(0.003);
+  Tensor a = param(1.0), b = param(1.0);
+  optim::AdamW by_value({a}, {.lr = static_cast<double>(lr32), .weight_decay = 0.1});
+  optim::AdamW on_device({b}, {.lr = 0.003, .weight_decay = 0.1});
+  on_device.keep_lr_on_device(Device::cpu());
+  for (double g : {0.2, -0.1, 0.4}) {
+    set_grad(a, g);
+    set_grad(b, g);
+    by_value.step();
+    on_device.step();
+    EXPECT_EQ(b.item(), a.item());
+  }
 }
