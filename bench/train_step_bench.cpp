@@ -4,18 +4,18 @@
 // and loss under autocast with a GradScaler, bf16 under autocast alone (PyTorch's recipe).
 // bench/torch_train_step.py is its PyTorch twin with the same --json fields.
 //
-//   train_step_bench --device cuda --batch 128 --input 3x224x224 --classes 1000 --precision f16
-//   --json
+//   train_step_bench --device cuda --batch 128 --input 3x224x224 --classes 1000 --precision f16 --json
 #include <omp.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "bench/bench_common.h"
 #include "core/factory.h"
@@ -85,10 +85,10 @@ std::string device_name(Device device) {
 }
 
 int run(int argc, char** argv) {
-  Flags flags(
-      argc, argv,
-      {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps", "seed"},
-      {"json", "help", "profile", "graph"});
+  Flags flags(argc, argv,
+              {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps",
+               "seed"},
+              {"json", "help", "profile", "graph"});
   if (flags.flag("help")) {
     std::cout << kUsage;
     return 0;
@@ -219,12 +219,11 @@ int run(int argc, char** argv) {
               model_name.c_str(), device.str().c_str(), device_name(device).c_str(),
               static_cast<long long>(batch), input.c_str(), static_cast<long long>(classes),
               precision.c_str(), j["graph"].get<bool>() ? ", replayed from a CUDA graph" : "");
-  std::printf(
-      "  %lld warm-up + %lld timed steps (%s): median %.2f ms, min %.2f, max %.2f, "
-      "mean wall %.2f ms\n",
-      static_cast<long long>(warmup), static_cast<long long>(steps),
-      j["timer"].get<std::string>().c_str(), med, j["min_ms"].get<double>(),
-      j["max_ms"].get<double>(), j["mean_wall_ms"].get<double>());
+  std::printf("  %lld warm-up + %lld timed steps (%s): median %.2f ms, min %.2f, max %.2f, "
+              "mean wall %.2f ms\n",
+              static_cast<long long>(warmup), static_cast<long long>(steps),
+              j["timer"].get<std::string>().c_str(), med, j["min_ms"].get<double>(),
+              j["max_ms"].get<double>(), j["mean_wall_ms"].get<double>());
   std::printf("  %.1f img/s\n", j["img_per_s"].get<double>());
   std::printf("  peak allocated %.1f MiB, peak reserved %.1f MiB (%s)\n",
               static_cast<double>(stats.allocated_bytes.peak) / kMiB,

@@ -27,17 +27,16 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
                              draw.offset, draw.offset_base, y.data_ptr(), mask.data<uint8_t>());
   }
   y = cast_raw(y, x.dtype());
-  return autograd::record(
-      "dropout", {x}, y, [p, mask, dtype = x.dtype()](const std::vector<Tensor>& g) {
-        const DType dt = detail::cpu_half(g[0]) ? DType::f32 : dtype;
-        Tensor gc = cast_raw(cast_raw(g[0], dtype), dt);
-        Tensor dx = Tensor::empty(gc.shape(), gc.options());
-        if (!gc.device().is_meta()) {
-          kernels::dropout_backward(detail::ctx_of(gc), dt, gc.numel(), gc.data_ptr(),
-                                    mask.data<uint8_t>(), p, dx.data_ptr());
-        }
-        return std::vector<Tensor>{cast_raw(dx, dtype)};
-      });
+  return autograd::record("dropout", {x}, y, [p, mask, dtype = x.dtype()](const std::vector<Tensor>& g) {
+    const DType dt = detail::cpu_half(g[0]) ? DType::f32 : dtype;
+    Tensor gc = cast_raw(cast_raw(g[0], dtype), dt);
+    Tensor dx = Tensor::empty(gc.shape(), gc.options());
+    if (!gc.device().is_meta()) {
+      kernels::dropout_backward(detail::ctx_of(gc), dt, gc.numel(), gc.data_ptr(),
+                                mask.data<uint8_t>(), p, dx.data_ptr());
+    }
+    return std::vector<Tensor>{cast_raw(dx, dtype)};
+  });
 }
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropyOptions opt) {
@@ -68,18 +67,15 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
         Tensor dlogits = Tensor::empty(lc.shape(), lc.options());
         if (!gc.device().is_meta()) {
           kernels::cross_entropy_backward(detail::ctx_of(gc), lc.dtype(), n, c, lc.data_ptr(),
-                                          labels.data<int64_t>(), s, lse.data_ptr(), gc.data_ptr(),
-                                          dlogits.data_ptr());
+                                          labels.data<int64_t>(), s, lse.data_ptr(),
+                                          gc.data_ptr(), dlogits.data_ptr());
         }
         return std::vector<Tensor>{cast_raw(dlogits, dtype)};
       });
   switch (opt.reduction) {
-    case Reduction::mean:
-      return mean(per_row);
-    case Reduction::sum:
-      return sum(per_row);
-    case Reduction::none:
-      return per_row;
+    case Reduction::mean: return mean(per_row);
+    case Reduction::sum: return sum(per_row);
+    case Reduction::none: return per_row;
   }
   return per_row;
 }

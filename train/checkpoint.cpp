@@ -8,7 +8,6 @@
 #include <set>
 
 #include "core/ops.h"
-#include "nn/layers.h"
 
 namespace frugal::train {
 
