@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -137,6 +138,18 @@ inline std::string cpu_name() {
     }
   }
   return "unknown CPU";
+}
+
+// main() of a benchmark whose every failure is a usage error: runs `run`, and on an exception
+// prints "<name>: <what>" and the usage to stderr and returns 2.
+inline int main_with_usage(const char* name, const char* usage, int (*run)(int, char**), int argc,
+                           char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << name << ": " << e.what() << "\n" << usage;
+    return 2;
+  }
 }
 
 }  // namespace frugal::bench

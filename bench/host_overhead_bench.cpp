@@ -80,10 +80,6 @@ int run(int argc, char** argv) {
 }  // namespace frugal::bench
 
 int main(int argc, char** argv) {
-  try {
-    return frugal::bench::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "host_overhead_bench: " << e.what() << "\n" << frugal::bench::kUsage;
-    return 2;
-  }
+  using namespace frugal::bench;
+  return main_with_usage("host_overhead_bench", kUsage, run, argc, argv);
 }

@@ -222,10 +222,6 @@ int run(int, char**) {
 }  // namespace frugal::bench
 
 int main(int argc, char** argv) {
-  try {
-    return frugal::bench::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "loader_overlap_bench: " << e.what() << "\n" << frugal::bench::kUsage;
-    return 2;
-  }
+  using namespace frugal::bench;
+  return main_with_usage("loader_overlap_bench", kUsage, run, argc, argv);
 }
