@@ -63,7 +63,7 @@ Tensor cached(const Tensor& p, DType dtype) {
   auto it = t_state.cache.find(p.impl_ptr().get());
   if (it == t_state.cache.end()) return Tensor();
   const CacheEntry& e = it->second;
-  bool fresh = e.source.lock() == p.impl_ptr() && e.version == p.impl().version &&
+  bool fresh = e.source.lock() == p.impl_ptr() && e.version == p.version() &&
                e.low.dtype() == dtype;
   return fresh ? e.low : Tensor();
 }
@@ -77,7 +77,7 @@ void insert(const Tensor& p, Tensor low) {
   low.impl().output_nr = 0;
   bool inserted = t_state.cache
                       .insert_or_assign(p.impl_ptr().get(),
-                                        CacheEntry{p.impl_ptr(), p.impl().version, low})
+                                        CacheEntry{p.impl_ptr(), p.version(), low})
                       .second;
   if (inserted) t_state.order.push_back(p.impl_ptr());  // a stale entry keeps its place
 }
@@ -187,6 +187,27 @@ Tensor apply(AutocastOp op, const Tensor& t) {
       return t;
   }
   return t;
+}
+
+Snapshot snapshot() {
+  Snapshot s;
+  for (size_t i = 0; i < kNumDeviceTypes; ++i) {
+    s.enabled[i] = t_state.device[i].enabled;
+    s.dtype[i] = t_state.device[i].dtype;
+  }
+  return s;
+}
+
+RestoreGuard::RestoreGuard(const Snapshot& s) : prev_(snapshot()) {
+  for (size_t i = 0; i < kNumDeviceTypes; ++i) t_state.device[i] = {s.enabled[i], s.dtype[i]};
+  ++t_state.depth;
+}
+
+RestoreGuard::~RestoreGuard() {
+  for (size_t i = 0; i < kNumDeviceTypes; ++i) {
+    t_state.device[i] = {prev_.enabled[i], prev_.dtype[i]};
+  }
+  if (--t_state.depth == 0) t_state.cache.clear();
 }
 
 SuspendGuard::SuspendGuard() {

@@ -98,5 +98,27 @@ class SuspendGuard {
   bool prev_[3];
 };
 
+// The autocast state of every device type, as a checkpointed segment saw it in its forward.
+struct Snapshot {
+  bool enabled[3] = {false, false, false};  // cpu, cuda, meta
+  DType dtype[3] = {DType::bf16, DType::f16, DType::f16};
+};
+Snapshot snapshot();
+
+// Sets the state of `s` until destroyed (activation checkpointing replays a forward inside
+// backward, where the engine has suspended autocast). Unlike AutocastGuard it keeps the
+// parameter cast cache of an enclosing region; copies it made itself are dropped on exit when no
+// region encloses it.
+class RestoreGuard {
+ public:
+  explicit RestoreGuard(const Snapshot& s);
+  ~RestoreGuard();
+  RestoreGuard(const RestoreGuard&) = delete;
+  RestoreGuard& operator=(const RestoreGuard&) = delete;
+
+ private:
+  Snapshot prev_;
+};
+
 }  // namespace autocast
 }  // namespace frugal

@@ -18,6 +18,7 @@ namespace frugal::autograd {
 namespace {
 
 thread_local bool t_grad_enabled = true;
+thread_local bool t_recomputing = false;
 std::atomic<uint64_t> g_next_sequence_nr{0};
 
 struct BySequence {
@@ -32,14 +33,21 @@ void accumulate_into(std::vector<Tensor>& buffer, uint32_t slot, Tensor grad) {
 }  // namespace
 
 bool grad_enabled() { return t_grad_enabled; }
-NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
+GradModeGuard::GradModeGuard(bool enabled) : prev_(t_grad_enabled) { t_grad_enabled = enabled; }
+GradModeGuard::~GradModeGuard() { t_grad_enabled = prev_; }
+
+bool recomputing() { return t_recomputing; }
+RecomputingGuard::RecomputingGuard() : prev_(t_recomputing) { t_recomputing = true; }
+RecomputingGuard::~RecomputingGuard() { t_recomputing = prev_; }
 
 std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
   FRUGAL_CHECK(fn_ != nullptr, "backward: trying to backward through '", name_,
                "' a second time, but its saved tensors were already freed; pass ",
                "retain_graph=true to the first backward");
-  return fn_(grads);
+  std::vector<Tensor> saved;
+  saved.reserve(saved_.size());
+  for (const SavedTensor& s : saved_) saved.push_back(s.unpack(name_));
+  return fn_(grads, saved);
 }
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
@@ -85,7 +93,22 @@ Edge edge_of(const Tensor& t) {
 std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& inputs,
                            std::vector<Tensor> outputs, BackwardFn fn) {
   if (!any_requires_grad(inputs)) return outputs;
-  auto node = std::make_shared<FunctionNode>(name, std::move(fn));
+  return record(name, inputs, std::move(outputs), {},
+                [fn = std::move(fn)](const std::vector<Tensor>& g, const std::vector<Tensor>&) {
+                  return fn(g);
+                });
+}
+
+std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& inputs,
+                           std::vector<Tensor> outputs, std::vector<SavedTensor> saved,
+                           SavedBackwardFn fn) {
+  if (!any_requires_grad(inputs)) {
+    for (Tensor& out : outputs) {
+      if (out.defined()) out.impl().recipe.reset();  // nothing will save it for backward
+    }
+    return outputs;
+  }
+  auto node = std::make_shared<FunctionNode>(name, std::move(saved), std::move(fn));
   node->num_outputs = static_cast<uint32_t>(outputs.size());
   node->sequence_nr = g_next_sequence_nr++;
   node->next_edges.reserve(inputs.size());
@@ -94,8 +117,14 @@ std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& i
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!outputs[i].defined()) continue;
-    outputs[i].impl().grad_fn = node;
-    outputs[i].impl().output_nr = static_cast<uint32_t>(i);
+    TensorImpl& impl = outputs[i].impl();
+    impl.grad_fn = node;
+    impl.output_nr = static_cast<uint32_t>(i);
+    if (impl.recipe != nullptr) {  // the node owns it from now on; the tensor only refers to it
+      impl.recipe_weak = impl.recipe;
+      node->own_recipe(std::move(impl.recipe));
+      impl.recipe.reset();
+    }
   }
   return outputs;
 }
@@ -103,6 +132,32 @@ std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& i
 Tensor record(const std::string& name, const std::vector<Tensor>& inputs, Tensor output,
               BackwardFn fn) {
   return record(name, inputs, std::vector<Tensor>{std::move(output)}, std::move(fn))[0];
+}
+
+Tensor record(const std::string& name, const std::vector<Tensor>& inputs, Tensor output,
+              std::vector<SavedTensor> saved, SavedBackwardFn fn) {
+  return record(name, inputs, std::vector<Tensor>{std::move(output)}, std::move(saved),
+                std::move(fn))[0];
+}
+
+size_t saved_bytes(const std::vector<Tensor>& roots) {
+  std::vector<const SavedTensor*> saved;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  for (const Tensor& r : roots) {
+    if (r.defined() && r.grad_fn() && seen.insert(r.grad_fn().get()).second) {
+      stack.push_back(r.grad_fn().get());
+    }
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    n->collect_saved(saved);
+    for (const Edge& e : n->next_edges) {
+      if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+  return stored_bytes(saved);
 }
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,

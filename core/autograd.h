@@ -7,11 +7,16 @@
 //
 //   Tensor my_square(const Tensor& x) {
 //     Tensor y = mul(x.detach(), x.detach());                 // forward without history
-//     return autograd::record("my_square", {x}, y,
-//         [x = autograd::save(x)](const std::vector<Tensor>& g) -> std::vector<Tensor> {
-//           return {mul(mul(g[0], x), 2.0)};                  // one gradient per input
+//     return autograd::record("my_square", {x}, y, /*saved=*/{x},
+//         [](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+//           return std::vector<Tensor>{mul(mul(g[0], saved[0]), 2.0)};  // one per input
 //         });
 //   }
+//
+// The saved list is what the node keeps (Note [Saved tensors]); the engine can list and size it
+// and frees it right after the node ran. A closure that captures tensors itself (the older
+// `record(name, inputs, outputs, fn)` with `autograd::save`) still works, but what it keeps is
+// invisible to the memory tools and never replaced by a recipe.
 #pragma once
 
 #include <functional>
@@ -19,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/saved_tensor.h"
 #include "core/tensor.h"
 
 namespace frugal::autograd {
@@ -37,6 +43,8 @@ class Node {
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grads) = 0;
   // Drops saved tensors; called by the engine right after apply unless the graph is retained.
   virtual void release_saved() {}
+  // What the node keeps for backward, when it declares it (Note [Saved tensors]).
+  virtual void collect_saved(std::vector<const SavedTensor*>& out) const { (void)out; }
   bool needs_input_grad(size_t i) const { return i < next_edges.size() && next_edges[i].node; }
 
   std::vector<Edge> next_edges;
@@ -45,18 +53,33 @@ class Node {
 };
 
 using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grads)>;
+// grads: one per output; saved: the node's saved list, unpacked (recipes recomputed).
+using SavedBackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grads,
+                                                          const std::vector<Tensor>& saved)>;
 
-// A node whose backward is a closure; its captures are the saved tensors.
+// A node whose backward is a closure over its declared saved tensors (and small constants).
 class FunctionNode final : public Node {
  public:
-  FunctionNode(std::string name, BackwardFn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  FunctionNode(std::string name, std::vector<SavedTensor> saved, SavedBackwardFn fn)
+      : name_(std::move(name)), saved_(std::move(saved)), fn_(std::move(fn)) {}
   std::string name() const override { return name_; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
-  void release_saved() override { fn_ = nullptr; }
+  void release_saved() override {
+    fn_ = nullptr;
+    saved_.clear();
+    recipes_.clear();
+  }
+  // Keeps the recipes of this node's outputs alive while backward may still save them.
+  void own_recipe(std::shared_ptr<const Recipe> r) { recipes_.push_back(std::move(r)); }
+  void collect_saved(std::vector<const SavedTensor*>& out) const override {
+    for (const SavedTensor& s : saved_) out.push_back(&s);
+  }
 
  private:
   std::string name_;
-  BackwardFn fn_;
+  std::vector<SavedTensor> saved_;
+  std::vector<std::shared_ptr<const Recipe>> recipes_;
+  SavedBackwardFn fn_;
 };
 
 // Leaf gradient sink: adds the incoming gradient into the leaf's .grad.
@@ -70,14 +93,34 @@ class AccumulateGrad final : public Node {
   std::shared_ptr<TensorImpl> leaf_;
 };
 
-// Grad mode (thread-local). Under NoGradGuard no op records history.
+// Grad mode (thread-local). Under NoGradGuard no op records history; GradModeGuard sets it
+// either way (activation checkpointing re-enables it inside backward).
 bool grad_enabled();
-class NoGradGuard {
+class GradModeGuard {
  public:
-  NoGradGuard();
-  ~NoGradGuard();
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+class NoGradGuard : public GradModeGuard {
+ public:
+  NoGradGuard() : GradModeGuard(false) {}
+};
+
+// Note [Checkpointing]: true while a checkpointed segment runs its forward again inside
+// backward. State that a step must change once (BatchNorm's running statistics and
+// num_batches_tracked) is left alone then; everything else runs as in the first forward.
+bool recomputing();
+class RecomputingGuard {
+ public:
+  RecomputingGuard();
+  ~RecomputingGuard();
+  RecomputingGuard(const RecomputingGuard&) = delete;
+  RecomputingGuard& operator=(const RecomputingGuard&) = delete;
 
  private:
   bool prev_;
@@ -89,7 +132,8 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 Edge edge_of(const Tensor& t);
 // A fresh creation-order number, for nodes built by hand rather than through record().
 uint64_t next_sequence_nr();
-// A tensor saved for backward: same data, no history (so the graph has no cycles).
+// A tensor captured by an old-style closure: same data, no history (so the graph has no cycles).
+// Prefer the saved list of record(), which the engine can see.
 inline Tensor save(const Tensor& t) { return t.defined() ? t.detach() : Tensor(); }
 
 // Attaches history to `outputs` (all produced by one op from `inputs`) when needed and returns
@@ -98,6 +142,16 @@ std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& i
                            std::vector<Tensor> outputs, BackwardFn fn);
 Tensor record(const std::string& name, const std::vector<Tensor>& inputs, Tensor output,
               BackwardFn fn);
+// The same with the saved tensors declared (Note [Saved tensors]).
+std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& inputs,
+                           std::vector<Tensor> outputs, std::vector<SavedTensor> saved,
+                           SavedBackwardFn fn);
+Tensor record(const std::string& name, const std::vector<Tensor>& inputs, Tensor output,
+              std::vector<SavedTensor> saved, SavedBackwardFn fn);
+
+// Everything the graph behind `roots` keeps for backward, each storage counted once (the
+// roots' own bytes are not included unless a node saved them).
+size_t saved_bytes(const std::vector<Tensor>& roots);
 
 // Runs backward from roots with the given gradients (see Tensor::backward).
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,

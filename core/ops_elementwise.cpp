@@ -58,6 +58,25 @@ Tensor reduce_grad(const Tensor& g, const Shape& shape, DType dtype) {
   return detail::cast_raw(detail::sum_to_raw(g, shape), dtype);
 }
 
+// Note [Recomputed residual sums]: out = a op b gets a recipe when every full-size input can be
+// recomputed itself (broadcast operands, such as squeeze-excitation scales, are small and kept).
+// A residual add of a block input and a batch-norm output then costs no saved bytes: the next
+// conv that saves it keeps only the recipe, and backward recomputes the sum.
+void recipe_if_inputs_recomputable(BinaryOp op, const Tensor& out, const Tensor& a,
+                                   const Tensor& b) {
+  if (!autograd::any_requires_grad({a, b})) return;
+  bool any = false;
+  for (const Tensor* t : {&a, &b}) {
+    bool full = t->numel() == out.numel();
+    if (full && !autograd::has_recipe(*t)) return;
+    any = any || full;
+  }
+  if (!any) return;
+  autograd::set_recipe(out, op_name(op), {a, b}, [op](const std::vector<Tensor>& in) {
+    return binary_raw(op, in[0], in[1]);
+  });
+}
+
 Tensor affine(const char* name, const Tensor& a, double alpha, double beta) {
   detail::check_defined(name, {&a});
   Tensor out = affine_raw(a, alpha, beta);
@@ -70,6 +89,7 @@ Tensor affine(const char* name, const Tensor& a, double alpha, double beta) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(BinaryOp::add, a, b);
+  recipe_if_inputs_recomputable(BinaryOp::add, out, a, b);
   return autograd::record(
       "add", {a, b}, out,
       [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](
@@ -90,14 +110,14 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(BinaryOp::mul, a, b);
+  recipe_if_inputs_recomputable(BinaryOp::mul, out, a, b);
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   // Save only what the other input's gradient needs (STYLE 5: save the minimum).
   return autograd::record(
-      "mul", {a, b}, out,
-      [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype(),
-       a_saved = need_b ? autograd::save(a) : Tensor(),
-       b_saved = need_a ? autograd::save(b) : Tensor()](
-          const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      "mul", {a, b}, out, {need_b ? a : Tensor(), need_a ? b : Tensor()},
+      [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](
+          const std::vector<Tensor>& g, const std::vector<Tensor>& saved) -> std::vector<Tensor> {
+        const Tensor &a_saved = saved[0], &b_saved = saved[1];
         Tensor ga, gb;
         if (b_saved.defined()) ga = reduce_grad(binary_raw(BinaryOp::mul, g[0], b_saved), sa, da);
         if (a_saved.defined()) gb = reduce_grad(binary_raw(BinaryOp::mul, g[0], a_saved), sb, db);
@@ -109,10 +129,10 @@ Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(BinaryOp::div, a, b);
   bool need_b = b.requires_grad();
   return autograd::record(
-      "div", {a, b}, out,
-      [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype(),
-       b_saved = autograd::save(b), out_saved = need_b ? autograd::save(out) : Tensor()](
-          const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      "div", {a, b}, out, {b, need_b ? out : Tensor()},
+      [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](
+          const std::vector<Tensor>& g, const std::vector<Tensor>& saved) -> std::vector<Tensor> {
+        const Tensor &b_saved = saved[0], &out_saved = saved[1];
         Tensor g_over_b = binary_raw(BinaryOp::div, g[0], b_saved);
         Tensor gb;
         if (out_saved.defined()) {  // d(a/b)/db = -(a/b)/b

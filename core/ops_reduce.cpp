@@ -104,9 +104,9 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
   Tensor out = gemm_raw(a, b, false, trans_b);
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   return autograd::record(
-      "matmul", {a, b}, out,
-      [trans_b, a_saved = need_b ? autograd::save(a) : Tensor(),
-       b_saved = need_a ? autograd::save(b) : Tensor()](const std::vector<Tensor>& g) {
+      "matmul", {a, b}, out, {need_b ? a : Tensor(), need_a ? b : Tensor()},
+      [trans_b](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+        const Tensor &a_saved = saved[0], &b_saved = saved[1];
         Tensor ga, gb;
         // out = a @ op(b): da = g @ op(b)^T; d op(b) = a^T @ g.
         if (b_saved.defined()) ga = gemm_raw(g[0], b_saved, false, !trans_b);

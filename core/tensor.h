@@ -23,6 +23,7 @@ namespace frugal {
 
 namespace autograd {
 class Node;
+struct Recipe;
 }
 
 struct TensorOptions {
@@ -36,6 +37,9 @@ struct Storage {
   memory::DataPtr data;
   Device device;
   size_t nbytes = 0;
+  // Bumped by every in-place write through any tensor sharing these bytes (optimizer steps,
+  // running statistics, copy_/fill_): a saved tensor compares it with the value it saw.
+  uint64_t version = 0;
   void* ptr() const { return data.get(); }
 };
 
@@ -50,8 +54,14 @@ struct TensorImpl {
   std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
   uint32_t output_nr = 0;                   // which output of grad_fn this is
   std::weak_ptr<autograd::Node> grad_accumulator;
-  uint64_t version = 0;  // bumped by in-place writes (optimizer steps)
-  std::string name;      // optional tag, shown by the memory tools
+  // How to recompute this tensor from what backward keeps anyway (Note [Saved tensors] in
+  // core/saved_tensor.h), valid while storage->version equals recipe_version. Owned by the node
+  // that produced the tensor (autograd::record moves it there), so it lives as long as backward
+  // may still need it and never keeps its inputs alive past that.
+  std::shared_ptr<const autograd::Recipe> recipe;
+  std::weak_ptr<const autograd::Recipe> recipe_weak;
+  uint64_t recipe_version = 0;
+  std::string name;  // optional tag for error messages and debugging
 };
 
 class Tensor {
@@ -99,7 +109,8 @@ class Tensor {
   // Backpropagates from this tensor. Without `grad` the tensor must have one element.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
 
-  void bump_version() const { impl_->version++; }
+  void bump_version() const { impl().storage->version++; }
+  uint64_t version() const { return impl().storage->version; }
   Tensor& set_name(std::string name) {
     impl().name = std::move(name);
     return *this;

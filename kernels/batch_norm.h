@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/context.h"
+#include "kernels/elementwise.h"
 
 namespace frugal::kernels {
 
@@ -35,5 +36,38 @@ FRUGAL_DECLARE_KERNEL(batch_norm_backward,
                        const void* save_invstd, void* dx, void* dgamma, void* dbeta),
                       (ctx, dtype, rows, c, x, dy, gamma, save_mean, save_invstd, dx, dgamma,
                        dbeta))
+
+// Note [Batch norm with its activation]: y = act(bn(x)) in one pass, with the statistics saved,
+// so that backward keeps x alone (the conv output) and recomputes the rest. The three kernels
+// below are the lean path of nn::functional::batch_norm; the ones above are their identity cases.
+// Within a kernel family, batch_norm_act_apply with the saved statistics reproduces the
+// training forward's y bit for bit, so a recomputed tensor equals the one the forward returned.
+
+// Training forward with an activation; otherwise as batch_norm_forward_train.
+FRUGAL_DECLARE_KERNEL(batch_norm_act_forward_train,
+                      (const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,
+                       const void* x, const void* gamma, const void* beta, double eps,
+                       double momentum, void* y, void* save_mean, void* save_invstd,
+                       void* running_mean, void* running_var),
+                      (ctx, dtype, act, rows, c, x, gamma, beta, eps, momentum, y, save_mean,
+                       save_invstd, running_mean, running_var))
+
+// y = act((x - mean) * invstd * gamma + beta) from saved statistics (the recompute).
+FRUGAL_DECLARE_KERNEL(batch_norm_act_apply,
+                      (const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,
+                       const void* x, const void* gamma, const void* beta, const void* mean,
+                       const void* invstd, void* y),
+                      (ctx, dtype, act, rows, c, x, gamma, beta, mean, invstd, y))
+
+// Backward of act(bn(x)) from x and the saved statistics: the activation's derivative is taken
+// at the recomputed pre-activation u = bn(x), never stored. dx (nullable), dgamma and dbeta
+// (nullable) are overwritten; beta may be null (0).
+FRUGAL_DECLARE_KERNEL(batch_norm_act_backward,
+                      (const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,
+                       const void* x, const void* dy, const void* gamma, const void* beta,
+                       const void* save_mean, const void* save_invstd, void* dx, void* dgamma,
+                       void* dbeta),
+                      (ctx, dtype, act, rows, c, x, dy, gamma, beta, save_mean, save_invstd, dx,
+                       dgamma, dbeta))
 
 }  // namespace frugal::kernels

@@ -36,8 +36,10 @@ FRUGAL_DECLARE_KERNEL(affine, (const Context& ctx, DType dtype, int64_t n, const
                                double alpha, double beta, void* y),
                       (ctx, dtype, n, x, alpha, beta, y))
 
-enum class Activation : uint8_t { relu, relu6, hardswish, silu, sigmoid };
-constexpr int kNumActivations = 5;
+// identity is there for fused kernels (batch norm without an activation); as a standalone kernel
+// it copies.
+enum class Activation : uint8_t { relu, relu6, hardswish, silu, sigmoid, identity };
+constexpr int kNumActivations = 6;
 
 // y = f(x)
 FRUGAL_DECLARE_KERNEL(activation_forward, (const Context& ctx, Activation act, DType dtype,

@@ -41,6 +41,7 @@ class EfficientNetB0 : public nn::Module {
 
  private:
   std::shared_ptr<nn::Sequential> features_, classifier_;
+  CheckpointPolicy checkpoint_;
 };
 
 }  // namespace frugal::models

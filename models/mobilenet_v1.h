@@ -33,6 +33,7 @@ class MobileNetV1 : public nn::Module {
   std::shared_ptr<nn::Sequential> features_;
   std::shared_ptr<nn::Dropout> dropout_;
   std::shared_ptr<nn::Linear> classifier_;
+  CheckpointPolicy checkpoint_;
 };
 
 }  // namespace frugal::models

@@ -47,7 +47,8 @@ MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
   for (const Stage& st : kStages) {
     const int64_t out = make_divisible(static_cast<double>(st.c) * cfg.width);
     for (int64_t i = 0; i < st.n; ++i) {
-      features_->push_back(std::make_shared<InvertedResidual>(in, out, i == 0 ? st.s : 1, st.t));
+      features_->push_back(cfg.checkpoint.wrap_block(
+          std::make_shared<InvertedResidual>(in, out, i == 0 ? st.s : 1, st.t)));
       in = out;
     }
   }
@@ -58,11 +59,12 @@ MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
   classifier_->push_back(std::make_shared<nn::Dropout>(cfg.dropout));
   classifier_->push_back(std::make_shared<nn::Linear>(last, cfg.num_classes));
   init_weights(*this, LinearInit::normal_001);
+  checkpoint_ = cfg.checkpoint;
 }
 
 Tensor MobileNetV2::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "MobileNetV2: expected input [N, H, W, C], got ", describe(x));
-  Tensor h = features_->forward(x);           // [N, H/32, W/32, last]
+  Tensor h = checkpoint_.run_features(*features_, x);  // [N, H/32, W/32, last]
   h = nn::functional::global_avg_pool(h);     // [N, 1, 1, last]
   return classifier_->forward(h.flatten(1));  // [N, classes]
 }

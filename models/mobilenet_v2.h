@@ -36,6 +36,7 @@ class MobileNetV2 : public nn::Module {
 
  private:
   std::shared_ptr<nn::Sequential> features_, classifier_;
+  CheckpointPolicy checkpoint_;
 };
 
 }  // namespace frugal::models

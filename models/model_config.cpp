@@ -4,8 +4,44 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "nn/checkpoint.h"
 
 namespace frugal::models {
+
+CheckpointPolicy CheckpointPolicy::parse(const std::string& text) {
+  if (text == "none") return {};
+  if (text == "blocks") return {Mode::blocks, 0};
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  FRUGAL_CHECK(used == text.size() && !text.empty() && n > 0,
+               "checkpoint: expected none, blocks or a positive number of segments, got '", text,
+               "'");
+  return {Mode::segments, n};
+}
+
+std::string CheckpointPolicy::str() const {
+  switch (mode) {
+    case Mode::none: return "none";
+    case Mode::blocks: return "blocks";
+    case Mode::segments: return std::to_string(segments);
+  }
+  return "?";
+}
+
+std::shared_ptr<nn::Module> CheckpointPolicy::wrap_block(std::shared_ptr<nn::Module> block) const {
+  if (mode != Mode::blocks) return block;
+  return std::make_shared<nn::Checkpoint>(std::move(block));
+}
+
+Tensor CheckpointPolicy::run_features(const nn::Sequential& seq, const Tensor& x) const {
+  if (mode != Mode::segments) return seq.forward_range(0, static_cast<int64_t>(seq.size()), x);
+  return nn::checkpoint_sequential(seq, segments, x);
+}
 
 void check_config(const char* model, const ModelConfig& cfg) {
   FRUGAL_CHECK(cfg.num_classes > 0, model, ": num_classes must be positive, got ", cfg.num_classes);
@@ -16,6 +52,9 @@ void check_config(const char* model, const ModelConfig& cfg) {
                cfg.dropout);
   FRUGAL_CHECK(cfg.drop_connect >= 0 && cfg.drop_connect <= 1, model,
                ": drop_connect must be in [0, 1], got ", cfg.drop_connect);
+  FRUGAL_CHECK(cfg.checkpoint.mode != CheckpointPolicy::Mode::segments ||
+                   cfg.checkpoint.segments > 0,
+               model, ": checkpoint segments must be positive, got ", cfg.checkpoint.segments);
 }
 
 }  // namespace frugal::models

@@ -3,8 +3,27 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
+
+#include "nn/module.h"
 
 namespace frugal::models {
+
+// Activation checkpointing of a model (Note [Checkpointing] in nn/checkpoint.h), the one policy
+// the models and the command line read (`--checkpoint none|blocks|N`).
+struct CheckpointPolicy {
+  enum class Mode { none, blocks, segments };
+  Mode mode = Mode::none;
+  int64_t segments = 0;  // with Mode::segments: checkpoint_sequential over the feature layers
+
+  static CheckpointPolicy parse(const std::string& text);  // "none", "blocks" or a count
+  std::string str() const;
+  // `block` wrapped in nn::Checkpoint under Mode::blocks, else itself.
+  std::shared_ptr<nn::Module> wrap_block(std::shared_ptr<nn::Module> block) const;
+  // seq.forward(x), or checkpointed in `segments` runs under Mode::segments.
+  Tensor run_features(const nn::Sequential& seq, const Tensor& x) const;
+};
 
 struct ModelConfig {
   int64_t num_classes = 1000;
@@ -14,6 +33,7 @@ struct ModelConfig {
   double width = 1.0;
   double dropout = 0.2;       // before the classifier's Linear
   double drop_connect = 0.2;  // EfficientNet stochastic depth, the deepest block's probability
+  CheckpointPolicy checkpoint;  // none by default: the lean saved state alone
 };
 
 // Throws frugal::Error naming `model` and the bad field when a value is out of range.

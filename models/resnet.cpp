@@ -28,7 +28,7 @@ BasicBlock::BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor h = nn::functional::relu(bn1_->forward(conv1_->forward(x)));
+  Tensor h = bn1_->forward_with_activation(conv1_->forward(x), nn::Activation::relu);
   h = bn2_->forward(conv2_->forward(h));
   Tensor identity = downsample_ ? downsample_->forward(x) : x;
   return nn::functional::relu(h + identity);
@@ -50,20 +50,22 @@ ResNet18::ResNet18(const ModelConfig& cfg) {
     const int64_t out = ch(kWidths[i]);
     layers_[i] =
         register_module("layer" + std::to_string(i + 1), std::make_shared<nn::Sequential>());
-    layers_[i]->push_back(std::make_shared<BasicBlock>(in, out, i == 0 ? 1 : 2));
-    layers_[i]->push_back(std::make_shared<BasicBlock>(out, out, 1));
+    layers_[i]->push_back(cfg.checkpoint.wrap_block(std::make_shared<BasicBlock>(in, out, i == 0 ? 1 : 2)));
+    layers_[i]->push_back(cfg.checkpoint.wrap_block(std::make_shared<BasicBlock>(out, out, 1)));
+    stages_.push_back(layers_[i]);
     in = out;
   }
   register_module("avgpool", std::make_shared<nn::AdaptiveAvgPool2d>(1));
   fc_ = register_module("fc", std::make_shared<nn::Linear>(in, cfg.num_classes));
   init_weights(*this, LinearInit::pytorch_default);
+  checkpoint_ = cfg.checkpoint;
 }
 
 Tensor ResNet18::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "ResNet18: expected input [N, H, W, C], got ", describe(x));
-  Tensor h = nn::functional::relu(bn1_->forward(conv1_->forward(x)));  // [N, H/2, W/2, 64]
-  h = maxpool_->forward(h);                                            // [N, H/4, W/4, 64]
-  for (auto& layer : layers_) h = layer->forward(h);                   // [N, H/32, W/32, 512]
+  Tensor h = bn1_->forward_with_activation(conv1_->forward(x), nn::Activation::relu);
+  h = maxpool_->forward(h);                   // [N, H/4, W/4, 64]
+  h = checkpoint_.run_features(stages_, h);  // [N, H/32, W/32, 512]
   h = nn::functional::global_avg_pool(h);                              // [N, 1, 1, 512]
   return fc_->forward(h.flatten(1));
 }

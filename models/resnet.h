@@ -36,7 +36,11 @@ class ResNet18 : public nn::Module {
   std::shared_ptr<nn::BatchNorm2d> bn1_;
   std::shared_ptr<nn::MaxPool2d> maxpool_;
   std::shared_ptr<nn::Sequential> layers_[4];
+  // The four stages in order, unregistered (their names stay layer1..layer4): what
+  // CheckpointPolicy::run_features splits into segments.
+  nn::Sequential stages_;
   std::shared_ptr<nn::Linear> fc_;
+  CheckpointPolicy checkpoint_;
 };
 
 }  // namespace frugal::models

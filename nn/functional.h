@@ -11,6 +11,7 @@
 
 #include "core/factory.h"
 #include "core/tensor.h"
+#include "kernels/elementwise.h"
 
 namespace frugal::nn::functional {
 
@@ -26,16 +27,24 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
 // x [..., in], weight [out, in], bias [out] or undefined -> [..., out]
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
+using kernels::Activation;
+
 struct BatchNormOptions {
   bool training = true;
   double momentum = 0.1;
   double eps = 1e-5;
+  // An activation applied to the normalised output in the same pass (Note [Batch norm with its
+  // activation]): training keeps only x and per-channel statistics for backward, and the output
+  // is recomputed from them wherever a later op saves it.
+  Activation activation = Activation::identity;
 };
 // x [N, H, W, C] (or [N, C]); weight, bias, running_mean, running_var [C] in acc_dtype(x).
 // In training the running statistics are updated in place (when defined).
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt = {});
 
+// The activation `act` as one op (relu, relu6, ... below are its named forms).
+Tensor activation(Activation act, const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor relu6(const Tensor& x);
 Tensor hardswish(const Tensor& x);

@@ -9,7 +9,8 @@ namespace {
 
 using kernels::Activation;
 
-constexpr const char* kActivationNames[] = {"relu", "relu6", "hardswish", "silu", "sigmoid"};
+constexpr const char* kActivationNames[] = {"relu",    "relu6",   "hardswish",
+                                            "silu",    "sigmoid", "identity"};
 static_assert(sizeof(kActivationNames) / sizeof(kActivationNames[0]) == kernels::kNumActivations,
               "every activation needs a name");
 
@@ -40,17 +41,27 @@ Tensor activation_backward_raw(Activation act, const Tensor& x, const Tensor& g)
   return dx;
 }
 
+// relu and relu6 pass the gradient exactly where their output is strictly between its bounds,
+// which the output tells as well as the input: they save the output, which the next op (a conv)
+// saves anyway, so the two share one stored tensor.
+bool backward_from_output(Activation act) {
+  return act == Activation::relu || act == Activation::relu6 || act == Activation::identity;
+}
+
+}  // namespace
+
 Tensor activation(Activation act, const Tensor& x) {
   const char* name = kActivationNames[static_cast<int>(act)];
   detail::check_defined(name, {&x});
   detail::check_floating(name, x);
+  if (act == Activation::identity) return x;
   Tensor y = activation_raw(act, x);
-  return autograd::record(name, {x}, y, [act, x_saved = autograd::save(x)](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{activation_backward_raw(act, x_saved, g[0])};
-  });
+  return autograd::record(name, {x}, y, {backward_from_output(act) ? y : x},
+                          [act](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+                            return std::vector<Tensor>{
+                                activation_backward_raw(act, saved[0], g[0])};
+                          });
 }
-
-}  // namespace
 
 Tensor relu(const Tensor& x) { return activation(Activation::relu, x); }
 Tensor relu6(const Tensor& x) { return activation(Activation::relu6, x); }

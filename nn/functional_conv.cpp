@@ -91,13 +91,12 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, Conv2d
   bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   bool need_b = bias.defined() && bias.requires_grad();
   return autograd::record(
-      "conv2d", {x, weight, bias}, y,
-      [s, need_x, need_w, need_b, x_saved = need_w ? autograd::save(x) : Tensor(),
-       w_saved = need_x ? autograd::save(weight) : Tensor(), dx_dtype = x.dtype(),
-       dw_dtype = autocast::grad_dtype(weight),
-       db_dtype = autocast::grad_dtype(bias)](const std::vector<Tensor>& g) {
+      "conv2d", {x, weight, bias}, y, {need_w ? x : Tensor(), need_x ? weight : Tensor()},
+      [s, need_x, need_w, need_b, dx_dtype = x.dtype(), dw_dtype = autocast::grad_dtype(weight),
+       db_dtype = autocast::grad_dtype(bias)](const std::vector<Tensor>& g,
+                                              const std::vector<Tensor>& saved) {
         std::vector<Tensor> d =
-            conv_backward_raw(g[0], x_saved, w_saved, need_x, need_w, need_b, s, dw_dtype);
+            conv_backward_raw(g[0], saved[0], saved[1], need_x, need_w, need_b, s, dw_dtype);
         return std::vector<Tensor>{d[0].defined() ? cast_raw(d[0], dx_dtype) : d[0],
                                    d[1].defined() ? cast_raw(d[1], dw_dtype) : d[1],
                                    d[2].defined() ? cast_raw(d[2], db_dtype) : d[2]};

@@ -27,7 +27,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
                              draw.offset, draw.offset_base, y.data_ptr(), mask.data<uint8_t>());
   }
   y = cast_raw(y, x.dtype());
-  return autograd::record("dropout", {x}, y, [p, mask, dtype = x.dtype()](const std::vector<Tensor>& g) {
+  return autograd::record("dropout", {x}, y, {mask}, [p, dtype = x.dtype()](
+                                                         const std::vector<Tensor>& g,
+                                                         const std::vector<Tensor>& saved) {
+    const Tensor& mask = saved[0];
     const DType dt = detail::cpu_half(g[0]) ? DType::f32 : dtype;
     Tensor gc = cast_raw(cast_raw(g[0], dtype), dt);
     Tensor dx = Tensor::empty(gc.shape(), gc.options());
@@ -60,9 +63,10 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
                                    lse.data_ptr());
   }
   Tensor per_row = autograd::record(
-      "cross_entropy", {logits}, loss,
-      [n, c, s = opt.label_smoothing, lc = autograd::save(lc), labels = autograd::save(labels), lse,
-       dtype = logits.dtype()](const std::vector<Tensor>& g) {
+      "cross_entropy", {logits}, loss, {lc, labels, lse},
+      [n, c, s = opt.label_smoothing, dtype = logits.dtype()](const std::vector<Tensor>& g,
+                                                              const std::vector<Tensor>& saved) {
+        const Tensor &lc = saved[0], &labels = saved[1], &lse = saved[2];
         Tensor gc = cast_raw(g[0], lc.dtype());
         Tensor dlogits = Tensor::empty(lc.shape(), lc.options());
         if (!gc.device().is_meta()) {

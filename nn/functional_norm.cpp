@@ -21,6 +21,95 @@ void check_param(const Tensor& p, const char* what, int64_t c, DType acc, const 
                " (expected [", c, "] ", acc, " ", x.device(), ")");
 }
 
+const void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+const char* recipe_name(Activation act) {
+  switch (act) {
+    case Activation::relu: return "batch_norm+relu";
+    case Activation::relu6: return "batch_norm+relu6";
+    case Activation::hardswish: return "batch_norm+hardswish";
+    case Activation::silu: return "batch_norm+silu";
+    case Activation::sigmoid: return "batch_norm+sigmoid";
+    case Activation::identity: return "batch_norm";
+  }
+  return "batch_norm+?";
+}
+
+// act(bn(x)) from saved statistics: the recompute of a training forward's output, bit for bit
+// (Note [Batch norm with its activation]).
+Tensor apply_saved_statistics(Activation act, const Tensor& x, const Tensor& weight,
+                              const Tensor& bias, const Tensor& mean, const Tensor& invstd) {
+  const DType dt = detail::cpu_half(x) ? DType::f32 : x.dtype();
+  Tensor xc = cast_raw(x, dt);
+  Tensor y = Tensor::empty(x.shape(), {dt, x.device()});
+  const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
+  if (!x.device().is_meta()) {
+    kernels::batch_norm_act_apply(detail::ctx_of(x), dt, act, rows, c, xc.data_ptr(),
+                                  data_or_null(weight), data_or_null(bias), mean.data_ptr(),
+                                  invstd.data_ptr(), y.data_ptr());
+  }
+  return cast_raw(y, x.dtype());
+}
+
+// Evaluation: running statistics, which are constants for backward; the activation, if any,
+// runs as its own op (evaluation with gradients is rare and not worth a fused path).
+Tensor eval_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       const Tensor& running_mean, const Tensor& running_var,
+                       const BatchNormOptions& opt, int64_t c) {
+  const DType acc = acc_dtype(x.dtype());
+  const int64_t rows = x.numel() / std::max<int64_t>(c, 1);
+  const DType dt = detail::cpu_half(x) ? DType::f32 : x.dtype();
+  Tensor xc = cast_raw(x, dt);
+  Tensor y = Tensor::empty(x.shape(), {dt, x.device()});
+  const bool meta = x.device().is_meta();
+  if (!meta) {
+    kernels::batch_norm_forward_eval(detail::ctx_of(x), dt, rows, c, xc.data_ptr(),
+                                     data_or_null(weight), data_or_null(bias),
+                                     running_mean.data_ptr(), running_var.data_ptr(), opt.eps,
+                                     y.data_ptr());
+  }
+  y = cast_raw(y, x.dtype());
+  Tensor mean, invstd;  // [C] copies of the running statistics, only when backward needs them
+  if (autograd::any_requires_grad({x, weight, bias})) {
+    mean = running_mean.detach().clone();
+    if (meta) {
+      invstd = Tensor::empty(Shape{c}, {acc, x.device()});
+    } else {
+      autograd::NoGradGuard ng;
+      std::vector<double> var = running_var.to_vector();
+      std::vector<double> inv(var.size());
+      for (size_t i = 0; i < var.size(); ++i) inv[i] = 1.0 / std::sqrt(var[i] + opt.eps);
+      invstd = from_vector(inv, Shape{c}, {acc, x.device()});
+    }
+  }
+  y = autograd::record(
+      "batch_norm", {x, weight, bias}, y, {x, weight, mean, invstd},
+      [rows, c, need_x = x.requires_grad()](const std::vector<Tensor>& g,
+                                            const std::vector<Tensor>& saved) {
+        const Tensor &x_saved = saved[0], &w = saved[1], &mean = saved[2], &is = saved[3];
+        const DType dt = detail::cpu_half(g[0]) ? DType::f32 : g[0].dtype();
+        const DType acc = acc_dtype(dt);
+        Tensor gc = cast_raw(g[0], dt), xc = cast_raw(x_saved, dt);
+        Tensor dgamma = Tensor::empty(Shape{c}, {acc, g[0].device()});
+        Tensor dbeta = Tensor::empty(Shape{c}, {acc, g[0].device()});
+        Tensor dx;
+        if (!g[0].device().is_meta()) {
+          // The training kernel's dgamma and dbeta hold with the running statistics; dx has no
+          // batch-statistic terms: dx = dy * gamma * invstd.
+          kernels::batch_norm_backward(detail::ctx_of(g[0]), dt, rows, c, xc.data_ptr(),
+                                       gc.data_ptr(), data_or_null(w), mean.data_ptr(),
+                                       is.data_ptr(), nullptr, dgamma.data_ptr(),
+                                       dbeta.data_ptr());
+          if (need_x) dx = mul(gc, w.defined() ? mul(w, is) : is);
+        } else if (need_x) {
+          dx = Tensor::empty(x_saved.shape(), {dt, g[0].device()});
+        }
+        if (dx.defined()) dx = cast_raw(dx, x_saved.dtype());
+        return std::vector<Tensor>{dx, dgamma, dbeta};
+      });
+  return opt.activation == Activation::identity ? y : activation(opt.activation, y);
+}
+
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
@@ -42,51 +131,38 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
   FRUGAL_CHECK(!opt.training || rows > 1, "batch_norm: expected more than 1 value per channel ",
                "when training, got input ", describe(x));
 
+  if (!opt.training) return eval_batch_norm(x, weight, bias, running_mean, running_var, opt, c);
+
   // Note [CPU dtypes]: 16-bit CPU inputs run in f32; params are f32 already.
   const DType dt = detail::cpu_half(x) ? DType::f32 : x.dtype();
   Tensor xc = cast_raw(x, dt);
   Tensor y = Tensor::empty(x.shape(), {dt, x.device()});
-  Tensor mean, invstd;
-  const bool meta = x.device().is_meta();
-  kernels::Context ctx = detail::ctx_of(x);
-  if (opt.training) {
-    mean = Tensor::empty(Shape{c}, {acc, x.device()});
-    invstd = Tensor::empty(Shape{c}, {acc, x.device()});
-    if (running_mean.defined()) running_mean.bump_version();
-    if (running_var.defined()) running_var.bump_version();
-    if (!meta) {
-      kernels::batch_norm_forward_train(
-          ctx, dt, rows, c, xc.data_ptr(), weight.data_ptr(), bias.data_ptr(), opt.eps,
-          opt.momentum, y.data_ptr(), mean.data_ptr(), invstd.data_ptr(),
-          running_mean.defined() ? running_mean.data_ptr() : nullptr,
-          running_var.defined() ? running_var.data_ptr() : nullptr);
-    }
-  } else {
-    if (!meta) {
-      kernels::batch_norm_forward_eval(ctx, dt, rows, c, xc.data_ptr(), weight.data_ptr(),
-                                       bias.data_ptr(), running_mean.data_ptr(),
-                                       running_var.data_ptr(), opt.eps, y.data_ptr());
-    }
-    if (autograd::any_requires_grad({x, weight, bias}) && meta) {
-      mean = Tensor::empty(Shape{c}, {acc, x.device()});
-      invstd = Tensor::empty(Shape{c}, {acc, x.device()});
-    } else if (autograd::any_requires_grad({x, weight, bias})) {
-      // In evaluation the statistics are constants: the backward below is the training one
-      // with mean/invstd from the running buffers and no batch-statistic terms.
-      autograd::NoGradGuard ng;
-      mean = running_mean.detach().clone();
-      std::vector<double> var = running_var.to_vector();
-      std::vector<double> inv(var.size());
-      for (size_t i = 0; i < var.size(); ++i) inv[i] = 1.0 / std::sqrt(var[i] + opt.eps);
-      invstd = from_vector(inv, Shape{c}, {acc, x.device()});
-    }
+  Tensor mean = Tensor::empty(Shape{c}, {acc, x.device()});    // [C]
+  Tensor invstd = Tensor::empty(Shape{c}, {acc, x.device()});  // [C]
+  // A checkpointed segment run again in backward counts its statistics once (Note
+  // [Checkpointing]).
+  const bool update_running = !autograd::recomputing();
+  Tensor rm = update_running ? running_mean : Tensor(), rv = update_running ? running_var : Tensor();
+  if (rm.defined()) rm.bump_version();
+  if (rv.defined()) rv.bump_version();
+  if (!x.device().is_meta()) {
+    kernels::batch_norm_act_forward_train(
+        detail::ctx_of(x), dt, opt.activation, rows, c, xc.data_ptr(), data_or_null(weight),
+        data_or_null(bias), opt.eps, opt.momentum, y.data_ptr(), mean.data_ptr(),
+        invstd.data_ptr(), rm.defined() ? rm.data_ptr() : nullptr,
+        rv.defined() ? rv.data_ptr() : nullptr);
   }
   y = cast_raw(y, x.dtype());
+  const Activation act = opt.activation;
+  autograd::set_recipe(y, recipe_name(act), {x, weight, bias, mean, invstd},
+                       [act](const std::vector<Tensor>& in) {
+                         return apply_saved_statistics(act, in[0], in[1], in[2], in[3], in[4]);
+                       });
   const bool need_x = x.requires_grad();
   return autograd::record(
-      "batch_norm", {x, weight, bias}, y,
-      [rows, c, need_x, training = opt.training, x_saved = autograd::save(x),
-       w_saved = autograd::save(weight), mean, invstd](const std::vector<Tensor>& g) {
+      "batch_norm", {x, weight, bias}, y, {x, weight, bias, mean, invstd},
+      [rows, c, need_x, act](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+        const Tensor &x_saved = saved[0], &w = saved[1], &b = saved[2];
         const DType dt = detail::cpu_half(g[0]) ? DType::f32 : g[0].dtype();
         const DType acc = acc_dtype(dt);
         Tensor gc = cast_raw(g[0], dt), xc = cast_raw(x_saved, dt);
@@ -94,14 +170,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
         Tensor dgamma = Tensor::empty(Shape{c}, {acc, g[0].device()});
         Tensor dbeta = Tensor::empty(Shape{c}, {acc, g[0].device()});
         if (!g[0].device().is_meta()) {
-          kernels::Context ctx = detail::ctx_of(g[0]);
-          kernels::batch_norm_backward(ctx, dt, rows, c, xc.data_ptr(), gc.data_ptr(),
-                                       w_saved.data_ptr(), mean.data_ptr(), invstd.data_ptr(),
-                                       training && need_x ? dx.data_ptr() : nullptr,
-                                       dgamma.data_ptr(), dbeta.data_ptr());
-          if (!training && need_x) {  // dx = dy * gamma * invstd (statistics are constants)
-            dx = mul(gc, mul(w_saved, invstd));
-          }
+          kernels::batch_norm_act_backward(
+              detail::ctx_of(g[0]), dt, act, rows, c, xc.data_ptr(), gc.data_ptr(),
+              data_or_null(w), data_or_null(b), saved[3].data_ptr(), saved[4].data_ptr(),
+              dx.defined() ? dx.data_ptr() : nullptr, dgamma.data_ptr(), dbeta.data_ptr());
         }
         if (dx.defined()) dx = cast_raw(dx, x_saved.dtype());
         return std::vector<Tensor>{dx, dgamma, dbeta};

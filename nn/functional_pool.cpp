@@ -45,7 +45,9 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions opt) {
     }
     return out;
   });
-  return autograd::record("max_pool2d", {x}, y, [s, x_saved = autograd::save(x)](const std::vector<Tensor>& g) {
+  return autograd::record("max_pool2d", {x}, y, {x}, [s](const std::vector<Tensor>& g,
+                                                          const std::vector<Tensor>& saved) {
+    const Tensor& x_saved = saved[0];
     Tensor gx = cast_raw(g[0], x_saved.dtype());
     Tensor dx = in_compute_dtype(x_saved, [&](const Tensor& xc) {
       Tensor gc = cast_raw(gx, xc.dtype());

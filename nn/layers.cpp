@@ -1,6 +1,7 @@
 // Layers with parameters: construction with PyTorch's default initialisation, and forward.
 #include "nn/layers.h"
 
+#include "core/autograd.h"
 #include "core/factory.h"
 #include "core/op_util.h"
 #include "core/ops.h"
@@ -66,7 +67,13 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  if (is_training()) {
+  return forward_with_activation(x, Activation::identity);
+}
+
+Tensor BatchNorm2d::forward_with_activation(const Tensor& x, Activation act) {
+  // Counted once per step: not again when a checkpointed segment recomputes (Note
+  // [Checkpointing]).
+  if (is_training() && !autograd::recomputing()) {
     // Counted on the device: no host read, and a captured graph counts on every replay.
     if (!num_batches_tracked.device().is_meta()) {
       kernels::add_i64(detail::ctx_of(num_batches_tracked), 1,
@@ -74,7 +81,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     }
   }
   return functional::batch_norm(x, weight, bias, running_mean, running_var,
-                                {is_training(), momentum_, eps_});
+                                {is_training(), momentum_, eps_, act});
 }
 
 std::string BatchNorm2d::extra_repr() const {

@@ -7,6 +7,8 @@
 
 namespace frugal::nn {
 
+using functional::Activation;
+
 struct Conv2dOptions {
   int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
   bool bias = true;
@@ -45,6 +47,9 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "BatchNorm2d"; }
+  bool takes_activation() const override { return true; }
+  // act(batch_norm(x)) as one op (Note [Batch norm with its activation]).
+  Tensor forward_with_activation(const Tensor& x, Activation act) override;
   Tensor weight, bias;                // [C] f32
   Tensor running_mean, running_var;   // [C] f32 buffers
   Tensor num_batches_tracked;         // i64 scalar buffer, as in PyTorch's state_dict
@@ -57,20 +62,27 @@ class BatchNorm2d : public Module {
   double eps_, momentum_;
 };
 
-// Stateless layers wrapping one functional op.
-#define FRUGAL_STATELESS_LAYER(Name, expr)                       \
-  class Name : public Module {                                   \
-   public:                                                       \
-    Tensor forward(const Tensor& x) override { return expr; }    \
-    std::string type_name() const override { return #Name; }     \
+// Activation layers: one functional op each; Sequential fuses them into a BatchNorm2d right
+// before them (Note [Fused activations]).
+#define FRUGAL_ACTIVATION_LAYER(Name, act)                                                     \
+  class Name : public Module {                                                                 \
+   public:                                                                                     \
+    Tensor forward(const Tensor& x) override { return functional::activation(act, x); }       \
+    std::string type_name() const override { return #Name; }                                  \
+    std::optional<Activation> as_activation() const override { return act; }                  \
   };
-FRUGAL_STATELESS_LAYER(ReLU, functional::relu(x))
-FRUGAL_STATELESS_LAYER(ReLU6, functional::relu6(x))
-FRUGAL_STATELESS_LAYER(Hardswish, functional::hardswish(x))
-FRUGAL_STATELESS_LAYER(SiLU, functional::silu(x))
-FRUGAL_STATELESS_LAYER(Sigmoid, functional::sigmoid(x))
-FRUGAL_STATELESS_LAYER(Identity, x)
-#undef FRUGAL_STATELESS_LAYER
+FRUGAL_ACTIVATION_LAYER(ReLU, Activation::relu)
+FRUGAL_ACTIVATION_LAYER(ReLU6, Activation::relu6)
+FRUGAL_ACTIVATION_LAYER(Hardswish, Activation::hardswish)
+FRUGAL_ACTIVATION_LAYER(SiLU, Activation::silu)
+FRUGAL_ACTIVATION_LAYER(Sigmoid, Activation::sigmoid)
+#undef FRUGAL_ACTIVATION_LAYER
+
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string type_name() const override { return "Identity"; }
+};
 
 class Dropout : public Module {
  public:

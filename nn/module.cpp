@@ -21,7 +21,10 @@ Tensor Module::register_buffer(std::string name, Tensor t) {
 
 void Module::collect(const std::string& prefix, bool params, NamedTensors& out) const {
   for (const auto& [name, t] : params ? params_ : buffers_) out.emplace_back(prefix + name, t);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", params, out);
+  // A child under an empty name (a wrapper's, such as nn::Checkpoint's) shares its parent's names.
+  for (const auto& [name, child] : children_) {
+    child->collect(name.empty() ? prefix : prefix + name + ".", params, out);
+  }
 }
 
 NamedTensors Module::named_parameters() const {
@@ -93,9 +96,32 @@ void Sequential::push_back(std::shared_ptr<Module> m) {
   layers_.push_back(std::move(m));
 }
 
+Tensor Module::forward_with_activation(const Tensor& x, kernels::Activation act) {
+  FRUGAL_FAIL(type_name(), ": forward_with_activation(", static_cast<int>(act),
+              ") called on a layer that does not take an activation");
+}
+
 Tensor Sequential::forward(const Tensor& x) {
+  return forward_range(0, static_cast<int64_t>(layers_.size()), x);
+}
+
+Tensor Sequential::forward_range(int64_t begin, int64_t end, const Tensor& x) const {
+  FRUGAL_CHECK(0 <= begin && begin <= end && end <= static_cast<int64_t>(layers_.size()),
+               "Sequential::forward_range: [", begin, ", ", end, ") outside ", layers_.size(),
+               " layers");
   Tensor h = x;
-  for (auto& layer : layers_) h = layer->forward(h);
+  for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
+    std::optional<kernels::Activation> next_act;
+    if (i + 1 < static_cast<size_t>(end) && layers_[i]->takes_activation()) {
+      next_act = layers_[i + 1]->as_activation();
+    }
+    if (next_act) {  // Note [Fused activations]
+      h = layers_[i]->forward_with_activation(h, *next_act);
+      ++i;
+    } else {
+      h = layers_[i]->forward(h);
+    }
+  }
   return h;
 }
 

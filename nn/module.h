@@ -11,11 +11,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/elementwise.h"
 
 namespace frugal::nn {
 
@@ -28,6 +30,14 @@ class Module {
   Tensor operator()(const Tensor& x) { return forward(x); }
   // Short type name for printing ("Conv2d").
   virtual std::string type_name() const = 0;
+
+  // Note [Fused activations]: Sequential runs a layer followed by an activation layer as one op
+  // when the first says it can take the activation (BatchNorm2d does: batch norm + activation
+  // keeps one tensor for backward instead of two). Any layer may opt in.
+  virtual bool takes_activation() const { return false; }
+  virtual Tensor forward_with_activation(const Tensor& x, kernels::Activation act);
+  // The activation this layer is, if it is only one (ReLU, ReLU6, SiLU, ...).
+  virtual std::optional<kernels::Activation> as_activation() const { return std::nullopt; }
 
   NamedTensors named_parameters() const;  // recursive, in registration order
   NamedTensors named_buffers() const;
@@ -72,6 +82,8 @@ class Sequential : public Module {
   explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
   void push_back(std::shared_ptr<Module> m);
   Tensor forward(const Tensor& x) override;
+  // Layers [begin, end) only (checkpoint_sequential's segments).
+  Tensor forward_range(int64_t begin, int64_t end, const Tensor& x) const;
   std::string type_name() const override { return "Sequential"; }
   size_t size() const { return layers_.size(); }
   const std::shared_ptr<Module>& operator[](size_t i) const { return layers_[i]; }

@@ -69,4 +69,13 @@ double Args::number(const std::string& name, double fallback) const {
   return v;
 }
 
+models::CheckpointPolicy parse_checkpoint(const std::string& command, const std::string& text) {
+  try {
+    return models::CheckpointPolicy::parse(text);
+  } catch (const Error&) {
+    throw UsageError(command + ": --checkpoint expects none, blocks or a positive number of " +
+                     "segments, got '" + text + "'");
+  }
+}
+
 }  // namespace frugal::tools

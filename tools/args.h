@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "models/model_config.h"
+
 namespace frugal::tools {
 
 // A usage error: printed on one line, exit code 2.
@@ -33,5 +35,8 @@ class Args {
   std::map<std::string, std::string> values_;
   std::set<std::string> switches_on_;
 };
+
+// `--checkpoint none|blocks|N` as a policy; a bad value is a UsageError naming the command.
+models::CheckpointPolicy parse_checkpoint(const std::string& command, const std::string& text);
 
 }  // namespace frugal::tools

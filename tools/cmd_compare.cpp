@@ -33,7 +33,9 @@ constexpr const char* kHelp =
     "  --json PATH       write the rows as JSON\n"
     "  --svg PATH        write a bar chart (ratios to f32) as SVG\n"
     "  --graph           replay the timed steps from a CUDA graph captured in the last warm-up\n"
-    "                    step (one launch a step instead of hundreds; eager on the CPU)\n";
+    "                    step (one launch a step instead of hundreds; eager on the CPU)\n"
+    "  --checkpoint none|blocks|N   activation checkpointing: none (default), every block, or\n"
+    "                    N segments of the feature layers (nn/checkpoint.h)\n";
 
 // "3x224x224" -> C, H, W
 void parse_input(const std::string& s, train::CompareOptions& o) {
@@ -61,7 +63,7 @@ void write_file(const std::string& path, const std::string& text) {
 int cmd_compare(const std::vector<std::string>& argv) {
   Args args("compare", argv,
             {"model", "batch", "input", "classes", "width", "steps", "warmup", "seed", "device",
-             "json", "svg"},
+             "json", "svg", "checkpoint"},
             {"help", "graph"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
@@ -87,6 +89,7 @@ int cmd_compare(const std::vector<std::string>& argv) {
   o.warmup = args.integer("warmup", 3, 0);
   o.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
   o.graph = args.flag("graph");
+  o.checkpoint = parse_checkpoint("compare", args.str("checkpoint", "none"));
   if (o.graph && o.warmup < 2) {
     throw UsageError(
         "compare: --graph captures in the last warm-up step after an eager one: "

@@ -47,7 +47,9 @@ constexpr const char* kHelp =
     "  --precision f32|f16|bf16  default f32; f16/bf16 autocast forward and loss (f32 master\n"
     "                        weights), f16 with dynamic loss scaling\n"
     "  --graph               replay each step from a CUDA graph captured in an epoch's second\n"
-    "                        step (one launch a step instead of hundreds)\n";
+    "                        step (one launch a step instead of hundreds)\n"
+    "  --checkpoint none|blocks|N   activation checkpointing: none (default), every block, or\n"
+    "                        N segments of the feature layers (nn/checkpoint.h)\n";
 
 }  // namespace
 
@@ -60,7 +62,8 @@ int cmd_train(const std::vector<std::string>& argv) {
   Args args("train", argv,
             {"model", "data", "data-dir", "epochs", "batch", "lr", "optimizer", "momentum",
              "weight-decay", "schedule", "warmup-epochs", "label-smoothing", "width",
-             "image-size", "limit", "test-limit", "device", "workers", "seed", "save", "resume", "precision"},
+             "image-size", "limit", "test-limit", "device", "workers", "seed", "save", "resume", "precision",
+             "checkpoint"},
             {"help", "no-augment", "graph"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
@@ -101,6 +104,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   mc.num_classes = splits.num_classes;
   mc.in_channels = splits.train->sample_shape()[2];
   mc.width = args.number("width", 1.0);
+  mc.checkpoint = parse_checkpoint("train", args.str("checkpoint", "none"));
   auto model = models::create(model_name, mc);
   model->to(device);
 

@@ -62,10 +62,14 @@ std::string mib(int64_t bytes) { return format("%.1f MiB", static_cast<double>(b
 std::string to_table(const CompareOptions& o, const std::vector<CompareRow>& rows) {
   std::string s = format(
       "%s (width %.2f), batch %lld, input %s, %lld classes, %s: %lld warm-up + "
-      "%lld timed steps%s, SGD lr %g momentum %g, seed %llu\n",
+      "%lld timed steps%s%s, SGD lr %g momentum %g, seed %llu\n",
       o.model.c_str(), o.width_multiplier, static_cast<long long>(o.batch), input_str(o).c_str(),
       static_cast<long long>(o.classes), o.device.str().c_str(), static_cast<long long>(o.warmup),
-      static_cast<long long>(o.steps), o.graph ? " (replayed from a CUDA graph)" : "", o.lr,
+      static_cast<long long>(o.steps), o.graph ? " (replayed from a CUDA graph)" : "",
+      o.checkpoint.mode == models::CheckpointPolicy::Mode::none
+          ? ""
+          : (", checkpoint " + o.checkpoint.str()).c_str(),
+      o.lr,
       o.momentum, static_cast<unsigned long long>(o.seed));
   s += format("%-9s %-24s %-24s %-22s %9s  %-20s %s\n", "precision", "peak allocated",
               "peak reserved", "img/s", "step ms", "last loss", "loss scale");

@@ -1,8 +1,10 @@
-// CPU activations (relu, relu6, hardswish, silu, sigmoid): forward, and backward from the
+// CPU activations (relu, relu6, hardswish, silu, sigmoid, identity): forward, and backward from the
 // forward input x with PyTorch's conventions at the kinks (documented per activation below).
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "kernels/cpu/activation_serial.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/elementwise.h"
 
@@ -62,6 +64,7 @@ inline T forward_one(T x) {
   }
   if constexpr (act == Activation::silu) return x * sigmoid_of(x);
   if constexpr (act == Activation::sigmoid) return sigmoid_of(x);
+  if constexpr (act == Activation::identity) return x;
 }
 
 template <Activation act, typename T>
@@ -85,6 +88,7 @@ inline T backward_one(T x, T dy) {
     T s = sigmoid_of(x);
     return dy * s * (T(1) - s);
   }
+  if constexpr (act == Activation::identity) return dy;
 }
 
 // The loops live in named functions, not in the lambdas handed to parallel_for: a lambda is
@@ -114,43 +118,35 @@ void backward_impl(int64_t n, const T* x, const T* dy, T* dx) {
   });
 }
 
+// Calls fn(std::integral_constant<Activation, act>) for the runtime `act`.
+template <typename Fn>
+void with_activation(Activation act, const char* op, Fn&& fn) {
+  switch (act) {
+    case Activation::relu: return fn(std::integral_constant<Activation, Activation::relu>{});
+    case Activation::relu6: return fn(std::integral_constant<Activation, Activation::relu6>{});
+    case Activation::hardswish:
+      return fn(std::integral_constant<Activation, Activation::hardswish>{});
+    case Activation::silu: return fn(std::integral_constant<Activation, Activation::silu>{});
+    case Activation::sigmoid: return fn(std::integral_constant<Activation, Activation::sigmoid>{});
+    case Activation::identity:
+      return fn(std::integral_constant<Activation, Activation::identity>{});
+  }
+  FRUGAL_FAIL(op, ": unknown activation ", static_cast<int>(act));
+}
+
 template <typename T>
 void forward_dispatch(Activation act, int64_t n, const void* x, void* y) {
-  auto* px = static_cast<const T*>(x);
-  auto* py = static_cast<T*>(y);
-  switch (act) {
-    case Activation::relu:
-      return forward_impl<Activation::relu>(n, px, py);
-    case Activation::relu6:
-      return forward_impl<Activation::relu6>(n, px, py);
-    case Activation::hardswish:
-      return forward_impl<Activation::hardswish>(n, px, py);
-    case Activation::silu:
-      return forward_impl<Activation::silu>(n, px, py);
-    case Activation::sigmoid:
-      return forward_impl<Activation::sigmoid>(n, px, py);
-  }
-  FRUGAL_FAIL("activation_forward: unknown activation ", static_cast<int>(act));
+  with_activation(act, "activation_forward", [&](auto a) {
+    forward_impl<decltype(a)::value>(n, static_cast<const T*>(x), static_cast<T*>(y));
+  });
 }
 
 template <typename T>
 void backward_dispatch(Activation act, int64_t n, const void* x, const void* dy, void* dx) {
-  auto* px = static_cast<const T*>(x);
-  auto* pdy = static_cast<const T*>(dy);
-  auto* pdx = static_cast<T*>(dx);
-  switch (act) {
-    case Activation::relu:
-      return backward_impl<Activation::relu>(n, px, pdy, pdx);
-    case Activation::relu6:
-      return backward_impl<Activation::relu6>(n, px, pdy, pdx);
-    case Activation::hardswish:
-      return backward_impl<Activation::hardswish>(n, px, pdy, pdx);
-    case Activation::silu:
-      return backward_impl<Activation::silu>(n, px, pdy, pdx);
-    case Activation::sigmoid:
-      return backward_impl<Activation::sigmoid>(n, px, pdy, pdx);
-  }
-  FRUGAL_FAIL("activation_backward: unknown activation ", static_cast<int>(act));
+  with_activation(act, "activation_backward", [&](auto a) {
+    backward_impl<decltype(a)::value>(n, static_cast<const T*>(x), static_cast<const T*>(dy),
+                                      static_cast<T*>(dx));
+  });
 }
 
 }  // namespace
@@ -168,5 +164,23 @@ void activation_backward(const Context& ctx, Activation act, DType dtype, int64_
   FRUGAL_CHECK(n >= 0, "activation_backward: negative size ", n);
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "activation_backward", backward_dispatch<T>(act, n, x, dy, dx));
 }
+
+template <typename T>
+void activation_forward_serial(Activation act, int64_t n, const T* x, T* y) {
+  with_activation(act, "activation_forward", [&](auto a) { forward_range<decltype(a)::value>(n, x, y); });
+}
+
+template <typename T>
+void activation_backward_serial(Activation act, int64_t n, const T* x, const T* dy, T* dx) {
+  with_activation(act, "activation_backward",
+                  [&](auto a) { backward_range<decltype(a)::value>(n, x, dy, dx); });
+}
+
+template void activation_forward_serial<float>(Activation, int64_t, const float*, float*);
+template void activation_forward_serial<double>(Activation, int64_t, const double*, double*);
+template void activation_backward_serial<float>(Activation, int64_t, const float*, const float*,
+                                                float*);
+template void activation_backward_serial<double>(Activation, int64_t, const double*,
+                                                 const double*, double*);
 
 }  // namespace frugal::kernels::cpu

@@ -1,11 +1,14 @@
-// CPU batch norm over [rows, C] (NHWC flattened): training forward with running-stat update,
-// evaluation forward, and backward. Statistics are summed in double (two passes: mean, then
+// CPU batch norm over [rows, C] (NHWC flattened), optionally fused with its activation:
+// training forward with running-stat update, evaluation forward, recompute from saved
+// statistics, and backward. Statistics are summed in double (two passes: mean, then
 // squared deviations) with per-chunk partial sums per channel, so rows split over threads.
 #include "kernels/batch_norm.h"
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "kernels/cpu/activation_serial.h"
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -40,31 +43,57 @@ void channel_sums(const Context& ctx, int64_t rows, int64_t c, int64_t width, do
   }
 }
 
-// y = (x - mean) * scale + beta with affine = [mean, scale, beta] per channel; (x - mean) is
-// explicit so that f32 does not cancel two large terms when |mean| >> std.
+// Per-channel affine [mean, scale, beta] from the saved (rounded) statistics, so that the forward
+// and a later recompute (batch_norm_act_apply) build the same numbers (Note [Batch norm with its
+// activation]).
 template <typename T>
-void apply_affine(int64_t rows, int64_t c, const T* x, const T* affine, T* y) {
+void make_affine(int64_t c, const T* mean, const T* invstd, const T* gamma, const T* beta,
+                 T* affine) {
+  for (int64_t j = 0; j < c; ++j) {
+    double g = gamma != nullptr ? static_cast<double>(gamma[j]) : 1.0;
+    affine[j] = mean[j];
+    affine[c + j] = static_cast<T>(g * static_cast<double>(invstd[j]));
+    affine[2 * c + j] = beta != nullptr ? beta[j] : T(0);
+  }
+}
+
+// u = (x - mean) * scale + beta for one row; (x - mean) is explicit so that f32 does not cancel
+// two large terms when |mean| >> std.
+template <typename T>
+inline void affine_row(int64_t c, const T* __restrict xr, const T* __restrict affine,
+                       T* __restrict ur) {
   const T* mean = affine;
   const T* scale = affine + c;
   const T* beta = affine + 2 * c;
+  for (int64_t j = 0; j < c; ++j) ur[j] = (xr[j] - mean[j]) * scale[j] + beta[j];
+}
+
+// y = act(affine(x)) row by row.
+template <typename T>
+void apply_affine(Activation act, int64_t rows, int64_t c, const T* x, const T* affine, T* y) {
   parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
+    std::vector<T> u(act == Activation::identity ? 0 : static_cast<size_t>(c));
     for (int64_t r = b; r < e; ++r) {
-      const T* __restrict xr = x + r * c;
-      T* __restrict yr = y + r * c;
-      for (int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - mean[j]) * scale[j] + beta[j];
+      if (act == Activation::identity) {
+        affine_row(c, x + r * c, affine, y + r * c);
+      } else {
+        affine_row(c, x + r * c, affine, u.data());
+        activation_forward_serial(act, c, u.data(), y + r * c);
+      }
     }
   });
 }
 
 template <typename T>
-void forward_train(const Context& ctx, int64_t rows, int64_t c, const T* x, const T* gamma,
-                   const T* beta, double eps, double momentum, T* y, T* save_mean, T* save_invstd,
-                   T* running_mean, T* running_var) {
+void forward_train(const Context& ctx, Activation act, int64_t rows, int64_t c, const T* x,
+                   const T* gamma, const T* beta, double eps, double momentum, T* y, T* save_mean,
+                   T* save_invstd, T* running_mean, T* running_var) {
   memory::DataPtr stats_buf = ctx.workspace(static_cast<size_t>(2 * c) * sizeof(double));
   double* mean = static_cast<double*>(stats_buf.get());  // [C]
   double* var = mean + c;                                // [C], sum of squared deviations
-  memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(3 * c) * sizeof(T));
+  memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(5 * c) * sizeof(T));
   T* affine = static_cast<T*>(affine_buf.get());  // [3, C]: mean, scale, beta
+  T* rounded = affine + 3 * c;                    // [2, C]: mean and invstd as saved
   channel_sums(ctx, rows, c, 1, mean, [&](int64_t r, double* __restrict acc) {
     const T* __restrict xr = x + r * c;
     for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(xr[j]);
@@ -79,13 +108,10 @@ void forward_train(const Context& ctx, int64_t rows, int64_t c, const T* x, cons
   });
   for (int64_t j = 0; j < c; ++j) {
     double biased = var[j] / static_cast<double>(rows);
-    double invstd = 1.0 / std::sqrt(biased + eps);
-    double g = gamma != nullptr ? static_cast<double>(gamma[j]) : 1.0;
-    affine[j] = static_cast<T>(mean[j]);
-    affine[c + j] = static_cast<T>(g * invstd);
-    affine[2 * c + j] = beta != nullptr ? beta[j] : T(0);
-    if (save_mean != nullptr) save_mean[j] = static_cast<T>(mean[j]);
-    if (save_invstd != nullptr) save_invstd[j] = static_cast<T>(invstd);
+    rounded[j] = static_cast<T>(mean[j]);
+    rounded[c + j] = static_cast<T>(1.0 / std::sqrt(biased + eps));
+    if (save_mean != nullptr) save_mean[j] = rounded[j];
+    if (save_invstd != nullptr) save_invstd[j] = rounded[c + j];
     // PyTorch: the running variance takes the unbiased estimate.
     double unbiased = var[j] / static_cast<double>(rows - 1);
     if (running_mean != nullptr) {
@@ -95,7 +121,8 @@ void forward_train(const Context& ctx, int64_t rows, int64_t c, const T* x, cons
       running_var[j] = static_cast<T>((1 - momentum) * running_var[j] + momentum * unbiased);
     }
   }
-  apply_affine(rows, c, x, affine, y);
+  make_affine(c, rounded, rounded + c, gamma, beta, affine);
+  apply_affine(act, rows, c, x, affine, y);
 }
 
 template <typename T>
@@ -110,26 +137,54 @@ void forward_eval(const Context& ctx, int64_t rows, int64_t c, const T* x, const
     affine[c + j] = static_cast<T>(g * invstd);
     affine[2 * c + j] = beta != nullptr ? beta[j] : T(0);
   }
-  apply_affine(rows, c, x, affine, y);
+  apply_affine(Activation::identity, rows, c, x, affine, y);
 }
 
-// With xhat = (x - mean) * invstd, M = rows:
-//   dbeta = sum dy, dgamma = sum dy * xhat,
-//   dx = gamma * invstd / M * (M * dy - dbeta - xhat * dgamma).
 template <typename T>
-void backward(const Context& ctx, int64_t rows, int64_t c, const T* x, const T* dy, const T* gamma,
-              const T* save_mean, const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
+void apply_saved(const Context& ctx, Activation act, int64_t rows, int64_t c, const T* x,
+                 const T* gamma, const T* beta, const T* mean, const T* invstd, T* y) {
+  memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(3 * c) * sizeof(T));
+  T* affine = static_cast<T*>(affine_buf.get());
+  make_affine(c, mean, invstd, gamma, beta, affine);
+  apply_affine(act, rows, c, x, affine, y);
+}
+
+// With u = bn(x), du = act'(u) * dy, xhat = (x - mean) * invstd, M = rows:
+//   dbeta = sum du, dgamma = sum du * xhat,
+//   dx = gamma * invstd / M * (M * du - dbeta - xhat * dgamma).
+// du is recomputed per row in both passes, never stored.
+template <typename T>
+void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const T* x,
+              const T* dy, const T* gamma, const T* beta, const T* save_mean,
+              const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
+  const bool fused = act != Activation::identity;
+  memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(3 * c) * sizeof(T));
+  T* affine = static_cast<T*>(affine_buf.get());
+  make_affine(c, save_mean, save_invstd, gamma, beta, affine);
+  // The gradient reaching bn's output for row r: dy itself, or act'(u) * dy into `du`.
+  auto grad_row = [&](int64_t r, T* u, T* du) -> const T* {
+    if (!fused) return dy + r * c;
+    affine_row(c, x + r * c, affine, u);
+    activation_backward_serial(act, c, u, dy + r * c, du);
+    return du;
+  };
   memory::DataPtr sums_buf = ctx.workspace(static_cast<size_t>(2 * c) * sizeof(double));
-  double* sums = static_cast<double*>(sums_buf.get());  // [2, C]: sum dy, sum dy * (x - mean)
-  channel_sums(ctx, rows, c, 2, sums, [&](int64_t r, double* __restrict acc) {
-    const T* __restrict xr = x + r * c;
-    const T* __restrict dyr = dy + r * c;
-    for (int64_t j = 0; j < c; ++j) {
-      double g = static_cast<double>(dyr[j]);
-      acc[j] += g;
-      acc[c + j] += g * (static_cast<double>(xr[j]) - static_cast<double>(save_mean[j]));
-    }
-  });
+  double* sums = static_cast<double*>(sums_buf.get());  // [2, C]: sum du, sum du * (x - mean)
+  {
+    // channel_sums walks rows in chunks on threads; each thread needs its own row buffers.
+    const size_t row_buf = fused ? static_cast<size_t>(2 * c) : 0;
+    channel_sums(ctx, rows, c, 2, sums, [&](int64_t r, double* __restrict acc) {
+      thread_local std::vector<T> buf;
+      if (buf.size() < row_buf) buf.resize(row_buf);
+      const T* __restrict xr = x + r * c;
+      const T* __restrict gr = grad_row(r, buf.data(), buf.data() + c);
+      for (int64_t j = 0; j < c; ++j) {
+        double g = static_cast<double>(gr[j]);
+        acc[j] += g;
+        acc[c + j] += g * (static_cast<double>(xr[j]) - static_cast<double>(save_mean[j]));
+      }
+    });
+  }
   for (int64_t j = 0; j < c; ++j) {
     if (dbeta != nullptr) dbeta[j] = static_cast<T>(sums[j]);
     if (dgamma != nullptr) {
@@ -137,7 +192,7 @@ void backward(const Context& ctx, int64_t rows, int64_t c, const T* x, const T* 
     }
   }
   if (dx == nullptr) return;
-  // dx = a * dy + b * (x - mean) + d per channel, folding every constant ahead of the row
+  // dx = a * du + b * (x - mean) + d per channel, folding every constant ahead of the row
   // loop; (x - mean) stays explicit so f32 does not cancel two large terms when |mean| >> std.
   memory::DataPtr coef_buf = ctx.workspace(static_cast<size_t>(4 * c) * sizeof(T));
   T* ca = static_cast<T*>(coef_buf.get());
@@ -157,21 +212,22 @@ void backward(const Context& ctx, int64_t rows, int64_t c, const T* x, const T* 
     cm[j] = static_cast<T>(mean);
   }
   parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
+    std::vector<T> buf(fused ? static_cast<size_t>(2 * c) : 0);
     for (int64_t r = b; r < e; ++r) {
       const T* __restrict xr = x + r * c;
-      const T* __restrict dyr = dy + r * c;
+      const T* __restrict gr = grad_row(r, buf.data(), buf.data() + c);
       T* __restrict dxr = dx + r * c;
-      for (int64_t j = 0; j < c; ++j) dxr[j] = ca[j] * dyr[j] + cb[j] * (xr[j] - cm[j]) + cd[j];
+      for (int64_t j = 0; j < c; ++j) dxr[j] = ca[j] * gr[j] + cb[j] * (xr[j] - cm[j]) + cd[j];
     }
   });
 }
 
 }  // namespace
 
-void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int64_t c,
-                              const void* x, const void* gamma, const void* beta, double eps,
-                              double momentum, void* y, void* save_mean, void* save_invstd,
-                              void* running_mean, void* running_var) {
+void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation act, int64_t rows,
+                                  int64_t c, const void* x, const void* gamma, const void* beta,
+                                  double eps, double momentum, void* y, void* save_mean,
+                                  void* save_invstd, void* running_mean, void* running_var) {
   check_bn("batch_norm_forward_train", rows, c);
   if (rows == 0) return;
   FRUGAL_CHECK(rows > 1,
@@ -179,10 +235,30 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
                "training, got [rows=",
                rows, ", C=", c, "]");
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_forward_train", {
-    forward_train<T>(ctx, rows, c, static_cast<const T*>(x), static_cast<const T*>(gamma),
+    forward_train<T>(ctx, act, rows, c, static_cast<const T*>(x), static_cast<const T*>(gamma),
                      static_cast<const T*>(beta), eps, momentum, static_cast<T*>(y),
                      static_cast<T*>(save_mean), static_cast<T*>(save_invstd),
                      static_cast<T*>(running_mean), static_cast<T*>(running_var));
+  });
+}
+
+void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int64_t c,
+                              const void* x, const void* gamma, const void* beta, double eps,
+                              double momentum, void* y, void* save_mean, void* save_invstd,
+                              void* running_mean, void* running_var) {
+  cpu::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta, eps,
+                               momentum, y, save_mean, save_invstd, running_mean, running_var);
+}
+
+void batch_norm_act_apply(const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,
+                          const void* x, const void* gamma, const void* beta, const void* mean,
+                          const void* invstd, void* y) {
+  check_bn("batch_norm_act_apply", rows, c);
+  if (rows == 0) return;
+  FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_act_apply", {
+    apply_saved<T>(ctx, act, rows, c, static_cast<const T*>(x), static_cast<const T*>(gamma),
+                   static_cast<const T*>(beta), static_cast<const T*>(mean),
+                   static_cast<const T*>(invstd), static_cast<T*>(y));
   });
 }
 
@@ -199,16 +275,24 @@ void batch_norm_forward_eval(const Context& ctx, DType dtype, int64_t rows, int6
   });
 }
 
+void batch_norm_act_backward(const Context& ctx, DType dtype, Activation act, int64_t rows,
+                             int64_t c, const void* x, const void* dy, const void* gamma,
+                             const void* beta, const void* save_mean, const void* save_invstd,
+                             void* dx, void* dgamma, void* dbeta) {
+  check_bn("batch_norm_backward", rows, c);
+  FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_backward", {
+    backward<T>(ctx, act, rows, c, static_cast<const T*>(x), static_cast<const T*>(dy),
+                static_cast<const T*>(gamma), static_cast<const T*>(beta),
+                static_cast<const T*>(save_mean), static_cast<const T*>(save_invstd),
+                static_cast<T*>(dx), static_cast<T*>(dgamma), static_cast<T*>(dbeta));
+  });
+}
+
 void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t c, const void* x,
                          const void* dy, const void* gamma, const void* save_mean,
                          const void* save_invstd, void* dx, void* dgamma, void* dbeta) {
-  check_bn("batch_norm_backward", rows, c);
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_backward", {
-    backward<T>(ctx, rows, c, static_cast<const T*>(x), static_cast<const T*>(dy),
-                static_cast<const T*>(gamma), static_cast<const T*>(save_mean),
-                static_cast<const T*>(save_invstd), static_cast<T*>(dx), static_cast<T*>(dgamma),
-                static_cast<T*>(dbeta));
-  });
+  cpu::batch_norm_act_backward(ctx, dtype, Activation::identity, rows, c, x, dy, gamma, nullptr,
+                          save_mean, save_invstd, dx, dgamma, dbeta);
 }
 
 }  // namespace frugal::kernels::cpu

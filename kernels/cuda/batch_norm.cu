@@ -2,8 +2,12 @@
 // partial kernel (16-byte channel packs x rows a block, float sums over a slice of rows, shifted
 // by the first row for the variance) and a per-channel finish in double (one warp per channel);
 // then an elementwise pass over packs.
-// x/y/dx/dy are f32/f16/bf16, parameters and statistics are f32.
+// x/y/dx/dy are f32/f16/bf16, parameters and statistics are f32. An activation may follow the
+// normalisation (Note [Batch norm with its activation] in kernels/batch_norm.h): forward applies
+// it before the store, backward takes its derivative at u = bn(x) recomputed from the saved
+// statistics with the forward's own expression, so that u matches the forward bit for bit.
 #include "kernels/batch_norm.h"
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <initializer_list>
@@ -11,6 +15,23 @@
 
 namespace frugal::kernels::cuda {
 namespace {
+
+// The gradient reaching bn's output: dy, or act'(u) * dy with u recomputed.
+struct BnOutputGrad {
+  Activation act;
+  const float* mean;
+  const float* invstd;
+  const float* gamma;  // nullable: 1
+  const float* beta;   // nullable: 0
+  __device__ __forceinline__ float operator()(float x, float dy, int64_t ch) const {
+    if (act == Activation::identity) return dy;
+    float g = gamma != nullptr ? gamma[ch] : 1.0f;
+    float b = beta != nullptr ? beta[ch] : 0.0f;
+    float u = (x - mean[ch]) * (invstd[ch] * g) + b;
+    return ActBackwardFn{act}(u, dy);
+  }
+};
+
 
 // Channel packs (pack_width in cuda_common.cuh): 16-byte loads when C divides into them (every
 // MobileNet width does), else one channel per thread. 16-bit rows were load-latency bound with
@@ -23,7 +44,8 @@ namespace {
 // and writes partial[(split * C + c) * 2 + {0, 1}].
 template <typename T, bool kBackward, int V>
 __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const T* x,
-                                       const T* dy, const float* mean, float* partial) {
+                                       const T* dy, BnOutputGrad out_grad, float* partial) {
+  const float* mean = out_grad.mean;
   const int64_t cvs = c / V;
   const int block_rows = kThreads / lanes;
   const int lane = static_cast<int>(threadIdx.x) % lanes;
@@ -52,7 +74,7 @@ __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const
         Pack<T, V> gv = load_pack<T, V>(dy + row * c + c0);
 #pragma unroll
         for (int v = 0; v < V; ++v) {
-          float g = to_f(gv.v[v]);
+          float g = out_grad(to_f(xv.v[v]), to_f(gv.v[v]), c0 + v);
           a[v] += g;
           b[v] += g * (to_f(xv.v[v]) - center[v]);
         }
@@ -132,7 +154,8 @@ __global__ void forward_finish_kernel(int64_t rows, int64_t c, int splits, const
 template <typename T, int V>
 __global__ void normalize_kernel(int64_t n, int64_t c, const T* x, const float* mean,
                                  const float* invstd, const float* var, float eps,
-                                 const float* gamma, const float* beta, T* y) {
+                                 const float* gamma, const float* beta, Activation act, T* y) {
+  const ActForwardFn f{act};
   const int64_t packs = n / V;
   for (int64_t i = thread_index(); i < packs; i += grid_stride()) {
     const int64_t c0 = (i * V) % c;
@@ -144,7 +167,7 @@ __global__ void normalize_kernel(int64_t n, int64_t c, const T* x, const float* 
       float is = var != nullptr ? rsqrtf(var[ch] + eps) : invstd[ch];
       float g = gamma != nullptr ? gamma[ch] : 1.0f;
       float b = beta != nullptr ? beta[ch] : 0.0f;
-      out.v[v] = from_f<T>((to_f(xv.v[v]) - mean[ch]) * (is * g) + b);
+      out.v[v] = from_f<T>(f((to_f(xv.v[v]) - mean[ch]) * (is * g) + b));
     }
     *reinterpret_cast<Pack<T, V>*>(y + i * V) = out;
   }
@@ -173,7 +196,8 @@ __global__ void backward_finish_kernel(int64_t rows, int64_t c, int splits, cons
 
 template <typename T, int V>
 __global__ void backward_dx_kernel(int64_t n, int64_t c, const T* x, const T* dy,
-                                   const float* mean, const float* coef, T* dx) {
+                                   BnOutputGrad out_grad, const float* coef, T* dx) {
+  const float* mean = out_grad.mean;
   const int64_t packs = n / V;
   for (int64_t i = thread_index(); i < packs; i += grid_stride()) {
     const int64_t c0 = (i * V) % c;
@@ -183,8 +207,9 @@ __global__ void backward_dx_kernel(int64_t n, int64_t c, const T* x, const T* dy
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t ch = c0 + v;
-      float r = coef[ch] *
-                (to_f(gv.v[v]) - coef[c + ch] - (to_f(xv.v[v]) - mean[ch]) * coef[2 * c + ch]);
+      const float xf = to_f(xv.v[v]);
+      float r = coef[ch] * (out_grad(xf, to_f(gv.v[v]), ch) - coef[c + ch] -
+                            (xf - mean[ch]) * coef[2 * c + ch]);
       out.v[v] = from_f<T>(r);
     }
     *reinterpret_cast<Pack<T, V>*>(dx + i * V) = out;
@@ -248,17 +273,17 @@ PartialPlan plan_partials(const Context& ctx, int64_t rows, int64_t c) {
   return {narrow, partial_grid(ctx, rows, c, narrow ? kNarrowPack<V> : V)};
 }
 
-// dy and mean are null in the forward pass (kBackward false).
+// dy and out_grad's pointers are null in the forward pass (kBackward false).
 template <typename T, bool kBackward, int V>
 void launch_partials(const PartialPlan& plan, cudaStream_t s, int64_t rows, int64_t c,
-                     const T* x, const T* dy, const float* mean, float* partial) {
+                     const T* x, const T* dy, const BnOutputGrad& out_grad, float* partial) {
   const PartialGrid& pg = plan.pg;
   if (plan.narrow) {
     channel_partial_kernel<T, kBackward, kNarrowPack<V>>
-        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, mean, partial);
+        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, out_grad, partial);
   } else {
     channel_partial_kernel<T, kBackward, V>
-        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, mean, partial);
+        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, out_grad, partial);
   }
   FRUGAL_LAUNCH_CHECK();
 }
@@ -286,10 +311,10 @@ void check_common(const Context& ctx, DType dtype, int64_t rows, int64_t c, cons
 
 }  // namespace
 
-void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int64_t c,
-                              const void* x, const void* gamma, const void* beta, double eps,
-                              double momentum, void* y, void* save_mean, void* save_invstd,
-                              void* running_mean, void* running_var) {
+void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation act, int64_t rows,
+                                  int64_t c, const void* x, const void* gamma, const void* beta,
+                                  double eps, double momentum, void* y, void* save_mean,
+                                  void* save_invstd, void* running_mean, void* running_var) {
   const char* op = "batch_norm_forward_train";
   check_common(ctx, dtype, rows, c, op);
   if (c == 0) return;
@@ -311,14 +336,42 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
       float* scratch = partial + static_cast<int64_t>(pg.splits) * c * 2;
       auto mean = save_mean != nullptr ? static_cast<float*>(save_mean) : scratch;
       auto invstd = save_invstd != nullptr ? static_cast<float*>(save_invstd) : scratch + c;
-      launch_partials<T, false, V>(plan, s, rows, c, xt, nullptr, nullptr, partial);
+      launch_partials<T, false, V>(plan, s, rows, c, xt, nullptr, BnOutputGrad{}, partial);
       forward_finish_kernel<T><<<finish_blocks(c), kThreads, 0, s>>>(
           rows, c, pg.splits, partial, xt, eps, momentum, mean, invstd,
           static_cast<float*>(running_mean), static_cast<float*>(running_var));
       FRUGAL_LAUNCH_CHECK();
       normalize_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
           rows * c, c, xt, mean, invstd, nullptr, 0.0f, static_cast<const float*>(gamma),
-          static_cast<const float*>(beta), static_cast<T*>(y));
+          static_cast<const float*>(beta), act, static_cast<T*>(y));
+      FRUGAL_LAUNCH_CHECK();
+    });
+  });
+}
+
+void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int64_t c,
+                              const void* x, const void* gamma, const void* beta, double eps,
+                              double momentum, void* y, void* save_mean, void* save_invstd,
+                              void* running_mean, void* running_var) {
+  cuda::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta, eps,
+                               momentum, y, save_mean, save_invstd, running_mean, running_var);
+}
+
+void batch_norm_act_apply(const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,
+                          const void* x, const void* gamma, const void* beta, const void* mean,
+                          const void* invstd, void* y) {
+  const char* op = "batch_norm_act_apply";
+  check_common(ctx, dtype, rows, c, op);
+  if (rows == 0 || c == 0) return;
+  DeviceGuard guard(ctx.device);
+  cudaStream_t s = stream_of(ctx, op);
+  FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
+    with_pack_width<T>(c, {x, y}, [&](auto pack) {
+      constexpr int V = decltype(pack)::value;
+      normalize_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
+          rows * c, c, static_cast<const T*>(x), static_cast<const float*>(mean),
+          static_cast<const float*>(invstd), nullptr, 0.0f, static_cast<const float*>(gamma),
+          static_cast<const float*>(beta), act, static_cast<T*>(y));
       FRUGAL_LAUNCH_CHECK();
     });
   });
@@ -340,21 +393,24 @@ void batch_norm_forward_eval(const Context& ctx, DType dtype, int64_t rows, int6
           rows * c, c, static_cast<const T*>(x), static_cast<const float*>(running_mean),
           nullptr, static_cast<const float*>(running_var), static_cast<float>(eps),
           static_cast<const float*>(gamma), static_cast<const float*>(beta),
-          static_cast<T*>(y));
+          Activation::identity, static_cast<T*>(y));
       FRUGAL_LAUNCH_CHECK();
     });
   });
 }
 
-void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t c, const void* x,
-                         const void* dy, const void* gamma, const void* save_mean,
-                         const void* save_invstd, void* dx, void* dgamma, void* dbeta) {
+void batch_norm_act_backward(const Context& ctx, DType dtype, Activation act, int64_t rows,
+                             int64_t c, const void* x, const void* dy, const void* gamma,
+                             const void* beta, const void* save_mean, const void* save_invstd,
+                             void* dx, void* dgamma, void* dbeta) {
   const char* op = "batch_norm_backward";
   check_common(ctx, dtype, rows, c, op);
   if (c == 0) return;
   DeviceGuard guard(ctx.device);
   cudaStream_t s = stream_of(ctx, op);
-  auto mean = static_cast<const float*>(save_mean);
+  const BnOutputGrad out_grad{act, static_cast<const float*>(save_mean),
+                              static_cast<const float*>(save_invstd),
+                              static_cast<const float*>(gamma), static_cast<const float*>(beta)};
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     auto xt = static_cast<const T*>(x);
     auto dyt = static_cast<const T*>(dy);
@@ -366,7 +422,7 @@ void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t 
           (static_cast<size_t>(pg.splits) * c * 2 + 3 * static_cast<size_t>(c)) * sizeof(float));
       auto partial = static_cast<float*>(ws.get());
       float* coef = partial + static_cast<int64_t>(pg.splits) * c * 2;  // [3, C]
-      launch_partials<T, true, V>(plan, s, rows, c, xt, dyt, mean, partial);
+      launch_partials<T, true, V>(plan, s, rows, c, xt, dyt, out_grad, partial);
       backward_finish_kernel<<<finish_blocks(c), kThreads, 0, s>>>(
           rows, c, pg.splits, partial, static_cast<const float*>(gamma),
           static_cast<const float*>(save_invstd), static_cast<float*>(dgamma),
@@ -374,11 +430,18 @@ void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t 
       FRUGAL_LAUNCH_CHECK();
       if (dx != nullptr && rows > 0) {
         backward_dx_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
-            rows * c, c, xt, dyt, mean, coef, static_cast<T*>(dx));
+            rows * c, c, xt, dyt, out_grad, coef, static_cast<T*>(dx));
         FRUGAL_LAUNCH_CHECK();
       }
     });
   });
+}
+
+void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t c, const void* x,
+                         const void* dy, const void* gamma, const void* save_mean,
+                         const void* save_invstd, void* dx, void* dgamma, void* dbeta) {
+  cuda::batch_norm_act_backward(ctx, dtype, Activation::identity, rows, c, x, dy, gamma, nullptr,
+                          save_mean, save_invstd, dx, dgamma, dbeta);
 }
 
 }  // namespace frugal::kernels::cuda

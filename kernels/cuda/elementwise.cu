@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/half.h"
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/elementwise.h"
 
@@ -88,45 +89,6 @@ __global__ void binary_broadcast_kernel(Broadcast bc, BinaryFn fn, const T* a, c
 struct AffineFn {
   float alpha, beta;
   __device__ float operator()(float x) const { return alpha * x + beta; }
-};
-
-__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-struct ActForwardFn {
-  Activation act;
-  __device__ float operator()(float x) const {
-    switch (act) {
-      case Activation::relu: return x > 0.0f ? x : 0.0f;
-      case Activation::relu6: return fminf(fmaxf(x, 0.0f), 6.0f);
-      case Activation::hardswish: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
-      case Activation::silu: return x * sigmoidf(x);
-      case Activation::sigmoid: return sigmoidf(x);
-    }
-    return 0.0f;
-  }
-};
-
-// dx = f'(x) * dy; the kinks follow PyTorch (relu/relu6 pass where 0 < x (< 6), hardswish is
-// x/3 + 1/2 on [-3, 3]).
-struct ActBackwardFn {
-  Activation act;
-  __device__ float operator()(float x, float dy) const {
-    switch (act) {
-      case Activation::relu: return x > 0.0f ? dy : 0.0f;
-      case Activation::relu6: return (x > 0.0f && x < 6.0f) ? dy : 0.0f;
-      case Activation::hardswish:
-        return x < -3.0f ? 0.0f : (x <= 3.0f ? dy * (x / 3.0f + 0.5f) : dy);
-      case Activation::silu: {
-        float s = sigmoidf(x);
-        return dy * s * (1.0f + x * (1.0f - s));
-      }
-      case Activation::sigmoid: {
-        float s = sigmoidf(x);
-        return dy * s * (1.0f - s);
-      }
-    }
-    return 0.0f;
-  }
 };
 
 template <typename In, typename Out>

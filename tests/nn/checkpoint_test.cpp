@@ -1,0 +1,153 @@
+// Activation checkpointing (Note [Checkpointing]): gradients equal to the plain step bit for bit
+// on the CPU in f32, batch-norm statistics counted once, dropout masks reproduced, the autocast
+// state replayed, and parameter names unchanged.
+#include <gtest/gtest.h>
+
+#include "core/autocast.h"
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/ops.h"
+#include "models/registry.h"
+#include "nn/checkpoint.h"
+#include "nn/functional.h"
+#include "nn/layers.h"
+
+using namespace frugal;
+namespace F = frugal::nn::functional;
+
+namespace {
+
+struct StepResult {
+  std::vector<std::pair<std::string, std::vector<double>>> grads, buffers;
+  double loss = 0;
+  uint64_t generator_offset = 0;
+};
+
+// One forward/backward of a small model from a fixed seed; `dtype` autocasts when not f32.
+StepResult run_step(const models::CheckpointPolicy& policy, const std::string& name = "mobilenet_v2",
+                    DType dtype = DType::f32) {
+  default_generator().manual_seed(42);
+  auto model = models::create(name, {.num_classes = 5, .in_channels = 3, .width = 0.35,
+                                     .dropout = 0.5, .checkpoint = policy});
+  model->train();
+  Generator gen(1);
+  Tensor x = randn({4, 32, 32, 3}, gen);
+  Tensor labels = from_vector({0, 1, 2, 4}, Shape{4}, {.dtype = DType::i64});
+  Tensor loss;
+  {
+    AutocastGuard amp(Device::cpu(), DType::bf16, dtype != DType::f32);
+    loss = F::cross_entropy(model->forward(x), labels);
+  }
+  loss.backward();
+  StepResult r;
+  r.loss = loss.item();
+  for (auto& [n, p] : model->named_parameters()) {
+    r.grads.emplace_back(n, p.grad().defined() ? p.grad().to_vector() : std::vector<double>{});
+  }
+  for (auto& [n, b] : model->named_buffers()) r.buffers.emplace_back(n, b.to_vector());
+  r.generator_offset = default_generator().offset();
+  return r;
+}
+
+void expect_same(const StepResult& a, const StepResult& b) {
+  EXPECT_EQ(a.loss, b.loss);
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    EXPECT_EQ(a.grads[i].first, b.grads[i].first);
+    EXPECT_FALSE(a.grads[i].second.empty()) << a.grads[i].first << " got no gradient";
+    EXPECT_EQ(a.grads[i].second, b.grads[i].second) << a.grads[i].first;
+  }
+  ASSERT_EQ(a.buffers.size(), b.buffers.size());
+  for (size_t i = 0; i < a.buffers.size(); ++i) {
+    EXPECT_EQ(a.buffers[i].second, b.buffers[i].second) << a.buffers[i].first;
+  }
+  EXPECT_EQ(a.generator_offset, b.generator_offset);
+}
+
+}  // namespace
+
+TEST(Checkpoint, BlocksGiveTheSameStepBitForBit) {
+  // Buffers include running statistics and num_batches_tracked (1, not 2): counted once.
+  const StepResult plain = run_step({});
+  expect_same(plain, run_step(models::CheckpointPolicy::parse("blocks")));
+  for (auto& [name, values] : plain.buffers) {
+    if (name.find("num_batches_tracked") != std::string::npos) EXPECT_EQ(values[0], 1.0) << name;
+  }
+}
+
+TEST(Checkpoint, SegmentsGiveTheSameStepBitForBit) {
+  expect_same(run_step({}), run_step(models::CheckpointPolicy::parse("3")));
+}
+
+TEST(Checkpoint, EveryZooModelCheckpointsItsBlocks) {
+  for (const char* name : {"mobilenet_v1", "efficientnet_b0", "resnet18"}) {
+    SCOPED_TRACE(name);
+    // EfficientNet's stochastic depth draws from the default generator inside the blocks: the
+    // replay must draw the same rows.
+    expect_same(run_step({}, name), run_step(models::CheckpointPolicy::parse("blocks"), name));
+  }
+}
+
+TEST(Checkpoint, ReplaysTheAutocastState) {
+  expect_same(run_step({}, "mobilenet_v2", DType::bf16),
+              run_step(models::CheckpointPolicy::parse("blocks"), "mobilenet_v2", DType::bf16));
+}
+
+TEST(Checkpoint, DropoutMasksAreReproduced) {
+  // A segment that draws from the default generator: the replay must use the same mask.
+  auto seq = std::make_shared<nn::Sequential>();
+  seq->push_back(std::make_shared<nn::Linear>(6, 6));
+  seq->push_back(std::make_shared<nn::Dropout>(0.5));
+  seq->push_back(std::make_shared<nn::ReLU>());
+  Generator gen(2);
+  Tensor x = randn({5, 6}, gen, {.requires_grad = true});
+  auto grads = [&](bool checkpointed) {
+    default_generator().manual_seed(9);
+    seq->zero_grad();
+    x.zero_grad();
+    Tensor y = checkpointed ? nn::Checkpoint(seq).forward(x) : seq->forward(x);
+    sum(mul(y, y)).backward();
+    std::vector<double> g = x.grad().to_vector();
+    for (const Tensor& p : seq->parameters()) {
+      for (double v : p.grad().to_vector()) g.push_back(v);
+    }
+    g.push_back(static_cast<double>(default_generator().offset()));
+    return g;
+  };
+  EXPECT_EQ(grads(false), grads(true));
+}
+
+TEST(Checkpoint, WrapperKeepsParameterNames) {
+  auto plain = models::create("mobilenet_v2", {.num_classes = 5, .width = 0.35});
+  auto wrapped = models::create("mobilenet_v2", {.num_classes = 5,
+                                                 .width = 0.35,
+                                                 .checkpoint = models::CheckpointPolicy::parse("blocks")});
+  auto a = plain->named_parameters(), b = wrapped->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].first, b[i].first);
+  auto ba = plain->named_buffers(), bb = wrapped->named_buffers();
+  ASSERT_EQ(ba.size(), bb.size());
+  for (size_t i = 0; i < ba.size(); ++i) EXPECT_EQ(ba[i].first, bb[i].first);
+}
+
+TEST(Checkpoint, SegmentKeepsOnlyItsInput) {
+  // A checkpointed segment saves its input and nothing inside.
+  auto seq = std::make_shared<nn::Sequential>();
+  seq->push_back(std::make_shared<nn::Conv2d>(4, 16, 3, nn::Conv2dOptions{.padding = 1}));
+  seq->push_back(std::make_shared<nn::BatchNorm2d>(16));
+  seq->push_back(std::make_shared<nn::ReLU>());
+  seq->push_back(std::make_shared<nn::Conv2d>(16, 4, 1));
+  Generator gen(4);
+  Tensor x = randn({2, 8, 8, 4}, gen, {.requires_grad = true});
+  Tensor y = nn::Checkpoint(seq).forward(x);
+  EXPECT_EQ(autograd::saved_bytes({y}), x.nbytes());
+  EXPECT_GT(autograd::saved_bytes({seq->forward(x)}), 4 * x.nbytes());
+}
+
+TEST(Checkpoint, BadPolicyIsRejected) {
+  EXPECT_THROW(models::CheckpointPolicy::parse("0"), Error);
+  EXPECT_THROW(models::CheckpointPolicy::parse("some"), Error);
+  EXPECT_THROW(models::CheckpointPolicy::parse("2x"), Error);
+  EXPECT_EQ(models::CheckpointPolicy::parse("4").segments, 4);
+  EXPECT_EQ(models::CheckpointPolicy::parse("blocks").str(), "blocks");
+}
