@@ -57,7 +57,12 @@ def cpu_name():
     return platform.processor() or "unknown CPU"
 
 
-def build_model(torch, torchvision, in_channels, classes):
+def build_model(torch, torchvision, in_channels, classes, name="mobilenet_v2"):
+    if name != "mobilenet_v2":
+        assert in_channels == 3, "only mobilenet_v2 takes other input channels here"
+        if name == "resnet18":
+            return torchvision.models.resnet18(num_classes=classes)
+        return getattr(torchvision.models, name)(num_classes=classes)
     model = torchvision.models.mobilenet_v2(num_classes=classes)
     if in_channels != 3:
         # torchvision's first conv is features[0][0]: Conv2d(3, 32, 3, stride 2, padding 1).
@@ -65,6 +70,40 @@ def build_model(torch, torchvision, in_channels, classes):
         model.features[0][0] = torch.nn.Conv2d(in_channels, old.out_channels, old.kernel_size,
                                                old.stride, old.padding, bias=False)
     return model
+
+
+def with_checkpointing(torch, model, name, mode):
+    """model's forward with torch.utils.checkpoint applied as frugal's --checkpoint does."""
+    if mode == "none":
+        return model
+    from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+    blocks = []
+    if name == "resnet18":
+        stages = [model.layer1, model.layer2, model.layer3, model.layer4]
+        blocks = [(s, i) for s in stages for i in range(len(s))]
+    elif name == "efficientnet_b0":
+        blocks = [(s, i) for s in model.features[1:8] for i in range(len(s))]
+    else:
+        blocks = [(model.features, i) for i in range(1, len(model.features) - 1)]
+    if mode == "blocks":
+        class Checkpointed(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x):
+                return checkpoint(self.inner, x, use_reentrant=False)
+        for parent, i in blocks:
+            parent[i] = Checkpointed(parent[i])
+        return model
+    segments = int(mode)
+    assert name != "resnet18", "segments: feature models only"
+
+    def forward(x):
+        h = checkpoint_sequential(model.features, segments, x, use_reentrant=False)
+        h = torch.nn.functional.adaptive_avg_pool2d(h, 1).flatten(1)
+        return model.classifier(h)
+    return forward
 
 
 def print_kernel_profile(torch, step):
@@ -91,7 +130,8 @@ def print_kernel_profile(torch, step):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--model", default="mobilenet_v2", choices=["mobilenet_v2"])
+    p.add_argument("--model", default="mobilenet_v2",
+                   choices=["mobilenet_v2", "resnet18", "efficientnet_b0", "mobilenet_v1"])
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--input", type=parse_chw, default=parse_chw("1x32x32"))
     p.add_argument("--classes", type=int, default=10)
@@ -108,6 +148,14 @@ def main():
                         "PyTorch's CUDA-semantics notes describe (whole step for f32/bf16; for f16 "
                         "forward, loss and scaled backward, with GradScaler.step eager, since it "
                         "synchronises)")
+    p.add_argument("--checkpoint", default="none",
+                   help="none, blocks (torch.utils.checkpoint around every block) or N "
+                        "(checkpoint_sequential over the feature layers)")
+    p.add_argument("--compile", default="none",
+                   help="none, default (torch.compile), or budget:X (torch.compile with "
+                        "torch._functorch.config.activation_memory_budget = X)")
+    p.add_argument("--memory-cap-mib", type=int, default=0,
+                   help="CUDA: cap with torch.cuda.set_per_process_memory_fraction")
     p.add_argument("--profile", action="store_true",
                    help="after the timed steps, print the GPU kernels of one more step "
                         "(torch.profiler) to stderr")
@@ -126,7 +174,15 @@ def main():
     fmt = torch.channels_last if channels_last else torch.contiguous_format
 
     c, h, w = a.input
-    model = build_model(torch, torchvision, c, a.classes).to(dev, memory_format=fmt).train()
+    model = build_model(torch, torchvision, c, a.classes, a.model).to(dev, memory_format=fmt).train()
+    if a.memory_cap_mib > 0 and dev.type == "cuda":
+        total = torch.cuda.get_device_properties(dev).total_memory
+        torch.cuda.set_per_process_memory_fraction(a.memory_cap_mib * 2.0**20 / total, dev)
+    forward = with_checkpointing(torch, model, a.model, a.checkpoint)
+    if a.compile != "none":
+        if a.compile.startswith("budget:"):
+            torch._functorch.config.activation_memory_budget = float(a.compile.split(":", 1)[1])
+        forward = torch.compile(forward)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     images = torch.randn(a.batch, c, h, w, device=dev).contiguous(memory_format=fmt)
     labels = torch.randint(0, a.classes, (a.batch,), device=dev)
@@ -140,7 +196,7 @@ def main():
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            loss = torch.nn.functional.cross_entropy(forward(images), labels)
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
@@ -234,6 +290,7 @@ def main():
         "device_name": name,
         "precision": a.precision,
         "graph": graphed,
+        "config": f"checkpoint {a.checkpoint}" + ("" if a.compile == "none" else f", compile {a.compile}"),
         "layout": "channels_last" if channels_last else "NCHW",
         "batch": a.batch,
         "input": "x".join(str(v) for v in a.input),

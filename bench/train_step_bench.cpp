@@ -22,6 +22,7 @@
 #include "kernels/context.h"
 #include "kernels/host_profile.h"
 #include "memory/allocator.h"
+#include "memory/cuda_allocators.h"
 #include "models/registry.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
@@ -44,7 +45,9 @@ constexpr const char* kUsage =
     "usage: train_step_bench [--device cpu|cuda] [--model mobilenet_v2] [--batch N]\n"
     "                        [--input CxHxW] [--classes K] [--precision f32|f16|bf16]\n"
     "                        [--warmup N] [--steps N] [--seed S] [--json] [--profile]\n"
-    "                        [--graph]\n"
+    "                        [--graph] [--checkpoint none|blocks|N] [--memory-cap-mib M]\n"
+    "  --checkpoint:     activation checkpointing (models::CheckpointPolicy)\n"
+    "  --memory-cap-mib: cap the CUDA caching allocator's reserved memory (an OOM beyond it)\n"
     "  --graph:   capture the step as a CUDA graph in the last warm-up step and replay it\n"
     "             (train/captured_step.h); eager where graphs are not available\n"
     "  --profile: bracket the last timed step with cudaProfilerStart/Stop, for\n"
@@ -87,7 +90,7 @@ std::string device_name(Device device) {
 int run(int argc, char** argv) {
   Flags flags(argc, argv,
               {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps",
-               "seed"},
+               "seed", "checkpoint", "memory-cap-mib"},
               {"json", "help", "profile", "graph"});
   if (flags.flag("help")) {
     std::cout << kUsage;
@@ -110,7 +113,15 @@ int run(int argc, char** argv) {
     throw std::invalid_argument("--device " + device.str() + ": no such CUDA device");
   if (device.is_meta()) throw std::invalid_argument("--device meta has no clock to time");
 
-  auto model = models::create(model_name, {.num_classes = classes, .in_channels = chw[0]});
+  const models::CheckpointPolicy checkpoint =
+      models::CheckpointPolicy::parse(flags.str("checkpoint", "none"));
+  if (const int64_t cap_mib = flags.integer("memory-cap-mib", 0, 0); cap_mib > 0) {
+    if (!device.is_cuda()) throw std::invalid_argument("--memory-cap-mib needs a CUDA device");
+    memory::cuda_caching_allocator(device.index)
+        .set_memory_cap_bytes(static_cast<size_t>(cap_mib) << 20);
+  }
+  auto model = models::create(
+      model_name, {.num_classes = classes, .in_channels = chw[0], .checkpoint = checkpoint});
   model->to(device);
   model->train();
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
@@ -179,6 +190,7 @@ int run(int argc, char** argv) {
   j["device_name"] = device_name(device);
   j["precision"] = precision;
   j["graph"] = graph && captured.captured();
+  j["config"] = "checkpoint " + checkpoint.str();
   j["layout"] = "NHWC";
   j["batch"] = batch;
   j["input"] = input;

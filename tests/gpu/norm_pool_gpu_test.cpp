@@ -78,6 +78,69 @@ TEST(GpuBatchNorm, TrainEvalBackwardMatchCpu) {
   }
 }
 
+// Note [Batch norm with its activation]: the fused kernels against the CPU's, and the recompute
+// equal to the forward bit for bit. The CPU reference takes the GPU's saved statistics, so both
+// sides evaluate the activation's derivative at the same pre-activation values (a value within
+// rounding of a kink could otherwise take the other side); the data are fixed by their seeds.
+TEST(GpuBatchNorm, FusedActivationMatchesCpuAndRecomputesExactly) {
+  SKIP_WITHOUT_GPU();
+  using kernels::Activation;
+  struct Size {
+    int64_t rows, c;
+  };
+  const double eps = 1e-5, momentum = 0.1;
+  for (int a = 0; a < kernels::kNumActivations; ++a) {
+    const auto act = static_cast<Activation>(a);
+    for (DType t : kDTypes) {
+      for (Size sz : {Size{70, 13}, Size{3001, 37}, Size{2, 5}, Size{4099, 32}, Size{517, 12}}) {
+        SCOPED_TRACE(detail::str("activation ", a, " ", dtype_name(t), " rows ", sz.rows, " c ",
+                                 sz.c));
+        const int64_t n = sz.rows * sz.c;
+        const auto c = static_cast<size_t>(sz.c);
+        auto x = random_values(static_cast<size_t>(n), 41, t, -1, 3);
+        auto dy = random_values(static_cast<size_t>(n), 42, t);
+        auto gamma = random_values(c, 43, DType::f32, 1, 4);  // spreads u over every kink
+        auto beta = random_values(c, 44, DType::f32, -1, 4);
+        DeviceBuffer dx = to_device(t, x), ddy = to_device(t, dy);
+        DeviceBuffer dg = to_device(DType::f32, gamma), db = to_device(DType::f32, beta);
+        DeviceBuffer dy_out(t, n), dmean(DType::f32, sz.c), dinv(DType::f32, sz.c);
+        dy_out.poison();
+        kernels::cuda::batch_norm_act_forward_train(gpu(), t, act, sz.rows, sz.c, dx.get(),
+                                                    dg.get(), db.get(), eps, momentum,
+                                                    dy_out.get(), dmean.get(), dinv.get(),
+                                                    nullptr, nullptr);
+        std::vector<float> mean = dmean.download(), invstd = dinv.download();
+        std::vector<float> y(n);
+        kernels::cpu::batch_norm_act_apply(cpu(), DType::f32, act, sz.rows, sz.c, x.data(),
+                                           gamma.data(), beta.data(), mean.data(),
+                                           invstd.data(), y.data());
+        std::vector<float> y_gpu = dy_out.download();
+        EXPECT_CLOSE(y_gpu, y, tolerance(t));
+
+        DeviceBuffer again(t, n);
+        again.poison();
+        kernels::cuda::batch_norm_act_apply(gpu(), t, act, sz.rows, sz.c, dx.get(), dg.get(),
+                                            db.get(), dmean.get(), dinv.get(), again.get());
+        EXPECT_EQ(again.download(), y_gpu) << "the recompute must equal the forward exactly";
+
+        std::vector<float> gx(n), ggamma(c), gbeta(c);
+        kernels::cpu::batch_norm_act_backward(cpu(), DType::f32, act, sz.rows, sz.c, x.data(),
+                                              dy.data(), gamma.data(), beta.data(), mean.data(),
+                                              invstd.data(), gx.data(), ggamma.data(),
+                                              gbeta.data());
+        DeviceBuffer dgx(t, n), dgg(DType::f32, sz.c), dgb(DType::f32, sz.c);
+        dgx.poison();
+        kernels::cuda::batch_norm_act_backward(gpu(), t, act, sz.rows, sz.c, dx.get(), ddy.get(),
+                                               dg.get(), db.get(), dmean.get(), dinv.get(),
+                                               dgx.get(), dgg.get(), dgb.get());
+        EXPECT_CLOSE(dgx.download(), gx, t == DType::f32 ? 1e-4 : tolerance(t));
+        EXPECT_CLOSE(dgg.download(), ggamma, 1e-4);
+        EXPECT_CLOSE(dgb.download(), gbeta, 1e-4);
+      }
+    }
+  }
+}
+
 TEST(GpuPooling, MaxAvgGlobalMatchCpu) {
   SKIP_WITHOUT_GPU();
   struct Case {
