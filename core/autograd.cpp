@@ -94,7 +94,7 @@ std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& i
                            std::vector<Tensor> outputs, BackwardFn fn) {
   if (!any_requires_grad(inputs)) return outputs;
   return record(name, inputs, std::move(outputs), {},
-                [fn = std::move(fn)](const std::vector<Tensor>& g, const std::vector<Tensor>&) {
+                [fn = std::move(fn)](const std::vector<Tensor>& g, std::vector<Tensor>&) {
                   return fn(g);
                 });
 }

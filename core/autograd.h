@@ -53,9 +53,11 @@ class Node {
 };
 
 using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grads)>;
-// grads: one per output; saved: the node's saved list, unpacked (recipes recomputed).
+// grads: one per output; saved: the node's saved list, unpacked (recipes recomputed). A backward
+// may reset an entry of `saved` once it is done with it, so that a recomputed tensor is freed
+// before the rest of the backward allocates (conv2d drops its input after the weight gradient).
 using SavedBackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grads,
-                                                          const std::vector<Tensor>& saved)>;
+                                                          std::vector<Tensor>& saved)>;
 
 // A node whose backward is a closure over its declared saved tensors (and small constants).
 class FunctionNode final : public Node {
@@ -130,6 +132,11 @@ class RecomputingGuard {
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 // The edge a gradient for `t` flows into (its grad_fn, or its leaf accumulator).
 Edge edge_of(const Tensor& t);
+// True when this handle is the only reference to t's bytes (no other tensor, view or user handle
+// shares them): a backward may then write its result over an incoming gradient it no longer needs.
+inline bool sole_owner(const Tensor& t) {
+  return t.defined() && t.impl_ptr().use_count() == 1 && t.impl().storage.use_count() == 1;
+}
 // A fresh creation-order number, for nodes built by hand rather than through record().
 uint64_t next_sequence_nr();
 // A tensor captured by an old-style closure: same data, no history (so the graph has no cycles).

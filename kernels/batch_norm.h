@@ -61,7 +61,7 @@ FRUGAL_DECLARE_KERNEL(batch_norm_act_apply,
 
 // Backward of act(bn(x)) from x and the saved statistics: the activation's derivative is taken
 // at the recomputed pre-activation u = bn(x), never stored. dx (nullable), dgamma and dbeta
-// (nullable) are overwritten; beta may be null (0).
+// (nullable) are overwritten; beta may be null (0). dx may be dy itself (written in place).
 FRUGAL_DECLARE_KERNEL(batch_norm_act_backward,
                       (const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,
                        const void* x, const void* dy, const void* gamma, const void* beta,

@@ -48,26 +48,30 @@ Tensor conv_forward_raw(const Tensor& x, const Tensor& w, const Tensor& b,
 
 // Gradients in the compute dtype `dt` (f32 for 16-bit CPU tensors); dw and db in f32 instead
 // when `param_dtype` (autocast::grad_dtype of the weight) asks for it and the kernel can write it.
-std::vector<Tensor> conv_backward_raw(const Tensor& g, const Tensor& x, const Tensor& w,
-                                      bool need_x, bool need_w, bool need_b,
-                                      const kernels::Conv2dShape& s, DType param_dtype) {
+// The weight gradient comes first and the input x (often recomputed, Note [Saved tensors]) is
+// released before dx is allocated, so the two activation-sized buffers never coexist.
+std::vector<Tensor> conv_backward_raw(const Tensor& g, Tensor&& x, const Tensor& w, bool need_x,
+                                      bool need_w, bool need_b, const kernels::Conv2dShape& s,
+                                      DType param_dtype) {
   DType dt = detail::cpu_half(g) ? DType::f32 : g.dtype();
   DType dw_dt = param_dtype == DType::f32 ? DType::f32 : dt;
-  Tensor gc = cast_raw(g, dt), xc = need_w ? cast_raw(x, dt) : x, wc = need_x ? cast_raw(w, dt) : w;
+  Tensor gc = cast_raw(g, dt), wc = need_x ? cast_raw(w, dt) : w;
   Tensor dx, dw, db;
   kernels::Context ctx = detail::ctx_of(g);
   bool meta = g.device().is_meta();
-  if (need_x) {
-    dx = Tensor::empty(Shape{s.n, s.h, s.w, s.c}, {dt, g.device()});
-    if (!meta) kernels::conv2d_backward_input(ctx, dt, s, gc.data_ptr(), wc.data_ptr(), dx.data_ptr());
-  }
   if (need_w || need_b) {
+    Tensor xc = cast_raw(x, dt);
     dw = Tensor::empty(Shape{s.k, s.kh, s.kw, s.cin_per_group()}, {dw_dt, g.device()});
     if (need_b) db = Tensor::empty(Shape{s.k}, {dw_dt, g.device()});
     if (!meta) {
       kernels::conv2d_backward_weight(ctx, dt, dw_dt, s, xc.data_ptr(), gc.data_ptr(),
                                       dw.data_ptr(), need_b ? db.data_ptr() : nullptr);
     }
+  }
+  x = Tensor();
+  if (need_x) {
+    dx = Tensor::empty(Shape{s.n, s.h, s.w, s.c}, {dt, g.device()});
+    if (!meta) kernels::conv2d_backward_input(ctx, dt, s, gc.data_ptr(), wc.data_ptr(), dx.data_ptr());
   }
   return {dx, dw, db};
 }
@@ -94,9 +98,9 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, Conv2d
       "conv2d", {x, weight, bias}, y, {need_w ? x : Tensor(), need_x ? weight : Tensor()},
       [s, need_x, need_w, need_b, dx_dtype = x.dtype(), dw_dtype = autocast::grad_dtype(weight),
        db_dtype = autocast::grad_dtype(bias)](const std::vector<Tensor>& g,
-                                              const std::vector<Tensor>& saved) {
-        std::vector<Tensor> d =
-            conv_backward_raw(g[0], saved[0], saved[1], need_x, need_w, need_b, s, dw_dtype);
+                                              std::vector<Tensor>& saved) {
+        std::vector<Tensor> d = conv_backward_raw(g[0], std::move(saved[0]), saved[1], need_x,
+                                                  need_w, need_b, s, dw_dtype);
         return std::vector<Tensor>{d[0].defined() ? cast_raw(d[0], dx_dtype) : d[0],
                                    d[1].defined() ? cast_raw(d[1], dw_dtype) : d[1],
                                    d[2].defined() ? cast_raw(d[2], db_dtype) : d[2]};

@@ -214,9 +214,10 @@ void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const
   parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
     std::vector<T> buf(fused ? static_cast<size_t>(2 * c) : 0);
     for (int64_t r = b; r < e; ++r) {
+      // dx may be dy itself (kernels/batch_norm.h): gr and dxr may alias, element for element.
       const T* __restrict xr = x + r * c;
-      const T* __restrict gr = grad_row(r, buf.data(), buf.data() + c);
-      T* __restrict dxr = dx + r * c;
+      const T* gr = grad_row(r, buf.data(), buf.data() + c);
+      T* dxr = dx + r * c;
       for (int64_t j = 0; j < c; ++j) dxr[j] = ca[j] * gr[j] + cb[j] * (xr[j] - cm[j]) + cd[j];
     }
   });

@@ -133,9 +133,18 @@ TEST(GpuBatchNorm, FusedActivationMatchesCpuAndRecomputesExactly) {
         kernels::cuda::batch_norm_act_backward(gpu(), t, act, sz.rows, sz.c, dx.get(), ddy.get(),
                                                dg.get(), db.get(), dmean.get(), dinv.get(),
                                                dgx.get(), dgg.get(), dgb.get());
-        EXPECT_CLOSE(dgx.download(), gx, t == DType::f32 ? 1e-4 : tolerance(t));
+        // With two rows dx is a difference of two nearly equal terms (the normalised values are
+        // +-1), so f32 keeps fewer digits of it than of larger batches.
+        const double dx_tol = t == DType::f32 ? (sz.rows > 2 ? 1e-4 : 1e-3) : tolerance(t);
+        EXPECT_CLOSE(dgx.download(), gx, dx_tol);
         EXPECT_CLOSE(dgg.download(), ggamma, 1e-4);
         EXPECT_CLOSE(dgb.download(), gbeta, 1e-4);
+
+        // Written over dy (what the autograd op does when it owns the incoming gradient).
+        kernels::cuda::batch_norm_act_backward(gpu(), t, act, sz.rows, sz.c, dx.get(), ddy.get(),
+                                               dg.get(), db.get(), dmean.get(), dinv.get(),
+                                               ddy.get(), dgg.get(), dgb.get());
+        EXPECT_EQ(ddy.download(), dgx.download()) << "in place must equal out of place";
       }
     }
   }
