@@ -16,19 +16,61 @@
 namespace frugal::kernels::cuda {
 namespace {
 
-// The gradient reaching bn's output: dy, or act'(u) * dy with u recomputed.
+// out[v] = p[c0 + v] for v < V (`fallback` everywhere when p is null): 16-byte loads when V
+// divides into fours and p + c0 is 16-byte aligned (c0 is a multiple of V), else one by one.
+// Per-channel numbers were loaded one float per element before; the packed loads keep the
+// fused kernels as light on the load units as the plain ones.
+template <int V>
+__device__ __forceinline__ void load_channels(const float* p, int64_t c0, float (&out)[V],
+                                              float fallback) {
+  if (p == nullptr) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[v] = fallback;
+    return;
+  }
+  if constexpr (V % 4 == 0) {
+    if ((reinterpret_cast<uintptr_t>(p + c0) & 15u) == 0) {
+#pragma unroll
+      for (int v = 0; v < V; v += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(p + c0 + v);
+        out[v] = f.x, out[v + 1] = f.y, out[v + 2] = f.z, out[v + 3] = f.w;
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v) out[v] = p[c0 + v];
+}
+
+// Where the gradient reaching bn's output comes from: dy, or act'(u) * dy with u = bn(x)
+// recomputed from the saved statistics.
 struct BnOutputGrad {
+  Activation act = Activation::identity;
+  const float* mean = nullptr;
+  const float* invstd = nullptr;
+  const float* gamma = nullptr;  // nullable: 1
+  const float* beta = nullptr;   // nullable: 0
+};
+
+// BnOutputGrad for the V channels from c0, held in registers. u is the forward's expression,
+// (x - mean) * (invstd * gamma) + beta in float, so it equals the forward's u bit for bit.
+template <int V>
+struct OutputGradPack {
   Activation act;
-  const float* mean;
-  const float* invstd;
-  const float* gamma;  // nullable: 1
-  const float* beta;   // nullable: 0
-  __device__ __forceinline__ float operator()(float x, float dy, int64_t ch) const {
+  float mean[V], scale[V], shift[V];
+  __device__ __forceinline__ OutputGradPack(const BnOutputGrad& g, int64_t c0) : act(g.act) {
+    load_channels<V>(g.mean, c0, mean, 0.0f);
+    if (act == Activation::identity) return;
+    float gm[V];
+    load_channels<V>(g.invstd, c0, scale, 1.0f);
+    load_channels<V>(g.gamma, c0, gm, 1.0f);
+    load_channels<V>(g.beta, c0, shift, 0.0f);
+#pragma unroll
+    for (int v = 0; v < V; ++v) scale[v] *= gm[v];
+  }
+  __device__ __forceinline__ float operator()(int v, float x, float dy) const {
     if (act == Activation::identity) return dy;
-    float g = gamma != nullptr ? gamma[ch] : 1.0f;
-    float b = beta != nullptr ? beta[ch] : 0.0f;
-    float u = (x - mean[ch]) * (invstd[ch] * g) + b;
-    return ActBackwardFn{act}(u, dy);
+    return ActBackwardFn{act}((x - mean[v]) * scale[v] + shift[v], dy);
   }
 };
 
@@ -45,7 +87,6 @@ struct BnOutputGrad {
 template <typename T, bool kBackward, int V>
 __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const T* x,
                                        const T* dy, BnOutputGrad out_grad, float* partial) {
-  const float* mean = out_grad.mean;
   const int64_t cvs = c / V;
   const int block_rows = kThreads / lanes;
   const int lane = static_cast<int>(threadIdx.x) % lanes;
@@ -58,9 +99,11 @@ __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const
   if (active) {
     const int64_t c0 = cv * V;
     float center[V];
+    // The channels of a thread are fixed: their numbers are loaded once, before the rows.
+    const OutputGradPack<V> grad_of(out_grad, c0);
     if (kBackward) {
 #pragma unroll
-      for (int v = 0; v < V; ++v) center[v] = mean[c0 + v];
+      for (int v = 0; v < V; ++v) center[v] = grad_of.mean[v];
     } else {
       Pack<T, V> first = load_pack<T, V>(x + c0);
 #pragma unroll
@@ -74,7 +117,7 @@ __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const
         Pack<T, V> gv = load_pack<T, V>(dy + row * c + c0);
 #pragma unroll
         for (int v = 0; v < V; ++v) {
-          float g = out_grad(to_f(xv.v[v]), to_f(gv.v[v]), c0 + v);
+          float g = grad_of(v, to_f(xv.v[v]), to_f(gv.v[v]));
           a[v] += g;
           b[v] += g * (to_f(xv.v[v]) - center[v]);
         }
@@ -160,14 +203,16 @@ __global__ void normalize_kernel(int64_t n, int64_t c, const T* x, const float* 
   for (int64_t i = thread_index(); i < packs; i += grid_stride()) {
     const int64_t c0 = (i * V) % c;
     Pack<T, V> xv = load_pack<T, V>(x + i * V);
+    float mu[V], is[V], g[V], b[V];
+    load_channels<V>(mean, c0, mu, 0.0f);
+    load_channels<V>(var != nullptr ? var : invstd, c0, is, 1.0f);
+    load_channels<V>(gamma, c0, g, 1.0f);
+    load_channels<V>(beta, c0, b, 0.0f);
     Pack<T, V> out;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int64_t ch = c0 + v;
-      float is = var != nullptr ? rsqrtf(var[ch] + eps) : invstd[ch];
-      float g = gamma != nullptr ? gamma[ch] : 1.0f;
-      float b = beta != nullptr ? beta[ch] : 0.0f;
-      out.v[v] = from_f<T>(f((to_f(xv.v[v]) - mean[ch]) * (is * g) + b));
+      if (var != nullptr) is[v] = rsqrtf(is[v] + eps);
+      out.v[v] = from_f<T>(f((to_f(xv.v[v]) - mu[v]) * (is[v] * g[v]) + b[v]));
     }
     *reinterpret_cast<Pack<T, V>*>(y + i * V) = out;
   }
@@ -197,19 +242,21 @@ __global__ void backward_finish_kernel(int64_t rows, int64_t c, int splits, cons
 template <typename T, int V>
 __global__ void backward_dx_kernel(int64_t n, int64_t c, const T* x, const T* dy,
                                    BnOutputGrad out_grad, const float* coef, T* dx) {
-  const float* mean = out_grad.mean;
   const int64_t packs = n / V;
   for (int64_t i = thread_index(); i < packs; i += grid_stride()) {
     const int64_t c0 = (i * V) % c;
     Pack<T, V> xv = load_pack<T, V>(x + i * V);
     Pack<T, V> gv = load_pack<T, V>(dy + i * V);
+    const OutputGradPack<V> grad_of(out_grad, c0);
+    float k1[V], k2[V], k3[V];
+    load_channels<V>(coef, c0, k1, 0.0f);
+    load_channels<V>(coef + c, c0, k2, 0.0f);
+    load_channels<V>(coef + 2 * c, c0, k3, 0.0f);
     Pack<T, V> out;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int64_t ch = c0 + v;
       const float xf = to_f(xv.v[v]);
-      float r = coef[ch] * (out_grad(xf, to_f(gv.v[v]), ch) - coef[c + ch] -
-                            (xf - mean[ch]) * coef[2 * c + ch]);
+      float r = k1[v] * (grad_of(v, xf, to_f(gv.v[v])) - k2[v] - (xf - grad_of.mean[v]) * k3[v]);
       out.v[v] = from_f<T>(r);
     }
     *reinterpret_cast<Pack<T, V>*>(dx + i * V) = out;
