@@ -165,11 +165,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
         const Tensor &x_saved = saved[0], &w = saved[1], &b = saved[2];
         const DType dt = detail::cpu_half(g[0]) ? DType::f32 : g[0].dtype();
         const DType acc = acc_dtype(dt);
-        Tensor gc = cast_raw(g[0], dt), xc = cast_raw(x_saved, dt);
         // dx is written over the incoming gradient when nothing else holds it (each element is
         // read before it is written, in both kernel families): one activation-sized buffer
-        // less at the widest layers.
-        const bool reuse = need_x && gc.same(g[0]) && autograd::sole_owner(g[0]);
+        // less at the widest layers. Asked before gc below takes a second handle to it.
+        const bool reuse = need_x && g[0].dtype() == dt && autograd::sole_owner(g[0]);
+        Tensor gc = cast_raw(g[0], dt), xc = cast_raw(x_saved, dt);
         Tensor dx = reuse    ? gc
                     : need_x ? Tensor::empty(x_saved.shape(), {dt, g[0].device()})
                              : Tensor();

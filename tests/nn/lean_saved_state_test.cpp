@@ -8,6 +8,7 @@
 #include "core/ops.h"
 #include "gradcheck.h"
 #include "nn/functional.h"
+#include "memory/allocator.h"
 #include "nn/layers.h"
 
 using namespace frugal;
@@ -158,4 +159,26 @@ TEST(LeanSavedState, RecipesDoNotOutliveBackward) {
   autograd::NoGradGuard no_grad;
   Tensor y2 = F::batch_norm(x, gamma, beta, Tensor(), Tensor(), {.activation = Activation::relu});
   EXPECT_FALSE(autograd::has_recipe(y2));
+}
+
+TEST(LeanSavedState, BatchNormBackwardWritesOverAGradientItOwns) {
+  // sum's backward hands batch norm a fresh gradient nobody else holds: dx goes into it, so the
+  // backward never holds two activation-sized buffers (x is the leaf, counted before).
+  Generator gen(13);
+  Tensor x = randn({8, 16, 16, 32}, gen, {.requires_grad = true});
+  Tensor gamma = ones({32}, {.requires_grad = true}), beta = zeros({32}, {.requires_grad = true});
+  Tensor loss = sum(F::batch_norm(x, gamma, beta, Tensor(), Tensor(),
+                                  {.activation = Activation::relu6}));
+  memory::Allocator& cpu = memory::cpu_allocator();
+  const int64_t before = cpu.stats().allocated_bytes.current;
+  cpu.reset_peak_stats();
+  loss.backward();
+  const int64_t extra = cpu.stats().allocated_bytes.peak - before;
+  EXPECT_GE(extra, static_cast<int64_t>(x.nbytes()));
+  EXPECT_LT(extra, static_cast<int64_t>(x.nbytes()) * 3 / 2) << "dx was not written in place";
+  // And a gradient the caller still holds is left alone.
+  Tensor y = F::batch_norm(x, gamma, beta, Tensor(), Tensor());
+  Tensor g = full(y.shape(), 1.0);
+  y.backward(g);
+  for (double v : g.to_vector()) ASSERT_EQ(v, 1.0);
 }
