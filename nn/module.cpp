@@ -110,9 +110,18 @@ Tensor Sequential::forward_range(int64_t begin, int64_t end, const Tensor& x) co
                "Sequential::forward_range: [", begin, ", ", end, ") outside ", layers_.size(),
                " layers");
   Tensor h = x;
-  for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
+  run(static_cast<size_t>(begin), static_cast<size_t>(end), h);
+  return h;
+}
+
+void Sequential::run(size_t begin, size_t end, Tensor& h) const {
+  for (size_t i = begin; i < end; ++i) {
+    if (const Sequential* inner = layers_[i]->as_plain_sequential()) {
+      inner->run(0, inner->layers_.size(), h);  // Note [Flat sequential runs]
+      continue;
+    }
     std::optional<kernels::Activation> next_act;
-    if (i + 1 < static_cast<size_t>(end) && layers_[i]->takes_activation()) {
+    if (i + 1 < end && layers_[i]->takes_activation()) {
       next_act = layers_[i + 1]->as_activation();
     }
     if (next_act) {  // Note [Fused activations]
@@ -122,7 +131,6 @@ Tensor Sequential::forward_range(int64_t begin, int64_t end, const Tensor& x) co
       h = layers_[i]->forward(h);
     }
   }
-  return h;
 }
 
 }  // namespace frugal::nn

@@ -182,3 +182,40 @@ TEST(LeanSavedState, BatchNormBackwardWritesOverAGradientItOwns) {
   y.backward(g);
   for (double v : g.to_vector()) ASSERT_EQ(v, 1.0);
 }
+
+TEST(LeanSavedState, NestedSequentialsHoldNoMoreThanAFlatOne) {
+  // Note [Flat sequential runs]: the inner runs hold one activation at a time, as a flat list
+  // of the same layers does; nested calls used to keep each inner input alive until they returned.
+  auto conv_a = std::make_shared<nn::Conv2d>(4, 32, 1, nn::Conv2dOptions{.bias = false});
+  auto bn_a = std::make_shared<nn::BatchNorm2d>(32);
+  auto conv_b = std::make_shared<nn::Conv2d>(32, 32, 3,
+                                             nn::Conv2dOptions{.stride = 2, .padding = 1, .groups = 32});
+  auto bn_b = std::make_shared<nn::BatchNorm2d>(32);
+  auto inner_a = std::make_shared<nn::Sequential>(
+      std::vector<std::shared_ptr<nn::Module>>{conv_a, bn_a, std::make_shared<nn::ReLU6>()});
+  auto inner_b = std::make_shared<nn::Sequential>(
+      std::vector<std::shared_ptr<nn::Module>>{conv_b, bn_b, std::make_shared<nn::ReLU6>()});
+  nn::Sequential nested({inner_a, inner_b});
+  nn::Sequential flat({conv_a, bn_a, std::make_shared<nn::ReLU6>(), conv_b, bn_b,
+                       std::make_shared<nn::ReLU6>()});
+  Generator gen(17);
+  Tensor x = randn({4, 16, 16, 4}, gen);
+  memory::Allocator& cpu = memory::cpu_allocator();
+  auto forward_peak = [&](nn::Sequential& net, std::vector<double>* out) {
+    const int64_t before = cpu.stats().allocated_bytes.current;
+    cpu.reset_peak_stats();
+    Tensor y = net.forward(x);
+    *out = y.to_vector();
+    return cpu.stats().allocated_bytes.peak - before;
+  };
+  std::vector<double> y_nested, y_flat;
+  const int64_t nested_peak = forward_peak(nested, &y_nested);
+  const int64_t flat_peak = forward_peak(flat, &y_flat);
+  EXPECT_EQ(y_nested, y_flat);
+  EXPECT_EQ(nested_peak, flat_peak);
+  // Without flattening the expand output (4*16*16*32 f32) would still be alive at the depthwise
+  // batch norm: the peak stays below conv_a's output, conv_b's output, its batch norm output and
+  // the saved expand output together.
+  const int64_t wide = 4 * 16 * 16 * 32 * 4, narrow = wide / 4;
+  EXPECT_LT(nested_peak, 2 * wide + 2 * narrow);
+}
