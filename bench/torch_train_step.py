@@ -83,8 +83,9 @@ def with_checkpointing(torch, model, name, mode):
         blocks = [(s, i) for s in stages for i in range(len(s))]
     elif name == "efficientnet_b0":
         blocks = [(s, i) for s in model.features[1:8] for i in range(len(s))]
+        blocks += [(model.features, 0), (model.features, 8)]
     else:
-        blocks = [(model.features, i) for i in range(1, len(model.features) - 1)]
+        blocks = [(model.features, i) for i in range(len(model.features))]
     if mode == "blocks":
         class Checkpointed(torch.nn.Module):
             def __init__(self, inner):
@@ -177,7 +178,8 @@ def main():
     model = build_model(torch, torchvision, c, a.classes, a.model).to(dev, memory_format=fmt).train()
     if a.memory_cap_mib > 0 and dev.type == "cuda":
         total = torch.cuda.get_device_properties(dev).total_memory
-        torch.cuda.set_per_process_memory_fraction(a.memory_cap_mib * 2.0**20 / total, dev)
+        torch.cuda.set_per_process_memory_fraction(a.memory_cap_mib * 2.0**20 / total,
+                                                   dev.index or 0)
     forward = with_checkpointing(torch, model, a.model, a.checkpoint)
     if a.compile != "none":
         if a.compile.startswith("budget:"):

@@ -47,9 +47,9 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
   for (const Stage& st : kStages) total_blocks += st.layers;
 
   features_ = register_module("features", std::make_shared<nn::Sequential>());
-  features_->push_back(std::make_shared<Conv2dNormActivation>(
+  features_->push_back(cfg.checkpoint.wrap_block(std::make_shared<Conv2dNormActivation>(
       cfg.in_channels, ch(kStages[0].in),
-      ConvNormOptions{.kernel = 3, .stride = 2, .act = Act::silu}));
+      ConvNormOptions{.kernel = 3, .stride = 2, .act = Act::silu})));
   int64_t block_id = 0;
   for (const Stage& st : kStages) {
     auto stage = std::make_shared<nn::Sequential>();
@@ -65,8 +65,8 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
     features_->push_back(stage);
   }
   const int64_t last_in = ch(kStages[6].out), last = 4 * last_in;
-  features_->push_back(std::make_shared<Conv2dNormActivation>(
-      last_in, last, ConvNormOptions{.kernel = 1, .act = Act::silu}));
+  features_->push_back(cfg.checkpoint.wrap_block(std::make_shared<Conv2dNormActivation>(
+      last_in, last, ConvNormOptions{.kernel = 1, .act = Act::silu})));
 
   register_module("avgpool", std::make_shared<nn::AdaptiveAvgPool2d>(1));
   classifier_ = register_module("classifier", std::make_shared<nn::Sequential>());

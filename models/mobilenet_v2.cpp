@@ -42,8 +42,10 @@ MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
   const int64_t last = make_divisible(1280 * std::max(1.0, cfg.width));
 
   features_ = register_module("features", std::make_shared<nn::Sequential>());
-  features_->push_back(std::make_shared<Conv2dNormActivation>(
-      cfg.in_channels, in, ConvNormOptions{.kernel = 3, .stride = 2, .act = Act::relu6}));
+  // The stem and the last 1x1 conv are blocks too: checkpointed, the stem keeps nothing but the
+  // images the caller holds anyway (its conv output is the largest tensor after block 2's).
+  features_->push_back(cfg.checkpoint.wrap_block(std::make_shared<Conv2dNormActivation>(
+      cfg.in_channels, in, ConvNormOptions{.kernel = 3, .stride = 2, .act = Act::relu6})));
   for (const Stage& st : kStages) {
     const int64_t out = make_divisible(static_cast<double>(st.c) * cfg.width);
     for (int64_t i = 0; i < st.n; ++i) {
@@ -52,8 +54,8 @@ MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
       in = out;
     }
   }
-  features_->push_back(std::make_shared<Conv2dNormActivation>(
-      in, last, ConvNormOptions{.kernel = 1, .act = Act::relu6}));
+  features_->push_back(cfg.checkpoint.wrap_block(std::make_shared<Conv2dNormActivation>(
+      in, last, ConvNormOptions{.kernel = 1, .act = Act::relu6})));
 
   classifier_ = register_module("classifier", std::make_shared<nn::Sequential>());
   classifier_->push_back(std::make_shared<nn::Dropout>(cfg.dropout));
