@@ -6,6 +6,7 @@
 // allocator in reverse order while backward proceeds, as in PyTorch.
 #include "core/autograd.h"
 
+#include <algorithm>
 #include <atomic>
 #include <queue>
 #include <unordered_map>
@@ -19,6 +20,7 @@ namespace {
 
 thread_local bool t_grad_enabled = true;
 thread_local bool t_recomputing = false;
+thread_local std::shared_ptr<const std::string> t_module;
 std::atomic<uint64_t> g_next_sequence_nr{0};
 
 struct BySequence {
@@ -35,6 +37,13 @@ void accumulate_into(std::vector<Tensor>& buffer, uint32_t slot, Tensor grad) {
 bool grad_enabled() { return t_grad_enabled; }
 GradModeGuard::GradModeGuard(bool enabled) : prev_(t_grad_enabled) { t_grad_enabled = enabled; }
 GradModeGuard::~GradModeGuard() { t_grad_enabled = prev_; }
+
+ModuleScope::ModuleScope(const std::string& name) : prev_(t_module) {
+  if (name.empty()) return;
+  t_module = std::make_shared<const std::string>(prev_ ? *prev_ + "." + name : name);
+}
+ModuleScope::~ModuleScope() { t_module = std::move(prev_); }
+const std::shared_ptr<const std::string>& current_module() { return t_module; }
 
 bool recomputing() { return t_recomputing; }
 RecomputingGuard::RecomputingGuard() : prev_(t_recomputing) { t_recomputing = true; }
@@ -111,6 +120,8 @@ std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& i
   auto node = std::make_shared<FunctionNode>(name, std::move(saved), std::move(fn));
   node->num_outputs = static_cast<uint32_t>(outputs.size());
   node->sequence_nr = g_next_sequence_nr++;
+  node->module = t_module;
+  for (const Tensor& out : outputs) node->output_bytes += out.defined() ? out.nbytes() : 0;
   node->next_edges.reserve(inputs.size());
   for (const Tensor& in : inputs) {
     node->next_edges.push_back(in.defined() && in.requires_grad() ? edge_of(in) : Edge{});
@@ -140,10 +151,12 @@ Tensor record(const std::string& name, const std::vector<Tensor>& inputs, Tensor
                 std::move(fn))[0];
 }
 
-size_t saved_bytes(const std::vector<Tensor>& roots) {
-  std::vector<const SavedTensor*> saved;
+namespace {
+
+// Every node reachable from roots, in creation order.
+std::vector<Node*> graph_nodes(const std::vector<Tensor>& roots) {
   std::unordered_set<Node*> seen;
-  std::vector<Node*> stack;
+  std::vector<Node*> stack, out;
   for (const Tensor& r : roots) {
     if (r.defined() && r.grad_fn() && seen.insert(r.grad_fn().get()).second) {
       stack.push_back(r.grad_fn().get());
@@ -152,12 +165,54 @@ size_t saved_bytes(const std::vector<Tensor>& roots) {
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    n->collect_saved(saved);
+    out.push_back(n);
     for (const Edge& e : n->next_edges) {
       if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
     }
   }
+  std::sort(out.begin(), out.end(),
+            [](const Node* a, const Node* b) { return a->sequence_nr < b->sequence_nr; });
+  return out;
+}
+
+std::string module_prefix(const Node& n, int depth) {
+  if (!n.module) return "";
+  if (depth <= 0) return *n.module;
+  size_t end = 0;
+  for (int d = 0; d < depth; ++d) {
+    end = n.module->find('.', d == 0 ? 0 : end + 1);
+    if (end == std::string::npos) return *n.module;
+  }
+  return n.module->substr(0, end);
+}
+
+}  // namespace
+
+size_t saved_bytes(const std::vector<Tensor>& roots) {
+  std::vector<const SavedTensor*> saved;
+  for (Node* n : graph_nodes(roots)) n->collect_saved(saved);
   return stored_bytes(saved);
+}
+
+std::vector<ModuleSaved> saved_bytes_by_module(const std::vector<Tensor>& roots, int depth) {
+  std::vector<ModuleSaved> out;
+  std::unordered_map<std::string, size_t> index;
+  std::unordered_set<const Storage*> counted;
+  for (Node* n : graph_nodes(roots)) {
+    const std::string key = module_prefix(*n, depth);
+    auto [it, fresh] = index.emplace(key, out.size());
+    if (fresh) out.push_back({key, 0, 0});
+    ModuleSaved& row = out[it->second];
+    if (n->name() == "conv2d") row.conv_output_bytes += n->output_bytes;
+    std::vector<const SavedTensor*> saved;
+    n->collect_saved(saved);
+    std::unordered_set<const Storage*> storages;
+    for (const SavedTensor* s : saved) s->collect_storages(storages);
+    for (const Storage* st : storages) {
+      if (counted.insert(st).second) row.saved_bytes += st->nbytes;
+    }
+  }
+  return out;
 }
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,

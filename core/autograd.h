@@ -50,7 +50,25 @@ class Node {
   std::vector<Edge> next_edges;
   uint32_t num_outputs = 1;
   uint64_t sequence_nr = 0;  // creation order; later nodes run first among ready ones
+  // The module path the node was recorded under ("features.3"; null at the top level) and the
+  // bytes of its outputs: what per-module listings of saved memory group and count by.
+  std::shared_ptr<const std::string> module;
+  size_t output_bytes = 0;
 };
+
+// The dotted path of the modules whose forward is running on this thread. nn::Module's call
+// operator opens one scope per module; record() stamps each node with the current path.
+class ModuleScope {
+ public:
+  explicit ModuleScope(const std::string& name);  // an empty name adds no component
+  ~ModuleScope();
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  std::shared_ptr<const std::string> prev_;
+};
+const std::shared_ptr<const std::string>& current_module();
 
 using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grads)>;
 // grads: one per output; saved: the node's saved list, unpacked (recipes recomputed). A backward
@@ -159,6 +177,16 @@ Tensor record(const std::string& name, const std::vector<Tensor>& inputs, Tensor
 // Everything the graph behind `roots` keeps for backward, each storage counted once (the
 // roots' own bytes are not included unless a node saved them).
 size_t saved_bytes(const std::vector<Tensor>& roots);
+
+// The same per module: each storage goes to the earliest node that saved it, grouped by the
+// first `depth` components of that node's module path (depth <= 0: the whole path). Also counts
+// the bytes of every conv2d output per module, the one-tensor-per-layer bound.
+struct ModuleSaved {
+  std::string module;  // "" for nodes outside any module
+  size_t saved_bytes = 0;
+  size_t conv_output_bytes = 0;
+};
+std::vector<ModuleSaved> saved_bytes_by_module(const std::vector<Tensor>& roots, int depth);
 
 // Runs backward from roots with the given gradients (see Tensor::backward).
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,

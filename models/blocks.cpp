@@ -60,7 +60,7 @@ SqueezeExcitation::SqueezeExcitation(int64_t channels, int64_t squeeze_channels,
 
 Tensor SqueezeExcitation::forward(const Tensor& x) {
   Tensor s = nn::functional::global_avg_pool(x);  // [N, 1, 1, C]
-  s = nn::functional::sigmoid(fc2_->forward(act_->forward(fc1_->forward(s))));
+  s = nn::functional::sigmoid((*fc2_)((*act_)((*fc1_)(s))));
   return s * x;  // broadcast over H, W
 }
 

@@ -28,9 +28,9 @@ MBConv::MBConv(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
 }
 
 Tensor MBConv::forward(const Tensor& x) {
-  Tensor y = block_->forward(x);
+  Tensor y = (*block_)(x);
   if (!use_res_) return y;
-  return sd_->forward(y) + x;
+  return (*sd_)(y) + x;
 }
 
 EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
@@ -80,7 +80,7 @@ Tensor EfficientNetB0::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "EfficientNetB0: expected input [N, H, W, C], got ", describe(x));
   Tensor h = checkpoint_.run_features(*features_, x);  // [N, H/32, W/32, 1280]
   h = nn::functional::global_avg_pool(h);  // [N, 1, 1, 1280]
-  return classifier_->forward(h.flatten(1));
+  return (*classifier_)(h.flatten(1));
 }
 
 }  // namespace frugal::models

@@ -15,7 +15,7 @@ DepthwiseSeparable::DepthwiseSeparable(int64_t in_channels, int64_t out_channels
                                                    ConvNormOptions{.kernel = 1, .act = Act::relu}));
 }
 
-Tensor DepthwiseSeparable::forward(const Tensor& x) { return pw_->forward(dw_->forward(x)); }
+Tensor DepthwiseSeparable::forward(const Tensor& x) { return (*pw_)((*dw_)(x)); }
 
 MobileNetV1::MobileNetV1(const ModelConfig& cfg) {
   check_config("mobilenet_v1", cfg);
@@ -47,7 +47,7 @@ Tensor MobileNetV1::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "MobileNetV1: expected input [N, H, W, C], got ", describe(x));
   Tensor h = checkpoint_.run_features(*features_, x);  // [N, H/32, W/32, 1024]
   h = nn::functional::global_avg_pool(h);  // [N, 1, 1, 1024]
-  return classifier_->forward(dropout_->forward(h.flatten(1)));
+  return (*classifier_)((*dropout_)(h.flatten(1)));
 }
 
 }  // namespace frugal::models

@@ -27,7 +27,7 @@ InvertedResidual::InvertedResidual(int64_t in_channels, int64_t out_channels, in
 }
 
 Tensor InvertedResidual::forward(const Tensor& x) {
-  Tensor y = conv_->forward(x);
+  Tensor y = (*conv_)(x);
   return use_res_ ? x + y : y;
 }
 
@@ -68,7 +68,7 @@ Tensor MobileNetV2::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "MobileNetV2: expected input [N, H, W, C], got ", describe(x));
   Tensor h = checkpoint_.run_features(*features_, x);  // [N, H/32, W/32, last]
   h = nn::functional::global_avg_pool(h);     // [N, 1, 1, last]
-  return classifier_->forward(h.flatten(1));  // [N, classes]
+  return (*classifier_)(h.flatten(1));  // [N, classes]
 }
 
 }  // namespace frugal::models

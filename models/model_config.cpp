@@ -39,6 +39,7 @@ std::shared_ptr<nn::Module> CheckpointPolicy::wrap_block(std::shared_ptr<nn::Mod
 }
 
 Tensor CheckpointPolicy::run_features(const nn::Sequential& seq, const Tensor& x) const {
+  autograd::ModuleScope scope(seq.name());
   if (mode != Mode::segments) return seq.forward_range(0, static_cast<int64_t>(seq.size()), x);
   return nn::checkpoint_sequential(seq, segments, x);
 }

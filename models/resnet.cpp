@@ -28,9 +28,9 @@ BasicBlock::BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor h = bn1_->forward_with_activation(conv1_->forward(x), nn::Activation::relu);
-  h = bn2_->forward(conv2_->forward(h));
-  Tensor identity = downsample_ ? downsample_->forward(x) : x;
+  Tensor h = bn1_->forward_with_activation((*conv1_)(x), nn::Activation::relu);
+  h = (*bn2_)((*conv2_)(h));
+  Tensor identity = downsample_ ? (*downsample_)(x) : x;
   return nn::functional::relu(h + identity);
 }
 
@@ -63,11 +63,11 @@ ResNet18::ResNet18(const ModelConfig& cfg) {
 
 Tensor ResNet18::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "ResNet18: expected input [N, H, W, C], got ", describe(x));
-  Tensor h = bn1_->forward_with_activation(conv1_->forward(x), nn::Activation::relu);
-  h = maxpool_->forward(h);                   // [N, H/4, W/4, 64]
+  Tensor h = bn1_->forward_with_activation((*conv1_)(x), nn::Activation::relu);
+  h = (*maxpool_)(h);                   // [N, H/4, W/4, 64]
   h = checkpoint_.run_features(stages_, h);  // [N, H/32, W/32, 512]
   h = nn::functional::global_avg_pool(h);                              // [N, 1, 1, 512]
-  return fc_->forward(h.flatten(1));
+  return (*fc_)(h.flatten(1));
 }
 
 }  // namespace frugal::models

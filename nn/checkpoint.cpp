@@ -74,8 +74,8 @@ Checkpoint::Checkpoint(std::shared_ptr<Module> inner) : inner_(std::move(inner))
 }
 
 Tensor Checkpoint::forward(const Tensor& x) {
-  if (!is_training()) return inner_->forward(x);
-  return checkpoint([this](const Tensor& in) { return inner_->forward(in); }, x,
+  if (!is_training()) return (*inner_)(x);
+  return checkpoint([this](const Tensor& in) { return (*inner_)(in); }, x,
                     inner_->parameters());
 }
 

@@ -117,6 +117,7 @@ Tensor Sequential::forward_range(int64_t begin, int64_t end, const Tensor& x) co
 void Sequential::run(size_t begin, size_t end, Tensor& h) const {
   for (size_t i = begin; i < end; ++i) {
     if (const Sequential* inner = layers_[i]->as_plain_sequential()) {
+      autograd::ModuleScope scope(inner->name());
       inner->run(0, inner->layers_.size(), h);  // Note [Flat sequential runs]
       continue;
     }
@@ -125,10 +126,11 @@ void Sequential::run(size_t begin, size_t end, Tensor& h) const {
       next_act = layers_[i + 1]->as_activation();
     }
     if (next_act) {  // Note [Fused activations]
+      autograd::ModuleScope scope(layers_[i]->name());
       h = layers_[i]->forward_with_activation(h, *next_act);
       ++i;
     } else {
-      h = layers_[i]->forward(h);
+      h = (*layers_[i])(h);
     }
   }
 }

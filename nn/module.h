@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/tensor.h"
 #include "kernels/elementwise.h"
 
@@ -27,7 +28,14 @@ class Module {
  public:
   virtual ~Module() = default;
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward inside this module's autograd::ModuleScope, so that what it records is listed under
+  // its path ("features.3"): call children this way rather than through forward.
+  Tensor operator()(const Tensor& x) {
+    autograd::ModuleScope scope(name_);
+    return forward(x);
+  }
+  // The name its (first) parent registered it under; "" for a root.
+  const std::string& name() const { return name_; }
   // Short type name for printing ("Conv2d").
   virtual std::string type_name() const = 0;
 
@@ -66,6 +74,10 @@ class Module {
   Tensor register_buffer(std::string name, Tensor t);
   template <typename M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> m) {
+    if (m != nullptr && !m->named_) {  // a second parent (a view such as ResNet's stages_) keeps it
+      m->name_ = name;
+      m->named_ = true;
+    }
     children_.emplace_back(std::move(name), m);
     return m;
   }
@@ -79,6 +91,8 @@ class Module {
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  std::string name_;
+  bool named_ = false;
 };
 
 // Runs children in order; children are named "0", "1", ... like torch.nn.Sequential.

@@ -1,8 +1,12 @@
 // Flag parsing with errors that name the command, the flag and the bad value.
 #include "tools/args.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+
+#include "models/registry.h"
 
 namespace frugal::tools {
 
@@ -76,6 +80,25 @@ models::CheckpointPolicy parse_checkpoint(const std::string& command, const std:
     throw UsageError(command + ": --checkpoint expects none, blocks or a positive number of " +
                      "segments, got '" + text + "'");
   }
+}
+
+InputShape parse_input_shape(const std::string& command, const std::string& text) {
+  long long c = 0, h = 0, w = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%lldx%lldx%lld%c", &c, &h, &w, &tail) != 3 || c <= 0 || h <= 0 ||
+      w <= 0) {
+    throw UsageError(command + ": --input expects CxHxW with positive sizes, e.g. 3x224x224, got '" +
+                     text + "'");
+  }
+  return {c, h, w};
+}
+
+std::string checked_model_name(const std::string& command, const std::string& name) {
+  const std::vector<std::string> known = models::names();
+  if (std::find(known.begin(), known.end(), name) != known.end()) return name;
+  std::string list;
+  for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+  throw UsageError(command + ": unknown --model '" + name + "' (known: " + list + ")");
 }
 
 }  // namespace frugal::tools

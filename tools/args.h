@@ -39,4 +39,12 @@ class Args {
 // `--checkpoint none|blocks|N` as a policy; a bad value is a UsageError naming the command.
 models::CheckpointPolicy parse_checkpoint(const std::string& command, const std::string& text);
 
+struct InputShape {
+  int64_t c = 0, h = 0, w = 0;
+};
+// `--input CxHxW` ("3x224x224"); a bad value is a UsageError naming the command.
+InputShape parse_input_shape(const std::string& command, const std::string& text);
+// `--model NAME` checked against the registry; a UsageError listing the known names otherwise.
+std::string checked_model_name(const std::string& command, const std::string& name);
+
 }  // namespace frugal::tools

@@ -37,20 +37,6 @@ constexpr const char* kHelp =
     "  --checkpoint none|blocks|N   activation checkpointing: none (default), every block, or\n"
     "                    N segments of the feature layers (nn/checkpoint.h)\n";
 
-// "3x224x224" -> C, H, W
-void parse_input(const std::string& s, train::CompareOptions& o) {
-  long long c = 0, h = 0, w = 0;
-  char tail = 0;
-  if (std::sscanf(s.c_str(), "%lldx%lldx%lld%c", &c, &h, &w, &tail) != 3 || c <= 0 || h <= 0 ||
-      w <= 0) {
-    throw UsageError("compare: --input expects CxHxW with positive sizes, e.g. 3x224x224, got '" +
-                     s + "'");
-  }
-  o.channels = c;
-  o.height = h;
-  o.width = w;
-}
-
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
@@ -70,15 +56,10 @@ int cmd_compare(const std::vector<std::string>& argv) {
     return 0;
   }
   train::CompareOptions o;
-  o.model = args.str("model", "mobilenet_v2");
-  const std::vector<std::string> known = models::names();
-  if (std::find(known.begin(), known.end(), o.model) == known.end()) {
-    std::string list;
-    for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-    throw UsageError("compare: unknown --model '" + o.model + "' (known: " + list + ")");
-  }
+  o.model = checked_model_name("compare", args.str("model", "mobilenet_v2"));
   o.batch = args.integer("batch", 128, 1);
-  parse_input(args.str("input", "3x224x224"), o);
+  const InputShape in = parse_input_shape("compare", args.str("input", "3x224x224"));
+  o.channels = in.c, o.height = in.h, o.width = in.w;
   o.classes = args.integer("classes", 1000, 2);
   o.width_multiplier = args.number("width", 1.0);
   if (!(o.width_multiplier > 0)) {

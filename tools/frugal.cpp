@@ -1,4 +1,4 @@
-// The `frugal` command line: train, eval, models, compare.
+// The `frugal` command line: train, eval, models, compare, estimate.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,7 +15,8 @@ constexpr const char* kUsage =
     "  train    train a model (frugal train --help)\n"
     "  eval     evaluate saved weights (frugal eval --help)\n"
     "  models   list the model registry with parameter counts\n"
-    "  compare  train in f32, f16 and bf16 and compare memory and speed (frugal compare --help)\n";
+    "  compare  train in f32, f16 and bf16 and compare memory and speed (frugal compare --help)\n"
+    "  estimate what a training forward keeps for backward, per module (frugal estimate --help)\n";
 
 }  // namespace
 
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return frugal::tools::cmd_eval(rest);
     if (cmd == "models") return frugal::tools::cmd_models(rest);
     if (cmd == "compare") return frugal::tools::cmd_compare(rest);
+    if (cmd == "estimate") return frugal::tools::cmd_estimate(rest);
     std::fprintf(stderr, "frugal: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const frugal::tools::UsageError& e) {

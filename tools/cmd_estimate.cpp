@@ -1,0 +1,104 @@
+// frugal estimate: what a model's training forward keeps for backward, per module, measured on
+// the meta device (shapes only) or the CPU (train/saved_estimate.h). The peak prediction of a
+// whole step builds on this (issue 12).
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "models/registry.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+#include "train/saved_estimate.h"
+
+namespace frugal::tools {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: frugal estimate [flags]\n"
+    "  Runs one training forward of a zoo model on the meta device (shapes and byte counts,\n"
+    "  no data) and prints what it keeps for backward, each stored tensor counted once, beside\n"
+    "  the one-tensor-per-layer bound (every conv output once, in its compute dtype).\n"
+    "  --model NAME      mobilenet_v2 (default), mobilenet_v1, efficientnet_b0, resnet18\n"
+    "  --batch N         default 128\n"
+    "  --input CxHxW     default 3x224x224\n"
+    "  --classes K       default 1000\n"
+    "  --width X         model width multiplier, default 1.0\n"
+    "  --precision f32|f16|bf16   autocast dtype of the forward, default f16\n"
+    "  --checkpoint none|blocks|N default none\n"
+    "  --device meta|cpu where to run the forward, default meta\n"
+    "  --per-module      one row per module (features.0, features.1, ...)\n"
+    "  --json PATH       write the totals and rows as JSON\n";
+
+}  // namespace
+
+int cmd_estimate(const std::vector<std::string>& argv) {
+  Args args("estimate", argv,
+            {"model", "batch", "input", "classes", "width", "precision", "checkpoint", "device",
+             "json"},
+            {"help", "per-module"});
+  if (args.flag("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  const std::string model_name = checked_model_name("estimate", args.str("model", "mobilenet_v2"));
+  const int64_t batch = args.integer("batch", 128, 1);
+  const InputShape in = parse_input_shape("estimate", args.str("input", "3x224x224"));
+  const std::string precision_flag = args.str("precision", "f16");
+  DType precision;
+  if (precision_flag == "f32" || precision_flag == "f16" || precision_flag == "bf16") {
+    precision = parse_dtype(precision_flag);
+  } else {
+    throw UsageError("estimate: --precision expects f32, f16 or bf16, got '" + precision_flag +
+                     "'");
+  }
+  const std::string device_flag = args.str("device", "meta");
+  if (device_flag != "meta" && device_flag != "cpu") {
+    throw UsageError("estimate: --device expects meta or cpu, got '" + device_flag + "'");
+  }
+  models::ModelConfig mc;
+  mc.num_classes = args.integer("classes", 1000, 2);
+  mc.in_channels = in.c;
+  mc.width = args.number("width", 1.0);
+  mc.checkpoint = parse_checkpoint("estimate", args.str("checkpoint", "none"));
+  auto model = models::create(model_name, mc);
+  model->to(device_flag == "meta" ? Device::meta() : Device::cpu());
+  const train::SavedEstimate e =
+      train::estimate_saved(*model, Shape{batch, in.h, in.w, in.c}, precision);
+  std::printf("%s (width %.2f), batch %lld, input %lldx%lldx%lld, %s, checkpoint %s, on %s\n",
+              model_name.c_str(), mc.width, static_cast<long long>(batch),
+              static_cast<long long>(in.c), static_cast<long long>(in.h),
+              static_cast<long long>(in.w), dtype_name(precision), mc.checkpoint.str().c_str(),
+              device_flag.c_str());
+  constexpr double kMiB = 1024.0 * 1024.0;
+  if (args.flag("per-module")) {
+    std::fputs(train::saved_table(e).c_str(), stdout);
+  } else {
+    std::printf("saved for backward %.2f MiB, one tensor per conv layer %.2f MiB\n",
+                e.saved_bytes / kMiB, e.conv_output_bytes / kMiB);
+  }
+  if (args.has("json")) {
+    nlohmann::ordered_json j;
+    j["model"] = model_name;
+    j["batch"] = batch;
+    j["precision"] = dtype_name(precision);
+    j["checkpoint"] = mc.checkpoint.str();
+    j["saved_bytes"] = e.saved_bytes;
+    j["conv_output_bytes"] = e.conv_output_bytes;
+    for (const auto& m : e.modules) {
+      j["modules"].push_back({{"module", m.module},
+                              {"saved_bytes", m.saved_bytes},
+                              {"conv_output_bytes", m.conv_output_bytes}});
+    }
+    const std::string path = args.str("json", "");
+    std::ofstream f(path);
+    f << j.dump(2) << "\n";
+    FRUGAL_CHECK(f.good(), "estimate: cannot write ", path);
+  }
+  return 0;
+}
+
+}  // namespace frugal::tools
