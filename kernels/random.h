@@ -30,9 +30,11 @@ FRUGAL_DECLARE_KERNEL(fill_normal, (const Context& ctx, DType dtype, int64_t n, 
                                     uint64_t seed, uint64_t offset, double mean, double stddev),
                       (ctx, dtype, n, y, seed, offset, mean, stddev))
 
-// Dropout: keep[i] = U(seed, o + i) >= p; y = keep ? x / (1 - p) : 0; mask (u8) saved, where
-// o = offset + *offset_base, read by the kernel (a device counter inside a captured graph: Note
-// [Random draws in captured graphs] in core/factory.h), or o = offset when offset_base is null.
+// Dropout: keep[i] = U(seed, o + i) >= p; y = keep ? x / (1 - p) : 0; mask (u8, nullable) keep,
+// where o = offset + *offset_base, read by the kernel (a device counter inside a captured graph:
+// Note [Random draws in captured graphs] in core/factory.h), or o = offset when offset_base is
+// null. The same call on dy with the same draw is the backward: nn::functional::dropout keeps
+// the draw (seed, offset, counter) instead of a mask.
 FRUGAL_DECLARE_KERNEL(dropout_forward, (const Context& ctx, DType dtype, int64_t n, const void* x,
                                         double p, uint64_t seed, uint64_t offset,
                                         const uint64_t* offset_base, void* y, uint8_t* mask),

@@ -19,24 +19,25 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   const DType dt = detail::cpu_half(x) ? DType::f32 : x.dtype();
   Tensor xc = cast_raw(x, dt);
   Tensor y = Tensor::empty(x.shape(), {dt, x.device()});
-  Tensor mask = Tensor::empty(x.shape(), {DType::u8, x.device()});
   // The draw is reserved even on meta so a dry run advances the generator like a real one.
   const Generator::Draw draw = gen.draw(static_cast<uint64_t>(x.numel()));
   if (!x.device().is_meta()) {
     kernels::dropout_forward(detail::ctx_of(x), dt, x.numel(), xc.data_ptr(), p, draw.seed,
-                             draw.offset, draw.offset_base, y.data_ptr(), mask.data<uint8_t>());
+                             draw.offset, draw.offset_base, y.data_ptr(), nullptr);
   }
   y = cast_raw(y, x.dtype());
-  return autograd::record("dropout", {x}, y, {mask}, [p, dtype = x.dtype()](
-                                                         const std::vector<Tensor>& g,
-                                                         const std::vector<Tensor>& saved) {
-    const Tensor& mask = saved[0];
+  // Nothing is saved: backward draws the same mask again from the draw (inside a captured graph
+  // the counter behind offset_base moves only at the end of a replay, so forward and backward of
+  // one replay read the same value).
+  return autograd::record("dropout", {x}, y, {}, [p, draw, dtype = x.dtype()](
+                                                     const std::vector<Tensor>& g,
+                                                     const std::vector<Tensor>&) {
     const DType dt = detail::cpu_half(g[0]) ? DType::f32 : dtype;
     Tensor gc = cast_raw(cast_raw(g[0], dtype), dt);
     Tensor dx = Tensor::empty(gc.shape(), gc.options());
     if (!gc.device().is_meta()) {
-      kernels::dropout_backward(detail::ctx_of(gc), dt, gc.numel(), gc.data_ptr(),
-                                mask.data<uint8_t>(), p, dx.data_ptr());
+      kernels::dropout_forward(detail::ctx_of(gc), dt, gc.numel(), gc.data_ptr(), p, draw.seed,
+                               draw.offset, draw.offset_base, dx.data_ptr(), nullptr);
     }
     return std::vector<Tensor>{cast_raw(dx, dtype)};
   });

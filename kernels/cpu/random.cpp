@@ -76,7 +76,7 @@ void dropout_forward(const Context& ctx, DType dtype, int64_t n, const void* x, 
     parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         bool keep = static_cast<double>(uniform01(seed, offset + static_cast<uint64_t>(i))) >= p;
-        mask[i] = keep ? 1 : 0;
+        if (mask != nullptr) mask[i] = keep ? 1 : 0;
         py[i] = keep ? px[i] * scale : T(0);
       }
     });

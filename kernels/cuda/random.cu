@@ -40,7 +40,7 @@ __global__ void dropout_forward_kernel(int64_t n, const T* x, double p, float sc
   if (offset_base != nullptr) offset += *offset_base;
   for (int64_t i = thread_index(); i < n; i += grid_stride()) {
     bool keep = static_cast<double>(uniform01(seed, offset + static_cast<uint64_t>(i))) >= p;
-    mask[i] = keep ? 1 : 0;
+    if (mask != nullptr) mask[i] = keep ? 1 : 0;
     y[i] = from_f<T>(keep ? __fmul_rn(to_f(x[i]), scale) : 0.0f);
   }
 }

@@ -110,6 +110,13 @@ TEST(GpuRandom, FillsAndDropoutMatchCpuBitForBit) {
     EXPECT_EQ(got_mask, mask);
     EXPECT_EQ(dy.download(), rounded(y));
     EXPECT_EQ(dgx.download(), rounded(gx));
+    // Without a mask, and as the backward (nn::functional::dropout draws the mask again): the
+    // same call on x gives dx = the mask-based backward of x.
+    DeviceBuffer dgx2(t, n);
+    dgx2.poison();
+    kernels::cuda::dropout_forward(gpu(), t, n, dx.get(), p, seed, offset, nullptr, dgx2.get(),
+                                   nullptr);
+    EXPECT_EQ(dgx2.download(), dgx.download());
   }
 }
 

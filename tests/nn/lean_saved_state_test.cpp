@@ -219,3 +219,17 @@ TEST(LeanSavedState, NestedSequentialsHoldNoMoreThanAFlatOne) {
   const int64_t wide = 4 * 16 * 16 * 32 * 4, narrow = wide / 4;
   EXPECT_LT(nested_peak, 2 * wide + 2 * narrow);
 }
+
+TEST(LeanSavedState, DropoutKeepsItsDrawNotAMask) {
+  Generator gen(21), drop(5);
+  Tensor x = randn({64, 32}, gen, {.requires_grad = true});
+  Tensor y = F::dropout(x, 0.3, true, drop);
+  EXPECT_EQ(autograd::saved_bytes({y}), 0u);
+  y.backward(ones(y.shape()));
+  // The gradient is the mask drawn again: 1 / (1 - p) where y kept x, 0 where it dropped it.
+  std::vector<double> g = x.grad().to_vector(), yv = y.to_vector(), xv = x.to_vector();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double kept = static_cast<float>(1.0 / 0.7);  // the scale in the tensor dtype
+    ASSERT_EQ(g[i], yv[i] == 0.0 && xv[i] != 0.0 ? 0.0 : kept) << i;
+  }
+}
