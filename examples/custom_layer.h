@@ -13,14 +13,15 @@ namespace custom {
 
 using namespace frugal;
 
-// Forward runs on detached tensors (no history); autograd::record attaches one node whose
-// closure is the backward. What the closure captures is what the op saves: here relu(x) only.
+// Forward runs on detached tensors (no history); autograd::record attaches one node with the
+// tensors it saves (here relu(x) only) and its backward, which gets them back unpacked.
 inline Tensor squared_relu(const Tensor& x) {
   Tensor r = nn::functional::relu(x.detach());
   Tensor y = mul(r, r);
-  return autograd::record("squared_relu", {x}, y,
-                          [r = autograd::save(r)](const std::vector<Tensor>& g) {
-                            return std::vector<Tensor>{mul(mul(g[0], r), 2.0)};  // 2 relu(x) dy
+  return autograd::record("squared_relu", {x}, y, /*saved=*/{r},
+                          [](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+                            // 2 relu(x) dy
+                            return std::vector<Tensor>{mul(mul(g[0], saved[0]), 2.0)};
                           });
 }
 
