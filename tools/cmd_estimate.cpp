@@ -22,6 +22,8 @@ constexpr const char* kHelp =
     "  Runs one training forward of a zoo model on the meta device (shapes and byte counts,\n"
     "  no data) and prints what it keeps for backward, each stored tensor counted once, beside\n"
     "  the one-tensor-per-layer bound (every conv output once, in its compute dtype).\n"
+    "  With --checkpoint, checkpointed blocks keep only their inputs and their convs record\n"
+    "  nothing in the forward, so the bound counts only the convs outside them.\n"
     "  --model NAME      mobilenet_v2 (default), mobilenet_v1, efficientnet_b0, resnet18\n"
     "  --batch N         default 128\n"
     "  --input CxHxW     default 3x224x224\n"

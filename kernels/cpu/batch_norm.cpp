@@ -247,8 +247,9 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
                               const void* x, const void* gamma, const void* beta, double eps,
                               double momentum, void* y, void* save_mean, void* save_invstd,
                               void* running_mean, void* running_var) {
-  cpu::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta, eps,
-                               momentum, y, save_mean, save_invstd, running_mean, running_var);
+  cpu::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta,
+                                    eps, momentum, y, save_mean, save_invstd, running_mean,
+                                    running_var);
 }
 
 void batch_norm_act_apply(const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,
@@ -293,7 +294,7 @@ void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t 
                          const void* dy, const void* gamma, const void* save_mean,
                          const void* save_invstd, void* dx, void* dgamma, void* dbeta) {
   cpu::batch_norm_act_backward(ctx, dtype, Activation::identity, rows, c, x, dy, gamma, nullptr,
-                          save_mean, save_invstd, dx, dgamma, dbeta);
+                               save_mean, save_invstd, dx, dgamma, dbeta);
 }
 
 }  // namespace frugal::kernels::cpu

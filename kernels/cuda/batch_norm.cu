@@ -356,6 +356,28 @@ void check_common(const Context& ctx, DType dtype, int64_t rows, int64_t c, cons
                ", ", c, "]");
 }
 
+// The elementwise pass alone, from given statistics: mean and invstd (a recompute) or mean and
+// var + eps (evaluation).
+void launch_normalize(const Context& ctx, DType dtype, const char* op, int64_t rows, int64_t c,
+                      const void* x, const void* mean, const void* invstd, const void* var,
+                      double eps, const void* gamma, const void* beta, Activation act, void* y) {
+  check_common(ctx, dtype, rows, c, op);
+  if (rows == 0 || c == 0) return;
+  DeviceGuard guard(ctx.device);
+  cudaStream_t s = stream_of(ctx, op);
+  FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
+    with_pack_width<T>(c, {x, y}, [&](auto pack) {
+      constexpr int V = decltype(pack)::value;
+      normalize_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
+          rows * c, c, static_cast<const T*>(x), static_cast<const float*>(mean),
+          static_cast<const float*>(invstd), static_cast<const float*>(var),
+          static_cast<float>(eps), static_cast<const float*>(gamma),
+          static_cast<const float*>(beta), act, static_cast<T*>(y));
+      FRUGAL_LAUNCH_CHECK();
+    });
+  });
+}
+
 }  // namespace
 
 void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation act, int64_t rows,
@@ -400,50 +422,24 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
                               const void* x, const void* gamma, const void* beta, double eps,
                               double momentum, void* y, void* save_mean, void* save_invstd,
                               void* running_mean, void* running_var) {
-  cuda::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta, eps,
-                               momentum, y, save_mean, save_invstd, running_mean, running_var);
+  cuda::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta,
+                                     eps, momentum, y, save_mean, save_invstd, running_mean,
+                                     running_var);
 }
 
 void batch_norm_act_apply(const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,
                           const void* x, const void* gamma, const void* beta, const void* mean,
                           const void* invstd, void* y) {
-  const char* op = "batch_norm_act_apply";
-  check_common(ctx, dtype, rows, c, op);
-  if (rows == 0 || c == 0) return;
-  DeviceGuard guard(ctx.device);
-  cudaStream_t s = stream_of(ctx, op);
-  FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
-    with_pack_width<T>(c, {x, y}, [&](auto pack) {
-      constexpr int V = decltype(pack)::value;
-      normalize_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
-          rows * c, c, static_cast<const T*>(x), static_cast<const float*>(mean),
-          static_cast<const float*>(invstd), nullptr, 0.0f, static_cast<const float*>(gamma),
-          static_cast<const float*>(beta), act, static_cast<T*>(y));
-      FRUGAL_LAUNCH_CHECK();
-    });
-  });
+  launch_normalize(ctx, dtype, "batch_norm_act_apply", rows, c, x, mean, invstd, nullptr, 0.0,
+                   gamma, beta, act, y);
 }
 
 void batch_norm_forward_eval(const Context& ctx, DType dtype, int64_t rows, int64_t c,
                              const void* x, const void* gamma, const void* beta,
                              const void* running_mean, const void* running_var, double eps,
                              void* y) {
-  const char* op = "batch_norm_forward_eval";
-  check_common(ctx, dtype, rows, c, op);
-  if (rows == 0 || c == 0) return;
-  DeviceGuard guard(ctx.device);
-  cudaStream_t s = stream_of(ctx, op);
-  FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
-    with_pack_width<T>(c, {x, y}, [&](auto pack) {
-      constexpr int V = decltype(pack)::value;
-      normalize_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
-          rows * c, c, static_cast<const T*>(x), static_cast<const float*>(running_mean),
-          nullptr, static_cast<const float*>(running_var), static_cast<float>(eps),
-          static_cast<const float*>(gamma), static_cast<const float*>(beta),
-          Activation::identity, static_cast<T*>(y));
-      FRUGAL_LAUNCH_CHECK();
-    });
-  });
+  launch_normalize(ctx, dtype, "batch_norm_forward_eval", rows, c, x, running_mean, nullptr,
+                   running_var, eps, gamma, beta, Activation::identity, y);
 }
 
 void batch_norm_act_backward(const Context& ctx, DType dtype, Activation act, int64_t rows,
@@ -488,7 +484,7 @@ void batch_norm_backward(const Context& ctx, DType dtype, int64_t rows, int64_t 
                          const void* dy, const void* gamma, const void* save_mean,
                          const void* save_invstd, void* dx, void* dgamma, void* dbeta) {
   cuda::batch_norm_act_backward(ctx, dtype, Activation::identity, rows, c, x, dy, gamma, nullptr,
-                          save_mean, save_invstd, dx, dgamma, dbeta);
+                                save_mean, save_invstd, dx, dgamma, dbeta);
 }
 
 }  // namespace frugal::kernels::cuda
