@@ -61,9 +61,11 @@ Tensor batch_labels(int k) {
 }
 
 // MobileNetV2 for 1x32x32 inputs and 10 classes, seeded, on the GPU in training mode.
-std::shared_ptr<nn::Module> small_mobilenet(uint64_t seed) {
+std::shared_ptr<nn::Module> small_mobilenet(uint64_t seed,
+                                            models::CheckpointPolicy checkpoint = {}) {
   manual_seed(seed);
-  auto model = models::create("mobilenet_v2", {.num_classes = 10, .in_channels = 1});
+  auto model = models::create("mobilenet_v2",
+                              {.num_classes = 10, .in_channels = 1, .checkpoint = checkpoint});
   model->to(kGpu);
   model->train();
   return model;
@@ -79,8 +81,9 @@ struct StepsRun {
 
 // `steps` training steps of MobileNetV2 (dropout included) on batches 0..steps-1, eagerly or
 // through a CapturedStep, from the same seed and generator offset.
-StepsRun train_steps(DType precision, bool captured, int steps) {
-  auto model = small_mobilenet(21);
+StepsRun train_steps(DType precision, bool captured, int steps,
+                     models::CheckpointPolicy checkpoint = {}) {
+  auto model = small_mobilenet(21, checkpoint);
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
   Tensor images = Tensor::empty({16, 32, 32, 1}, {.device = kGpu});
@@ -146,6 +149,29 @@ TEST(CapturedStepGpu, TrainingReplaysMatchEagerSteps) {
     // num_batches_tracked is the last buffer of every BatchNorm: 6 steps counted exactly.
     EXPECT_EQ(graphed.state.back(), std::vector<double>{6.0});
   }
+}
+
+// Note [Checkpointing] under capture: the replayed forward inside backward draws the same
+// dropout masks (the generator is set back to offsets relative to the capture) and counts the
+// BatchNorm statistics once, replay after replay.
+TEST(CapturedStepGpu, CheckpointedReplaysMatchEagerSteps) {
+  SKIP_WITHOUT_GPU();
+  const models::CheckpointPolicy blocks = models::CheckpointPolicy::parse("blocks");
+  const uint64_t offset = default_generator().offset();
+  StepsRun eager = train_steps(DType::f16, false, 6, blocks);
+  default_generator().set_offset(offset);
+  StepsRun graphed = train_steps(DType::f16, true, 6, blocks);
+  default_generator().set_offset(offset);
+  StepsRun plain = train_steps(DType::f16, false, 6);
+  EXPECT_EQ(graphed.replays, 4);
+  for (size_t k = 0; k < eager.losses.size(); ++k) {
+    EXPECT_NEAR(graphed.losses[k], eager.losses[k], 1e-3 * std::abs(eager.losses[k])) << k;
+    EXPECT_NEAR(plain.losses[k], eager.losses[k], 1e-3 * std::abs(eager.losses[k])) << k;
+  }
+  EXPECT_LT(max_rel_diff(graphed.state, eager.state), 1e-3);
+  EXPECT_LT(max_rel_diff(plain.state, eager.state), 1e-3);
+  EXPECT_EQ(graphed.generator_offset, plain.generator_offset);
+  EXPECT_EQ(graphed.state.back(), std::vector<double>{6.0});
 }
 
 TEST(CapturedStepGpu, AnOverflowingReplayIsSkippedOnTheDevice) {
