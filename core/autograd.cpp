@@ -20,7 +20,6 @@ namespace {
 
 thread_local bool t_grad_enabled = true;
 thread_local bool t_recomputing = false;
-thread_local std::shared_ptr<const std::string> t_module;
 std::atomic<uint64_t> g_next_sequence_nr{0};
 
 struct BySequence {
@@ -37,13 +36,6 @@ void accumulate_into(std::vector<Tensor>& buffer, uint32_t slot, Tensor grad) {
 bool grad_enabled() { return t_grad_enabled; }
 GradModeGuard::GradModeGuard(bool enabled) : prev_(t_grad_enabled) { t_grad_enabled = enabled; }
 GradModeGuard::~GradModeGuard() { t_grad_enabled = prev_; }
-
-ModuleScope::ModuleScope(const std::string& name) : prev_(t_module) {
-  if (name.empty()) return;
-  t_module = std::make_shared<const std::string>(prev_ ? *prev_ + "." + name : name);
-}
-ModuleScope::~ModuleScope() { t_module = std::move(prev_); }
-const std::shared_ptr<const std::string>& current_module() { return t_module; }
 
 bool recomputing() { return t_recomputing; }
 RecomputingGuard::RecomputingGuard() : prev_(t_recomputing) { t_recomputing = true; }
@@ -120,7 +112,7 @@ std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& i
   auto node = std::make_shared<FunctionNode>(name, std::move(saved), std::move(fn));
   node->num_outputs = static_cast<uint32_t>(outputs.size());
   node->sequence_nr = g_next_sequence_nr++;
-  node->module = t_module;
+  node->module = memory::current_module_path();
   for (const Tensor& out : outputs) node->output_bytes += out.defined() ? out.nbytes() : 0;
   node->next_edges.reserve(inputs.size());
   for (const Tensor& in : inputs) {

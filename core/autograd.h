@@ -56,19 +56,10 @@ class Node {
   size_t output_bytes = 0;
 };
 
-// The dotted path of the modules whose forward is running on this thread. nn::Module's call
-// operator opens one scope per module; record() stamps each node with the current path.
-class ModuleScope {
- public:
-  explicit ModuleScope(const std::string& name);  // an empty name adds no component
-  ~ModuleScope();
-  ModuleScope(const ModuleScope&) = delete;
-  ModuleScope& operator=(const ModuleScope&) = delete;
-
- private:
-  std::shared_ptr<const std::string> prev_;
-};
-const std::shared_ptr<const std::string>& current_module();
+// The dotted path of the modules whose forward is running on this thread, kept with the other
+// allocation tags (Note [Allocation events]). nn::Module's call operator opens one scope per
+// module; record() stamps each node with the current path.
+using memory::ModuleScope;
 
 using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grads)>;
 // grads: one per output; saved: the node's saved list, unpacked (recipes recomputed). A backward

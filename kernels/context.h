@@ -22,6 +22,7 @@ struct Context {
   // The default context of a device: its allocator and (on CUDA) its compute stream.
   static Context of(Device device);
   memory::DataPtr workspace(size_t bytes) const {
+    memory::CategoryScope tag(memory::Category::workspace);  // Note [Allocation events]
     return (scratch != nullptr ? *scratch : memory::allocator_for(device)).allocate(bytes);
   }
 };

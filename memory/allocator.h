@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "base/device.h"
+#include "memory/events.h"
 
 namespace frugal::memory {
 
@@ -60,7 +61,8 @@ class Allocator;
 class DataPtr {
  public:
   DataPtr() = default;
-  DataPtr(void* ptr, size_t size, Allocator* owner) : ptr_(ptr), size_(size), owner_(owner) {}
+  // Reports the allocation to the observers, if any (Note [Allocation events]).
+  DataPtr(void* ptr, size_t size, Allocator* owner);
   DataPtr(const DataPtr&) = delete;
   DataPtr& operator=(const DataPtr&) = delete;
   DataPtr(DataPtr&& o) noexcept { swap(o); }
@@ -81,10 +83,12 @@ class DataPtr {
     std::swap(ptr_, o.ptr_);
     std::swap(size_, o.size_);
     std::swap(owner_, o.owner_);
+    std::swap(category_, o.category_);
   }
   void* ptr_ = nullptr;
   size_t size_ = 0;
   Allocator* owner_ = nullptr;
+  Category category_ = Category::resident;  // the tag it was allocated under, when observed
 };
 
 class Allocator {
@@ -103,8 +107,19 @@ class Allocator {
   virtual void release(void* ptr, size_t size) noexcept = 0;
 };
 
+inline DataPtr::DataPtr(void* ptr, size_t size, Allocator* owner)
+    : ptr_(ptr), size_(size), owner_(owner) {
+  if (owner_ != nullptr && size_ != 0 && observing()) {
+    category_ = current_category();
+    notify_allocation({true, owner_->device(), size_, category_});
+  }
+}
+
 inline void DataPtr::reset() {
-  if (owner_ != nullptr && (ptr_ != nullptr || size_ != 0)) owner_->release(ptr_, size_);
+  if (owner_ != nullptr && (ptr_ != nullptr || size_ != 0)) {
+    if (observing()) notify_allocation({false, owner_->device(), size_, category_});
+    owner_->release(ptr_, size_);
+  }
   ptr_ = nullptr;
   size_ = 0;
   owner_ = nullptr;

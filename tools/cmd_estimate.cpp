@@ -1,6 +1,6 @@
-// frugal estimate: what a model's training forward keeps for backward, per module, measured on
-// the meta device (shapes only) or the CPU (train/saved_estimate.h). The peak prediction of a
-// whole step builds on this (issue 12).
+// frugal estimate: what a model's training forward keeps for backward, per module, and the peak
+// of a whole training step with what it is made of and where it falls, measured on the meta
+// device (shapes only) or the CPU (train/saved_estimate.h).
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "models/registry.h"
+#include "optim/optimizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "train/saved_estimate.h"
@@ -32,6 +33,8 @@ constexpr const char* kHelp =
     "  --precision f32|f16|bf16   autocast dtype of the forward, default f16\n"
     "  --checkpoint none|blocks|N default none\n"
     "  --device meta|cpu where to run the forward, default meta\n"
+    "  --optimizer sgd|adamw   the step whose peak is measured too (two steps run, the second\n"
+    "                    measured: optimizer state exists then), default sgd (momentum 0.9)\n"
     "  --per-module      one row per module (features.0, features.1, ...)\n"
     "  --json PATH       write the totals and rows as JSON\n";
 
@@ -40,7 +43,7 @@ constexpr const char* kHelp =
 int cmd_estimate(const std::vector<std::string>& argv) {
   Args args("estimate", argv,
             {"model", "batch", "input", "classes", "width", "precision", "checkpoint", "device",
-             "json"},
+             "json", "optimizer"},
             {"help", "per-module"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
@@ -66,10 +69,22 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   mc.in_channels = in.c;
   mc.width = args.number("width", 1.0);
   mc.checkpoint = parse_checkpoint("estimate", args.str("checkpoint", "none"));
+  const std::string optimizer = args.str("optimizer", "sgd");
+  if (optimizer != "sgd" && optimizer != "adamw") {
+    throw UsageError("estimate: --optimizer expects sgd or adamw, got '" + optimizer + "'");
+  }
   auto model = models::create(model_name, mc);
   model->to(device_flag == "meta" ? Device::meta() : Device::cpu());
-  const train::SavedEstimate e =
-      train::estimate_saved(*model, Shape{batch, in.h, in.w, in.c}, precision);
+  const Shape input{batch, in.h, in.w, in.c};
+  const train::SavedEstimate e = train::estimate_saved(*model, input, precision);
+  std::unique_ptr<optim::Optimizer> opt;
+  if (optimizer == "sgd") {
+    opt = std::make_unique<optim::SGD>(model->parameters(), optim::SgdOptions{.momentum = 0.9});
+  } else {
+    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{});
+  }
+  const train::StepMemory step =
+      train::estimate_step_memory(*model, *opt, input, mc.num_classes, precision);
   std::printf("%s (width %.2f), batch %lld, input %lldx%lldx%lld, %s, checkpoint %s, on %s\n",
               model_name.c_str(), mc.width, static_cast<long long>(batch),
               static_cast<long long>(in.c), static_cast<long long>(in.h),
@@ -82,6 +97,9 @@ int cmd_estimate(const std::vector<std::string>& argv) {
     std::printf("saved for backward %.2f MiB, one tensor per conv layer %.2f MiB\n",
                 e.saved_bytes / kMiB, e.conv_output_bytes / kMiB);
   }
+  std::printf("training step (%s, %s): ", optimizer.c_str(),
+              device_flag == "meta" ? "kernel workspace not counted on meta" : "measured");
+  std::fputs(train::step_table(step).c_str(), stdout);
   if (args.has("json")) {
     nlohmann::ordered_json j;
     j["model"] = model_name;
@@ -89,6 +107,9 @@ int cmd_estimate(const std::vector<std::string>& argv) {
     j["precision"] = dtype_name(precision);
     j["checkpoint"] = mc.checkpoint.str();
     j["saved_bytes"] = e.saved_bytes;
+    j["peak_allocated_bytes"] = step.peak.bytes;
+    j["peak_phase"] = memory::phase_name(step.peak.phase);
+    j["peak_module"] = step.peak.module;
     j["conv_output_bytes"] = e.conv_output_bytes;
     for (const auto& m : e.modules) {
       j["modules"].push_back({{"module", m.module},

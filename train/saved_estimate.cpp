@@ -6,6 +6,9 @@
 #include "core/autocast.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "memory/allocator.h"
+#include "optim/grad_scaler.h"
+#include "train/trainer.h"
 
 namespace frugal::train {
 
@@ -53,6 +56,51 @@ std::string saved_table(const SavedEstimate& e) {
   std::snprintf(line, sizeof line, "%-28s %14.2f %22.2f %8.2f\n", "total", e.saved_bytes / kMiB,
                 e.conv_output_bytes / kMiB, ratio(e.saved_bytes, e.conv_output_bytes));
   s += line;
+  return s;
+}
+
+StepMemory estimate_step_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
+                                int64_t classes, DType precision, int steps) {
+  FRUGAL_CHECK(steps >= 1, "estimate_step_memory: steps must be positive, got ", steps);
+  FRUGAL_CHECK(!opt.params().empty(), "estimate_step_memory: the optimizer has no parameters");
+  const Device device = opt.params()[0].device();
+  Tensor images = Tensor::empty(input_nhwc, {DType::f32, device});
+  Tensor labels = Tensor::empty(Shape{input_nhwc[0]}, {DType::i64, device});
+  if (!device.is_meta()) {
+    fill_(images, 0.5);
+    fill_(labels, static_cast<double>(classes - 1));
+  }
+  std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
+  memory::Allocator& alloc = memory::allocator_for(device);
+  model.train();
+  StepMemory m;
+  for (int s = 0; s < steps; ++s) {
+    if (s + 1 < steps) {
+      train_step(model, opt, images, labels, precision, scaler.get());
+      continue;
+    }
+    m.before_bytes = alloc.stats().allocated_bytes.current;
+    memory::PeakTracker tracker(device, m.before_bytes);
+    train_step(model, opt, images, labels, precision, scaler.get());
+    m.peak = tracker.at_peak();
+  }
+  return m;
+}
+
+std::string step_table(const StepMemory& m) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::string s;
+  char line[256];
+  std::snprintf(line, sizeof line, "peak allocated %.2f MiB, in the %s%s%s\n", m.peak.bytes / kMiB,
+                memory::phase_name(m.peak.phase), m.peak.module.empty() ? "" : " of ",
+                m.peak.module.c_str());
+  s += line;
+  for (int c = 0; c < memory::kNumCategories; ++c) {
+    std::snprintf(line, sizeof line, "  %-58s %10.2f MiB\n",
+                  memory::category_name(static_cast<memory::Category>(c)),
+                  m.peak.by_category[static_cast<size_t>(c)] / kMiB);
+    s += line;
+  }
   return s;
 }
 

@@ -15,7 +15,9 @@
 #include "base/dtype.h"
 #include "base/shape.h"
 #include "core/autograd.h"
+#include "memory/events.h"
 #include "nn/module.h"
+#include "optim/optimizer.h"
 
 namespace frugal::train {
 
@@ -33,5 +35,19 @@ SavedEstimate estimate_saved(nn::Module& model, const Shape& input_nhwc, DType p
 
 // A fixed-width table of the estimate (MiB), one row per module and a total.
 std::string saved_table(const SavedEstimate& e);
+
+// The peak of a whole training step (forward, loss, backward, optimizer), measured from the
+// allocation events of its last step (memory::PeakTracker, Note [Allocation events]): run on the
+// meta device it is a dry run, no data and no GPU. `steps` >= 2 so that optimizer state, made
+// lazily by the first step, is resident in the step measured, as in every later step. What is
+// not predicted yet on meta: kernel workspace (on meta no kernel runs), and for a CUDA device
+// the caching allocator's rounding.
+struct StepMemory {
+  int64_t before_bytes = 0;  // allocated when the step starts
+  memory::PeakTracker::Moment peak;
+};
+StepMemory estimate_step_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
+                                int64_t classes, DType precision, int steps = 2);
+std::string step_table(const StepMemory& m);
 
 }  // namespace frugal::train

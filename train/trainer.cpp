@@ -60,17 +60,20 @@ Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images
   Tensor loss;
   {
     hp::Scope phase("phase forward+loss");
+    memory::PhaseScope tag(memory::Phase::forward);  // Note [Allocation events]
     // Autocast covers forward and loss only; backward runs each op in its forward's dtype.
     std::optional<AutocastGuard> amp;  // f32 leaves any caller's autocast state alone
     if (is_low_precision(precision)) amp.emplace(images.device(), precision);
-    Tensor logits = model.forward(images);  // [N, classes]
+    Tensor logits = model(images);  // [N, classes]
     loss = nn::functional::cross_entropy(logits, labels, {.label_smoothing = label_smoothing});
   }
   {
     hp::Scope phase("phase backward");
+    memory::PhaseScope tag(memory::Phase::backward);
     (scaler != nullptr ? scaler->scale(loss) : loss).backward();
   }
   hp::Scope phase("phase optimizer");
+  memory::PhaseScope tag(memory::Phase::optimizer);
   if (scaler != nullptr) {
     scaler->step(opt);  // skipped on the device when a gradient overflowed
     scaler->update();
