@@ -63,8 +63,8 @@ Tensor cached(const Tensor& p, DType dtype) {
   auto it = t_state.cache.find(p.impl_ptr().get());
   if (it == t_state.cache.end()) return Tensor();
   const CacheEntry& e = it->second;
-  bool fresh = e.source.lock() == p.impl_ptr() && e.version == p.version() &&
-               e.low.dtype() == dtype;
+  bool fresh =
+      e.source.lock() == p.impl_ptr() && e.version == p.version() && e.low.dtype() == dtype;
   return fresh ? e.low : Tensor();
 }
 
@@ -75,10 +75,9 @@ void insert(const Tensor& p, Tensor low) {
   node->next_edges = {autograd::edge_of(p)};
   low.impl().grad_fn = node;
   low.impl().output_nr = 0;
-  bool inserted = t_state.cache
-                      .insert_or_assign(p.impl_ptr().get(),
-                                        CacheEntry{p.impl_ptr(), p.version(), low})
-                      .second;
+  bool inserted =
+      t_state.cache.insert_or_assign(p.impl_ptr().get(), CacheEntry{p.impl_ptr(), p.version(), low})
+          .second;
   if (inserted) t_state.order.push_back(p.impl_ptr());  // a stale entry keeps its place
 }
 

@@ -94,10 +94,9 @@ Edge edge_of(const Tensor& t) {
 std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& inputs,
                            std::vector<Tensor> outputs, BackwardFn fn) {
   if (!any_requires_grad(inputs)) return outputs;
-  return record(name, inputs, std::move(outputs), {},
-                [fn = std::move(fn)](const std::vector<Tensor>& g, std::vector<Tensor>&) {
-                  return fn(g);
-                });
+  return record(
+      name, inputs, std::move(outputs), {},
+      [fn = std::move(fn)](const std::vector<Tensor>& g, std::vector<Tensor>&) { return fn(g); });
 }
 
 std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& inputs,

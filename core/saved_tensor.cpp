@@ -28,10 +28,10 @@ Tensor SavedTensor::unpack(const std::string& op) const {
     return out;
   }
   if (!data_.defined()) return Tensor();
-  FRUGAL_CHECK(data_.version() == version_, op,
-               ": one of the tensors it saved for backward (", describe(data_),
-               ") was modified in place after it was saved (version ", data_.version(),
-               ", saved at version ", version_, "); clone it before the in-place write");
+  FRUGAL_CHECK(data_.version() == version_, op, ": one of the tensors it saved for backward (",
+               describe(data_), ") was modified in place after it was saved (version ",
+               data_.version(), ", saved at version ", version_,
+               "); clone it before the in-place write");
   return data_;
 }
 

@@ -35,10 +35,10 @@ using RecipeFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
 
 // How to recompute one tensor from saved inputs (which may be recipes themselves).
 struct Recipe {
-  std::string name;                // e.g. "batch_norm(relu6)", for errors and listings
+  std::string name;  // e.g. "batch_norm(relu6)", for errors and listings
   std::vector<SavedTensor> inputs;
-  RecipeFn compute;                // pure: no history, no state change
-  Shape shape;                     // of the result
+  RecipeFn compute;  // pure: no history, no state change
+  Shape shape;       // of the result
   DType dtype = DType::f32;
 };
 

@@ -23,21 +23,30 @@ std::vector<AllocationObserver*>& observers() {
 
 const char* phase_name(Phase p) {
   switch (p) {
-    case Phase::outside: return "outside a step";
-    case Phase::forward: return "forward";
-    case Phase::backward: return "backward";
-    case Phase::optimizer: return "optimizer step";
+    case Phase::outside:
+      return "outside a step";
+    case Phase::forward:
+      return "forward";
+    case Phase::backward:
+      return "backward";
+    case Phase::optimizer:
+      return "optimizer step";
   }
   return "?";
 }
 
 const char* category_name(Category c) {
   switch (c) {
-    case Category::resident: return "resident (parameters, buffers, batch, optimizer state)";
-    case Category::forward: return "forward (saved for backward)";
-    case Category::backward: return "backward (gradients, transients)";
-    case Category::optimizer: return "optimizer step";
-    case Category::workspace: return "kernel workspace";
+    case Category::resident:
+      return "resident (parameters, buffers, batch, optimizer state)";
+    case Category::forward:
+      return "forward (saved for backward)";
+    case Category::backward:
+      return "backward (gradients, transients)";
+    case Category::optimizer:
+      return "optimizer step";
+    case Category::workspace:
+      return "kernel workspace";
   }
   return "?";
 }
@@ -59,10 +68,14 @@ const std::shared_ptr<const std::string>& current_module_path() { return t_modul
 Category current_category() {
   if (t_category >= 0) return static_cast<Category>(t_category);
   switch (t_phase) {
-    case Phase::outside: return Category::resident;
-    case Phase::forward: return Category::forward;
-    case Phase::backward: return Category::backward;
-    case Phase::optimizer: return Category::optimizer;
+    case Phase::outside:
+      return Category::resident;
+    case Phase::forward:
+      return Category::forward;
+    case Phase::backward:
+      return Category::backward;
+    case Phase::optimizer:
+      return Category::optimizer;
   }
   return Category::resident;
 }

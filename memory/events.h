@@ -90,7 +90,7 @@ class AllocationObserver {
 };
 void add_allocation_observer(AllocationObserver* o);
 void remove_allocation_observer(AllocationObserver* o);
-bool observing();                                // any observer registered
+bool observing();                                  // any observer registered
 void notify_allocation(const AllocationEvent& e);  // to every observer
 
 // Live bytes of one device by category, and the moment of their largest sum: the bytes of each

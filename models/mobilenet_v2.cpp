@@ -68,7 +68,7 @@ Tensor MobileNetV2::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "MobileNetV2: expected input [N, H, W, C], got ", describe(x));
   Tensor h = checkpoint_.run_features(*features_, x);  // [N, H/32, W/32, last]
   h = nn::functional::global_avg_pool(h);     // [N, 1, 1, last]
-  return (*classifier_)(h.flatten(1));  // [N, classes]
+  return (*classifier_)(h.flatten(1));        // [N, classes]
 }
 
 }  // namespace frugal::models

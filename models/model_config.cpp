@@ -26,9 +26,12 @@ CheckpointPolicy CheckpointPolicy::parse(const std::string& text) {
 
 std::string CheckpointPolicy::str() const {
   switch (mode) {
-    case Mode::none: return "none";
-    case Mode::blocks: return "blocks";
-    case Mode::segments: return std::to_string(segments);
+    case Mode::none:
+      return "none";
+    case Mode::blocks:
+      return "blocks";
+    case Mode::segments:
+      return std::to_string(segments);
   }
   return "?";
 }
@@ -53,9 +56,9 @@ void check_config(const char* model, const ModelConfig& cfg) {
                cfg.dropout);
   FRUGAL_CHECK(cfg.drop_connect >= 0 && cfg.drop_connect <= 1, model,
                ": drop_connect must be in [0, 1], got ", cfg.drop_connect);
-  FRUGAL_CHECK(cfg.checkpoint.mode != CheckpointPolicy::Mode::segments ||
-                   cfg.checkpoint.segments > 0,
-               model, ": checkpoint segments must be positive, got ", cfg.checkpoint.segments);
+  FRUGAL_CHECK(
+      cfg.checkpoint.mode != CheckpointPolicy::Mode::segments || cfg.checkpoint.segments > 0, model,
+      ": checkpoint segments must be positive, got ", cfg.checkpoint.segments);
 }
 
 }  // namespace frugal::models

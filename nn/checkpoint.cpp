@@ -45,27 +45,28 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
   y = y.detach();
   const bool x_needs_grad = x.requires_grad();
   const size_t n_inputs = inputs.size();
-  return autograd::record(
-      "checkpoint", inputs, y, {x},
-      [fn, amp, gen_offset, x_needs_grad, n_inputs](const std::vector<Tensor>& g,
-                                                   const std::vector<Tensor>& saved) {
-        Tensor x_leaf = saved[0].detach();
-        if (x_needs_grad) x_leaf.requires_grad_(true);
-        Tensor y_again;
-        {
-          autograd::GradModeGuard grad(true);
-          autograd::RecomputingGuard recomputing;
-          autocast::RestoreGuard autocast(amp);
-          GeneratorRewind rewind(gen_offset);
-          y_again = fn(x_leaf);
-        }
-        std::vector<Tensor> grads(n_inputs);
-        // Parameters accumulate their gradients in this inner backward, as they would have in
-        // the outer one; only the input's gradient is handed back to the outer engine.
-        if (y_again.requires_grad()) autograd::run_backward({y_again}, {g[0]}, false);
-        if (x_needs_grad) grads[0] = x_leaf.grad();
-        return grads;
-      });
+  return autograd::record("checkpoint", inputs, y, {x},
+                          [fn, amp, gen_offset, x_needs_grad, n_inputs](
+                              const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+                            Tensor x_leaf = saved[0].detach();
+                            if (x_needs_grad) x_leaf.requires_grad_(true);
+                            Tensor y_again;
+                            {
+                              autograd::GradModeGuard grad(true);
+                              autograd::RecomputingGuard recomputing;
+                              autocast::RestoreGuard autocast(amp);
+                              GeneratorRewind rewind(gen_offset);
+                              y_again = fn(x_leaf);
+                            }
+                            std::vector<Tensor> grads(n_inputs);
+                            // Parameters accumulate their gradients in this inner backward, as they
+                            // would have in the outer one; only the input's gradient is handed back
+                            // to the outer engine.
+                            if (y_again.requires_grad())
+                              autograd::run_backward({y_again}, {g[0]}, false);
+                            if (x_needs_grad) grads[0] = x_leaf.grad();
+                            return grads;
+                          });
 }
 
 Checkpoint::Checkpoint(std::shared_ptr<Module> inner) : inner_(std::move(inner)) {
@@ -75,8 +76,7 @@ Checkpoint::Checkpoint(std::shared_ptr<Module> inner) : inner_(std::move(inner))
 
 Tensor Checkpoint::forward(const Tensor& x) {
   if (!is_training()) return (*inner_)(x);
-  return checkpoint([this](const Tensor& in) { return (*inner_)(in); }, x,
-                    inner_->parameters());
+  return checkpoint([this](const Tensor& in) { return (*inner_)(in); }, x, inner_->parameters());
 }
 
 Tensor checkpoint_sequential(const Sequential& seq, int64_t segments, const Tensor& x) {

@@ -9,8 +9,8 @@ namespace {
 
 using kernels::Activation;
 
-constexpr const char* kActivationNames[] = {"relu",    "relu6",   "hardswish",
-                                            "silu",    "sigmoid", "identity"};
+constexpr const char* kActivationNames[] = {"relu", "relu6",   "hardswish",
+                                            "silu", "sigmoid", "identity"};
 static_assert(sizeof(kActivationNames) / sizeof(kActivationNames[0]) == kernels::kNumActivations,
               "every activation needs a name");
 
@@ -56,11 +56,11 @@ Tensor activation(Activation act, const Tensor& x) {
   detail::check_floating(name, x);
   if (act == Activation::identity) return x;
   Tensor y = activation_raw(act, x);
-  return autograd::record(name, {x}, y, {backward_from_output(act) ? y : x},
-                          [act](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
-                            return std::vector<Tensor>{
-                                activation_backward_raw(act, saved[0], g[0])};
-                          });
+  return autograd::record(
+      name, {x}, y, {backward_from_output(act) ? y : x},
+      [act](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+        return std::vector<Tensor>{activation_backward_raw(act, saved[0], g[0])};
+      });
 }
 
 Tensor relu(const Tensor& x) { return activation(Activation::relu, x); }

@@ -71,7 +71,8 @@ std::vector<Tensor> conv_backward_raw(const Tensor& g, Tensor&& x, const Tensor&
   x = Tensor();
   if (need_x) {
     dx = Tensor::empty(Shape{s.n, s.h, s.w, s.c}, {dt, g.device()});
-    if (!meta) kernels::conv2d_backward_input(ctx, dt, s, gc.data_ptr(), wc.data_ptr(), dx.data_ptr());
+    if (!meta)
+      kernels::conv2d_backward_input(ctx, dt, s, gc.data_ptr(), wc.data_ptr(), dx.data_ptr());
   }
   return {dx, dw, db};
 }

@@ -29,18 +29,18 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   // Nothing is saved: backward draws the same mask again from the draw (inside a captured graph
   // the counter behind offset_base moves only at the end of a replay, so forward and backward of
   // one replay read the same value).
-  return autograd::record("dropout", {x}, y, {}, [p, draw, dtype = x.dtype()](
-                                                     const std::vector<Tensor>& g,
-                                                     const std::vector<Tensor>&) {
-    const DType dt = detail::cpu_half(g[0]) ? DType::f32 : dtype;
-    Tensor gc = cast_raw(cast_raw(g[0], dtype), dt);
-    Tensor dx = Tensor::empty(gc.shape(), gc.options());
-    if (!gc.device().is_meta()) {
-      kernels::dropout_forward(detail::ctx_of(gc), dt, gc.numel(), gc.data_ptr(), p, draw.seed,
-                               draw.offset, draw.offset_base, dx.data_ptr(), nullptr);
-    }
-    return std::vector<Tensor>{cast_raw(dx, dtype)};
-  });
+  return autograd::record(
+      "dropout", {x}, y, {},
+      [p, draw, dtype = x.dtype()](const std::vector<Tensor>& g, const std::vector<Tensor>&) {
+        const DType dt = detail::cpu_half(g[0]) ? DType::f32 : dtype;
+        Tensor gc = cast_raw(cast_raw(g[0], dtype), dt);
+        Tensor dx = Tensor::empty(gc.shape(), gc.options());
+        if (!gc.device().is_meta()) {
+          kernels::dropout_forward(detail::ctx_of(gc), dt, gc.numel(), gc.data_ptr(), p, draw.seed,
+                                   draw.offset, draw.offset_base, dx.data_ptr(), nullptr);
+        }
+        return std::vector<Tensor>{cast_raw(dx, dtype)};
+      });
 }
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropyOptions opt) {

@@ -25,12 +25,18 @@ const void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : 
 
 const char* recipe_name(Activation act) {
   switch (act) {
-    case Activation::relu: return "batch_norm+relu";
-    case Activation::relu6: return "batch_norm+relu6";
-    case Activation::hardswish: return "batch_norm+hardswish";
-    case Activation::silu: return "batch_norm+silu";
-    case Activation::sigmoid: return "batch_norm+sigmoid";
-    case Activation::identity: return "batch_norm";
+    case Activation::relu:
+      return "batch_norm+relu";
+    case Activation::relu6:
+      return "batch_norm+relu6";
+    case Activation::hardswish:
+      return "batch_norm+hardswish";
+    case Activation::silu:
+      return "batch_norm+silu";
+    case Activation::sigmoid:
+      return "batch_norm+sigmoid";
+    case Activation::identity:
+      return "batch_norm";
   }
   return "batch_norm+?";
 }
@@ -63,10 +69,9 @@ Tensor eval_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
   Tensor y = Tensor::empty(x.shape(), {dt, x.device()});
   const bool meta = x.device().is_meta();
   if (!meta) {
-    kernels::batch_norm_forward_eval(detail::ctx_of(x), dt, rows, c, xc.data_ptr(),
-                                     data_or_null(weight), data_or_null(bias),
-                                     running_mean.data_ptr(), running_var.data_ptr(), opt.eps,
-                                     y.data_ptr());
+    kernels::batch_norm_forward_eval(
+        detail::ctx_of(x), dt, rows, c, xc.data_ptr(), data_or_null(weight), data_or_null(bias),
+        running_mean.data_ptr(), running_var.data_ptr(), opt.eps, y.data_ptr());
   }
   y = cast_raw(y, x.dtype());
   Tensor mean, invstd;  // [C] copies of the running statistics, only when backward needs them
@@ -98,8 +103,7 @@ Tensor eval_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
           // batch-statistic terms: dx = dy * gamma * invstd.
           kernels::batch_norm_backward(detail::ctx_of(g[0]), dt, rows, c, xc.data_ptr(),
                                        gc.data_ptr(), data_or_null(w), mean.data_ptr(),
-                                       is.data_ptr(), nullptr, dgamma.data_ptr(),
-                                       dbeta.data_ptr());
+                                       is.data_ptr(), nullptr, dgamma.data_ptr(), dbeta.data_ptr());
           if (need_x) dx = mul(gc, w.defined() ? mul(w, is) : is);
         } else if (need_x) {
           dx = Tensor::empty(x_saved.shape(), {dt, g[0].device()});
@@ -142,15 +146,15 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
   // A checkpointed segment run again in backward counts its statistics once (Note
   // [Checkpointing]).
   const bool update_running = !autograd::recomputing();
-  Tensor rm = update_running ? running_mean : Tensor(), rv = update_running ? running_var : Tensor();
+  Tensor rm = update_running ? running_mean : Tensor(),
+         rv = update_running ? running_var : Tensor();
   if (rm.defined()) rm.bump_version();
   if (rv.defined()) rv.bump_version();
   if (!x.device().is_meta()) {
     kernels::batch_norm_act_forward_train(
         detail::ctx_of(x), dt, opt.activation, rows, c, xc.data_ptr(), data_or_null(weight),
-        data_or_null(bias), opt.eps, opt.momentum, y.data_ptr(), mean.data_ptr(),
-        invstd.data_ptr(), rm.defined() ? rm.data_ptr() : nullptr,
-        rv.defined() ? rv.data_ptr() : nullptr);
+        data_or_null(bias), opt.eps, opt.momentum, y.data_ptr(), mean.data_ptr(), invstd.data_ptr(),
+        rm.defined() ? rm.data_ptr() : nullptr, rv.defined() ? rv.data_ptr() : nullptr);
   }
   y = cast_raw(y, x.dtype());
   const Activation act = opt.activation;
@@ -177,8 +181,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
         Tensor dbeta = Tensor::empty(Shape{c}, {acc, g[0].device()});
         if (!g[0].device().is_meta()) {
           kernels::batch_norm_act_backward(
-              detail::ctx_of(g[0]), dt, act, rows, c, xc.data_ptr(), gc.data_ptr(),
-              data_or_null(w), data_or_null(b), saved[3].data_ptr(), saved[4].data_ptr(),
+              detail::ctx_of(g[0]), dt, act, rows, c, xc.data_ptr(), gc.data_ptr(), data_or_null(w),
+              data_or_null(b), saved[3].data_ptr(), saved[4].data_ptr(),
               dx.defined() ? dx.data_ptr() : nullptr, dgamma.data_ptr(), dbeta.data_ptr());
         }
         if (dx.defined()) dx = cast_raw(dx, x_saved.dtype());

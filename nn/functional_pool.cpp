@@ -45,21 +45,22 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions opt) {
     }
     return out;
   });
-  return autograd::record("max_pool2d", {x}, y, {x}, [s](const std::vector<Tensor>& g,
-                                                          const std::vector<Tensor>& saved) {
-    const Tensor& x_saved = saved[0];
-    Tensor gx = cast_raw(g[0], x_saved.dtype());
-    Tensor dx = in_compute_dtype(x_saved, [&](const Tensor& xc) {
-      Tensor gc = cast_raw(gx, xc.dtype());
-      Tensor out = Tensor::empty(xc.shape(), xc.options());
-      if (!xc.device().is_meta()) {
-        kernels::max_pool2d_backward(detail::ctx_of(xc), xc.dtype(), s, xc.data_ptr(), gc.data_ptr(),
-                                     out.data_ptr());
-      }
-      return out;
-    });
-    return std::vector<Tensor>{dx};
-  });
+  return autograd::record("max_pool2d", {x}, y, {x},
+                          [s](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+                            const Tensor& x_saved = saved[0];
+                            Tensor gx = cast_raw(g[0], x_saved.dtype());
+                            Tensor dx = in_compute_dtype(x_saved, [&](const Tensor& xc) {
+                              Tensor gc = cast_raw(gx, xc.dtype());
+                              Tensor out = Tensor::empty(xc.shape(), xc.options());
+                              if (!xc.device().is_meta()) {
+                                kernels::max_pool2d_backward(detail::ctx_of(xc), xc.dtype(), s,
+                                                             xc.data_ptr(), gc.data_ptr(),
+                                                             out.data_ptr());
+                              }
+                              return out;
+                            });
+                            return std::vector<Tensor>{dx};
+                          });
 }
 
 Tensor avg_pool2d(const Tensor& x, Pool2dOptions opt) {

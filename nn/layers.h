@@ -64,12 +64,12 @@ class BatchNorm2d : public Module {
 
 // Activation layers: one functional op each; Sequential fuses them into a BatchNorm2d right
 // before them (Note [Fused activations]).
-#define FRUGAL_ACTIVATION_LAYER(Name, act)                                                     \
-  class Name : public Module {                                                                 \
-   public:                                                                                     \
-    Tensor forward(const Tensor& x) override { return functional::activation(act, x); }       \
-    std::string type_name() const override { return #Name; }                                  \
-    std::optional<Activation> as_activation() const override { return act; }                  \
+#define FRUGAL_ACTIVATION_LAYER(Name, act)                                              \
+  class Name : public Module {                                                          \
+   public:                                                                              \
+    Tensor forward(const Tensor& x) override { return functional::activation(act, x); } \
+    std::string type_name() const override { return #Name; }                            \
+    std::optional<Activation> as_activation() const override { return act; }            \
   };
 FRUGAL_ACTIVATION_LAYER(ReLU, Activation::relu)
 FRUGAL_ACTIVATION_LAYER(ReLU6, Activation::relu6)

@@ -87,8 +87,9 @@ InputShape parse_input_shape(const std::string& command, const std::string& text
   char tail = 0;
   if (std::sscanf(text.c_str(), "%lldx%lldx%lld%c", &c, &h, &w, &tail) != 3 || c <= 0 || h <= 0 ||
       w <= 0) {
-    throw UsageError(command + ": --input expects CxHxW with positive sizes, e.g. 3x224x224, got '" +
-                     text + "'");
+    throw UsageError(command +
+                     ": --input expects CxHxW with positive sizes, e.g. 3x224x224, got '" + text +
+                     "'");
   }
   return {c, h, w};
 }

@@ -3,10 +3,9 @@
 // device (shapes only) or the CPU (train/saved_estimate.h).
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "models/registry.h"

@@ -59,12 +59,13 @@ std::string resolve_device(const std::string& flag) {
 }
 
 int cmd_train(const std::vector<std::string>& argv) {
-  Args args("train", argv,
-            {"model", "data", "data-dir", "epochs", "batch", "lr", "optimizer", "momentum",
-             "weight-decay", "schedule", "warmup-epochs", "label-smoothing", "width",
-             "image-size", "limit", "test-limit", "device", "workers", "seed", "save", "resume", "precision",
-             "checkpoint"},
-            {"help", "no-augment", "graph"});
+  Args args(
+      "train", argv,
+      {"model",     "data",       "data-dir",     "epochs",     "batch",         "lr",
+       "optimizer", "momentum",   "weight-decay", "schedule",   "warmup-epochs", "label-smoothing",
+       "width",     "image-size", "limit",        "test-limit", "device",        "workers",
+       "seed",      "save",       "resume",       "precision",  "checkpoint"},
+      {"help", "no-augment", "graph"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
     return 0;

@@ -59,11 +59,10 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
 
   // The same weights for every precision: the default generator seeds the initialisers.
   manual_seed(o.seed);
-  auto model = models::create(
-      o.model, {.num_classes = o.classes,
-                .in_channels = o.channels,
-                .width = o.width_multiplier,
-                .checkpoint = o.checkpoint});
+  auto model = models::create(o.model, {.num_classes = o.classes,
+                                        .in_channels = o.channels,
+                                        .width = o.width_multiplier,
+                                        .checkpoint = o.checkpoint});
   model->to(device);
   model->train();
   device_sync(device);

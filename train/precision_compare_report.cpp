@@ -69,8 +69,7 @@ std::string to_table(const CompareOptions& o, const std::vector<CompareRow>& row
       o.checkpoint.mode == models::CheckpointPolicy::Mode::none
           ? ""
           : (", checkpoint " + o.checkpoint.str()).c_str(),
-      o.lr,
-      o.momentum, static_cast<unsigned long long>(o.seed));
+      o.lr, o.momentum, static_cast<unsigned long long>(o.seed));
   s += format("%-9s %-24s %-24s %-22s %9s  %-20s %s\n", "precision", "peak allocated",
               "peak reserved", "img/s", "step ms", "last loss", "loss scale");
   for (const CompareRow& r : rows) {

@@ -22,8 +22,8 @@
 namespace frugal::train {
 
 struct SavedEstimate {
-  size_t saved_bytes = 0;        // all storages the graph keeps, each once
-  size_t conv_output_bytes = 0;  // the one-tensor-per-layer bound
+  size_t saved_bytes = 0;                      // all storages the graph keeps, each once
+  size_t conv_output_bytes = 0;                // the one-tensor-per-layer bound
   std::vector<autograd::ModuleSaved> modules;  // in forward order
 };
 

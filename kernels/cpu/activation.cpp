@@ -122,12 +122,16 @@ void backward_impl(int64_t n, const T* x, const T* dy, T* dx) {
 template <typename Fn>
 void with_activation(Activation act, const char* op, Fn&& fn) {
   switch (act) {
-    case Activation::relu: return fn(std::integral_constant<Activation, Activation::relu>{});
-    case Activation::relu6: return fn(std::integral_constant<Activation, Activation::relu6>{});
+    case Activation::relu:
+      return fn(std::integral_constant<Activation, Activation::relu>{});
+    case Activation::relu6:
+      return fn(std::integral_constant<Activation, Activation::relu6>{});
     case Activation::hardswish:
       return fn(std::integral_constant<Activation, Activation::hardswish>{});
-    case Activation::silu: return fn(std::integral_constant<Activation, Activation::silu>{});
-    case Activation::sigmoid: return fn(std::integral_constant<Activation, Activation::sigmoid>{});
+    case Activation::silu:
+      return fn(std::integral_constant<Activation, Activation::silu>{});
+    case Activation::sigmoid:
+      return fn(std::integral_constant<Activation, Activation::sigmoid>{});
     case Activation::identity:
       return fn(std::integral_constant<Activation, Activation::identity>{});
   }
@@ -167,7 +171,8 @@ void activation_backward(const Context& ctx, Activation act, DType dtype, int64_
 
 template <typename T>
 void activation_forward_serial(Activation act, int64_t n, const T* x, T* y) {
-  with_activation(act, "activation_forward", [&](auto a) { forward_range<decltype(a)::value>(n, x, y); });
+  with_activation(act, "activation_forward",
+                  [&](auto a) { forward_range<decltype(a)::value>(n, x, y); });
 }
 
 template <typename T>
@@ -180,7 +185,7 @@ template void activation_forward_serial<float>(Activation, int64_t, const float*
 template void activation_forward_serial<double>(Activation, int64_t, const double*, double*);
 template void activation_backward_serial<float>(Activation, int64_t, const float*, const float*,
                                                 float*);
-template void activation_backward_serial<double>(Activation, int64_t, const double*,
-                                                 const double*, double*);
+template void activation_backward_serial<double>(Activation, int64_t, const double*, const double*,
+                                                 double*);
 
 }  // namespace frugal::kernels::cpu

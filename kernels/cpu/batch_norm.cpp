@@ -154,9 +154,9 @@ void apply_saved(const Context& ctx, Activation act, int64_t rows, int64_t c, co
 //   dx = gamma * invstd / M * (M * du - dbeta - xhat * dgamma).
 // du is recomputed per row in both passes, never stored.
 template <typename T>
-void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const T* x,
-              const T* dy, const T* gamma, const T* beta, const T* save_mean,
-              const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
+void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const T* x, const T* dy,
+              const T* gamma, const T* beta, const T* save_mean, const T* save_invstd, T* dx,
+              T* dgamma, T* dbeta) {
   const bool fused = act != Activation::identity;
   memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(3 * c) * sizeof(T));
   T* affine = static_cast<T*>(affine_buf.get());
@@ -247,9 +247,8 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
                               const void* x, const void* gamma, const void* beta, double eps,
                               double momentum, void* y, void* save_mean, void* save_invstd,
                               void* running_mean, void* running_var) {
-  cpu::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta,
-                                    eps, momentum, y, save_mean, save_invstd, running_mean,
-                                    running_var);
+  cpu::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta, eps,
+                                    momentum, y, save_mean, save_invstd, running_mean, running_var);
 }
 
 void batch_norm_act_apply(const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,

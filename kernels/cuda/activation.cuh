@@ -13,12 +13,18 @@ struct ActForwardFn {
   Activation act;
   __device__ float operator()(float x) const {
     switch (act) {
-      case Activation::relu: return x > 0.0f ? x : 0.0f;
-      case Activation::relu6: return fminf(fmaxf(x, 0.0f), 6.0f);
-      case Activation::hardswish: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
-      case Activation::silu: return x * sigmoidf(x);
-      case Activation::sigmoid: return sigmoidf(x);
-      case Activation::identity: return x;
+      case Activation::relu:
+        return x > 0.0f ? x : 0.0f;
+      case Activation::relu6:
+        return fminf(fmaxf(x, 0.0f), 6.0f);
+      case Activation::hardswish:
+        return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+      case Activation::silu:
+        return x * sigmoidf(x);
+      case Activation::sigmoid:
+        return sigmoidf(x);
+      case Activation::identity:
+        return x;
     }
     return 0.0f;
   }
@@ -30,8 +36,10 @@ struct ActBackwardFn {
   Activation act;
   __device__ float operator()(float x, float dy) const {
     switch (act) {
-      case Activation::relu: return x > 0.0f ? dy : 0.0f;
-      case Activation::relu6: return (x > 0.0f && x < 6.0f) ? dy : 0.0f;
+      case Activation::relu:
+        return x > 0.0f ? dy : 0.0f;
+      case Activation::relu6:
+        return (x > 0.0f && x < 6.0f) ? dy : 0.0f;
       case Activation::hardswish:
         return x < -3.0f ? 0.0f : (x <= 3.0f ? dy * (x / 3.0f + 0.5f) : dy);
       case Activation::silu: {
@@ -42,7 +50,8 @@ struct ActBackwardFn {
         float s = sigmoidf(x);
         return dy * s * (1.0f - s);
       }
-      case Activation::identity: return dy;
+      case Activation::identity:
+        return dy;
     }
     return 0.0f;
   }

@@ -6,12 +6,12 @@
 // normalisation (Note [Batch norm with its activation] in kernels/batch_norm.h): forward applies
 // it before the store, backward takes its derivative at u = bn(x) recomputed from the saved
 // statistics with the forward's own expression, so that u matches the forward bit for bit.
+#include <initializer_list>
+#include <type_traits>
+
 #include "kernels/batch_norm.h"
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/cuda_common.cuh"
-
-#include <initializer_list>
-#include <type_traits>
 
 namespace frugal::kernels::cuda {
 namespace {
@@ -74,7 +74,6 @@ struct OutputGradPack {
   }
 };
 
-
 // Channel packs (pack_width in cuda_common.cuh): 16-byte loads when C divides into them (every
 // MobileNet width does), else one channel per thread. 16-bit rows were load-latency bound with
 // one 2-byte channel per thread.
@@ -85,8 +84,8 @@ struct OutputGradPack {
 //   backward: a = dy,          b = dy * (x - mean[c])
 // and writes partial[(split * C + c) * 2 + {0, 1}].
 template <typename T, bool kBackward, int V>
-__global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const T* x,
-                                       const T* dy, BnOutputGrad out_grad, float* partial) {
+__global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const T* x, const T* dy,
+                                       BnOutputGrad out_grad, float* partial) {
   const int64_t cvs = c / V;
   const int block_rows = kThreads / lanes;
   const int lane = static_cast<int>(threadIdx.x) % lanes;
@@ -322,8 +321,8 @@ PartialPlan plan_partials(const Context& ctx, int64_t rows, int64_t c) {
 
 // dy and out_grad's pointers are null in the forward pass (kBackward false).
 template <typename T, bool kBackward, int V>
-void launch_partials(const PartialPlan& plan, cudaStream_t s, int64_t rows, int64_t c,
-                     const T* x, const T* dy, const BnOutputGrad& out_grad, float* partial) {
+void launch_partials(const PartialPlan& plan, cudaStream_t s, int64_t rows, int64_t c, const T* x,
+                     const T* dy, const BnOutputGrad& out_grad, float* partial) {
   const PartialGrid& pg = plan.pg;
   if (plan.narrow) {
     channel_partial_kernel<T, kBackward, kNarrowPack<V>>
@@ -422,8 +421,8 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
                               const void* x, const void* gamma, const void* beta, double eps,
                               double momentum, void* y, void* save_mean, void* save_invstd,
                               void* running_mean, void* running_var) {
-  cuda::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta,
-                                     eps, momentum, y, save_mean, save_invstd, running_mean,
+  cuda::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta, eps,
+                                     momentum, y, save_mean, save_invstd, running_mean,
                                      running_var);
 }
 

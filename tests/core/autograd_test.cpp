@@ -132,10 +132,11 @@ TEST(Autograd, OldStyleClosuresThatCaptureTheirTensorsStillWork) {
   // The extension path before saved lists: the closure captures autograd::save(x) itself.
   Tensor x = full({3}, 2.0, {.requires_grad = true});
   Tensor xd = x.detach();
-  Tensor y = autograd::record("cube", {x}, mul(mul(xd, xd), xd),
-                              [x_saved = autograd::save(x)](const std::vector<Tensor>& g) {
-                                return std::vector<Tensor>{mul(mul(mul(x_saved, x_saved), 3.0), g[0])};
-                              });
+  Tensor y =
+      autograd::record("cube", {x}, mul(mul(xd, xd), xd),
+                       [x_saved = autograd::save(x)](const std::vector<Tensor>& g) {
+                         return std::vector<Tensor>{mul(mul(mul(x_saved, x_saved), 3.0), g[0])};
+                       });
   sum(y).backward();
   for (double v : x.grad().to_vector()) EXPECT_DOUBLE_EQ(v, 12.0);
 }

@@ -93,8 +93,8 @@ TEST(GpuBatchNorm, FusedActivationMatchesCpuAndRecomputesExactly) {
     const auto act = static_cast<Activation>(a);
     for (DType t : kDTypes) {
       for (Size sz : {Size{70, 13}, Size{3001, 37}, Size{2, 5}, Size{4099, 32}, Size{517, 12}}) {
-        SCOPED_TRACE(detail::str("activation ", a, " ", dtype_name(t), " rows ", sz.rows, " c ",
-                                 sz.c));
+        SCOPED_TRACE(
+            detail::str("activation ", a, " ", dtype_name(t), " rows ", sz.rows, " c ", sz.c));
         const int64_t n = sz.rows * sz.c;
         const auto c = static_cast<size_t>(sz.c);
         auto x = random_values(static_cast<size_t>(n), 41, t, -1, 3);
@@ -106,14 +106,13 @@ TEST(GpuBatchNorm, FusedActivationMatchesCpuAndRecomputesExactly) {
         DeviceBuffer dy_out(t, n), dmean(DType::f32, sz.c), dinv(DType::f32, sz.c);
         dy_out.poison();
         kernels::cuda::batch_norm_act_forward_train(gpu(), t, act, sz.rows, sz.c, dx.get(),
-                                                    dg.get(), db.get(), eps, momentum,
-                                                    dy_out.get(), dmean.get(), dinv.get(),
-                                                    nullptr, nullptr);
+                                                    dg.get(), db.get(), eps, momentum, dy_out.get(),
+                                                    dmean.get(), dinv.get(), nullptr, nullptr);
         std::vector<float> mean = dmean.download(), invstd = dinv.download();
         std::vector<float> y(n);
         kernels::cpu::batch_norm_act_apply(cpu(), DType::f32, act, sz.rows, sz.c, x.data(),
-                                           gamma.data(), beta.data(), mean.data(),
-                                           invstd.data(), y.data());
+                                           gamma.data(), beta.data(), mean.data(), invstd.data(),
+                                           y.data());
         std::vector<float> y_gpu = dy_out.download();
         EXPECT_CLOSE(y_gpu, y, tolerance(t));
 
@@ -124,10 +123,9 @@ TEST(GpuBatchNorm, FusedActivationMatchesCpuAndRecomputesExactly) {
         EXPECT_EQ(again.download(), y_gpu) << "the recompute must equal the forward exactly";
 
         std::vector<float> gx(n), ggamma(c), gbeta(c);
-        kernels::cpu::batch_norm_act_backward(cpu(), DType::f32, act, sz.rows, sz.c, x.data(),
-                                              dy.data(), gamma.data(), beta.data(), mean.data(),
-                                              invstd.data(), gx.data(), ggamma.data(),
-                                              gbeta.data());
+        kernels::cpu::batch_norm_act_backward(
+            cpu(), DType::f32, act, sz.rows, sz.c, x.data(), dy.data(), gamma.data(), beta.data(),
+            mean.data(), invstd.data(), gx.data(), ggamma.data(), gbeta.data());
         DeviceBuffer dgx(t, n), dgg(DType::f32, sz.c), dgb(DType::f32, sz.c);
         dgx.poison();
         kernels::cuda::batch_norm_act_backward(gpu(), t, act, sz.rows, sz.c, dx.get(), ddy.get(),

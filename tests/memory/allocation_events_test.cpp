@@ -44,7 +44,10 @@ TEST(AllocationEvents, EveryAllocationAndReleaseIsReportedWithItsTags) {
 
 TEST(AllocationEvents, NothingIsReportedWithoutObservers) {
   EXPECT_FALSE(observing());
-  { Recorder rec; EXPECT_TRUE(observing()); }
+  {
+    Recorder rec;
+    EXPECT_TRUE(observing());
+  }
   EXPECT_FALSE(observing());
 }
 

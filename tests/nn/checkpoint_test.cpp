@@ -1,6 +1,8 @@
 // Activation checkpointing (Note [Checkpointing]): gradients equal to the plain step bit for bit
 // on the CPU in f32, batch-norm statistics counted once, dropout masks reproduced, the autocast
 // state replayed, and parameter names unchanged.
+#include "nn/checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include "core/autocast.h"
@@ -8,7 +10,6 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "models/registry.h"
-#include "nn/checkpoint.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
 
@@ -24,11 +25,12 @@ struct StepResult {
 };
 
 // One forward/backward of a small model from a fixed seed; `dtype` autocasts when not f32.
-StepResult run_step(const models::CheckpointPolicy& policy, const std::string& name = "mobilenet_v2",
-                    DType dtype = DType::f32) {
+StepResult run_step(const models::CheckpointPolicy& policy,
+                    const std::string& name = "mobilenet_v2", DType dtype = DType::f32) {
   default_generator().manual_seed(42);
-  auto model = models::create(name, {.num_classes = 5, .in_channels = 3, .width = 0.35,
-                                     .dropout = 0.5, .checkpoint = policy});
+  auto model = models::create(
+      name,
+      {.num_classes = 5, .in_channels = 3, .width = 0.35, .dropout = 0.5, .checkpoint = policy});
   model->train();
   Generator gen(1);
   Tensor x = randn({4, 32, 32, 3}, gen);
@@ -119,9 +121,9 @@ TEST(Checkpoint, DropoutMasksAreReproduced) {
 
 TEST(Checkpoint, WrapperKeepsParameterNames) {
   auto plain = models::create("mobilenet_v2", {.num_classes = 5, .width = 0.35});
-  auto wrapped = models::create("mobilenet_v2", {.num_classes = 5,
-                                                 .width = 0.35,
-                                                 .checkpoint = models::CheckpointPolicy::parse("blocks")});
+  auto wrapped = models::create(
+      "mobilenet_v2",
+      {.num_classes = 5, .width = 0.35, .checkpoint = models::CheckpointPolicy::parse("blocks")});
   auto a = plain->named_parameters(), b = wrapped->named_parameters();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].first, b[i].first);

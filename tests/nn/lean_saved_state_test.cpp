@@ -7,8 +7,8 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "gradcheck.h"
-#include "nn/functional.h"
 #include "memory/allocator.h"
+#include "nn/functional.h"
 #include "nn/layers.h"
 
 using namespace frugal;
@@ -20,8 +20,8 @@ using frugal::testing::rand64;
 
 namespace {
 
-constexpr Activation kAll[] = {Activation::relu,    Activation::relu6,   Activation::hardswish,
-                               Activation::silu,    Activation::sigmoid, Activation::identity};
+constexpr Activation kAll[] = {Activation::relu, Activation::relu6,   Activation::hardswish,
+                               Activation::silu, Activation::sigmoid, Activation::identity};
 
 bool bit_equal(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && a.to_vector() == b.to_vector();
@@ -57,11 +57,13 @@ TEST(LeanSavedState, AChainOfRecipesPassesGradientChecks) {
   // conv -> bn+relu6 -> conv -> bn -> residual add with another bn output -> conv: every saved
   // activation between the convs is a recipe.
   Tensor x = rand64({2, 5, 5, 3}, 11, true);
-  Tensor w1 = rand64({4, 3, 3, 3}, 12), w2 = rand64({4, 1, 1, 4}, 13), w3 = rand64({2, 3, 3, 4}, 14);
+  Tensor w1 = rand64({4, 3, 3, 3}, 12), w2 = rand64({4, 1, 1, 4}, 13),
+         w3 = rand64({2, 3, 3, 4}, 14);
   Tensor g = rand64({4}, 15, true, 0.5, 1.5), b = rand64({4}, 16);
   auto f = [](auto& v) {
     Tensor z1 = F::conv2d(v[0], v[1], Tensor(), {.padding = 1});
-    Tensor a1 = F::batch_norm(z1, v[4], v[5], Tensor(), Tensor(), {.activation = Activation::relu6});
+    Tensor a1 =
+        F::batch_norm(z1, v[4], v[5], Tensor(), Tensor(), {.activation = Activation::relu6});
     Tensor z2 = F::conv2d(a1, v[2], Tensor());
     Tensor y = add(F::batch_norm(z2, v[4], v[5], Tensor(), Tensor()), a1);
     if (autograd::grad_enabled()) EXPECT_TRUE(autograd::has_recipe(a1) && autograd::has_recipe(y));
@@ -89,10 +91,12 @@ TEST(LeanSavedState, OneStoredTensorPerLayer) {
   Generator gen(5);
   Tensor x = randn({2, 8, 8, 3}, gen);
   nn::Sequential net;
-  net.push_back(std::make_shared<nn::Conv2d>(3, 8, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
+  net.push_back(
+      std::make_shared<nn::Conv2d>(3, 8, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
   net.push_back(std::make_shared<nn::BatchNorm2d>(8));
   net.push_back(std::make_shared<nn::ReLU6>());
-  net.push_back(std::make_shared<nn::Conv2d>(8, 8, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
+  net.push_back(
+      std::make_shared<nn::Conv2d>(8, 8, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
   net.push_back(std::make_shared<nn::BatchNorm2d>(8));
   net.push_back(std::make_shared<nn::ReLU6>());
   Tensor out = net.forward(x);
@@ -125,7 +129,8 @@ TEST(LeanSavedState, SequentialFusionMatchesTheUnfusedOps) {
   std::vector<double> ga = gw.to_vector(), gb = conv->weight.grad().to_vector();
   for (size_t i = 0; i < ga.size(); ++i) ASSERT_NEAR(ga[i], gb[i], 1e-4 * (1 + std::abs(gb[i])));
   std::vector<double> gga = gg.to_vector(), ggb = bn->weight.grad().to_vector();
-  for (size_t i = 0; i < gga.size(); ++i) ASSERT_NEAR(gga[i], ggb[i], 1e-4 * (1 + std::abs(ggb[i])));
+  for (size_t i = 0; i < gga.size(); ++i)
+    ASSERT_NEAR(gga[i], ggb[i], 1e-4 * (1 + std::abs(ggb[i])));
   EXPECT_NE(fused_running.to_vector(), zeros({8}).to_vector()) << "running stats updated";
 }
 
@@ -167,8 +172,8 @@ TEST(LeanSavedState, BatchNormBackwardWritesOverAGradientItOwns) {
   Generator gen(13);
   Tensor x = randn({8, 16, 16, 32}, gen, {.requires_grad = true});
   Tensor gamma = ones({32}, {.requires_grad = true}), beta = zeros({32}, {.requires_grad = true});
-  Tensor loss = sum(F::batch_norm(x, gamma, beta, Tensor(), Tensor(),
-                                  {.activation = Activation::relu6}));
+  Tensor loss =
+      sum(F::batch_norm(x, gamma, beta, Tensor(), Tensor(), {.activation = Activation::relu6}));
   memory::Allocator& cpu = memory::cpu_allocator();
   const int64_t before = cpu.stats().allocated_bytes.current;
   cpu.reset_peak_stats();
@@ -188,16 +193,16 @@ TEST(LeanSavedState, NestedSequentialsHoldNoMoreThanAFlatOne) {
   // of the same layers does; nested calls used to keep each inner input alive until they returned.
   auto conv_a = std::make_shared<nn::Conv2d>(4, 32, 1, nn::Conv2dOptions{.bias = false});
   auto bn_a = std::make_shared<nn::BatchNorm2d>(32);
-  auto conv_b = std::make_shared<nn::Conv2d>(32, 32, 3,
-                                             nn::Conv2dOptions{.stride = 2, .padding = 1, .groups = 32});
+  auto conv_b = std::make_shared<nn::Conv2d>(
+      32, 32, 3, nn::Conv2dOptions{.stride = 2, .padding = 1, .groups = 32});
   auto bn_b = std::make_shared<nn::BatchNorm2d>(32);
   auto inner_a = std::make_shared<nn::Sequential>(
       std::vector<std::shared_ptr<nn::Module>>{conv_a, bn_a, std::make_shared<nn::ReLU6>()});
   auto inner_b = std::make_shared<nn::Sequential>(
       std::vector<std::shared_ptr<nn::Module>>{conv_b, bn_b, std::make_shared<nn::ReLU6>()});
   nn::Sequential nested({inner_a, inner_b});
-  nn::Sequential flat({conv_a, bn_a, std::make_shared<nn::ReLU6>(), conv_b, bn_b,
-                       std::make_shared<nn::ReLU6>()});
+  nn::Sequential flat(
+      {conv_a, bn_a, std::make_shared<nn::ReLU6>(), conv_b, bn_b, std::make_shared<nn::ReLU6>()});
   Generator gen(17);
   Tensor x = randn({4, 16, 16, 4}, gen);
   memory::Allocator& cpu = memory::cpu_allocator();

@@ -1,6 +1,8 @@
 // The saved-activation estimate (train/saved_estimate.h): the same on meta as on the CPU, one
 // stored tensor per conv layer within a few percent for MobileNetV2, rows per module that add up,
 // and checkpointing blocks keeping a fraction of it.
+#include "train/saved_estimate.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include "memory/allocator.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
-#include "train/saved_estimate.h"
 
 using namespace frugal;
 
