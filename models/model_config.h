@@ -33,7 +33,7 @@ struct ModelConfig {
   double width = 1.0;
   double dropout = 0.2;       // before the classifier's Linear
   double drop_connect = 0.2;  // EfficientNet stochastic depth, the deepest block's probability
-  CheckpointPolicy checkpoint;  // none by default: the lean saved state alone
+  CheckpointPolicy checkpoint{};  // none by default: the lean saved state alone
 };
 
 // Throws frugal::Error naming `model` and the bad field when a value is out of range.

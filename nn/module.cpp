@@ -96,7 +96,7 @@ void Sequential::push_back(std::shared_ptr<Module> m) {
   layers_.push_back(std::move(m));
 }
 
-Tensor Module::forward_with_activation(const Tensor& x, kernels::Activation act) {
+Tensor Module::forward_with_activation(const Tensor& /*x*/, kernels::Activation act) {
   FRUGAL_FAIL(type_name(), ": forward_with_activation(", static_cast<int>(act),
               ") called on a layer that does not take an activation");
 }

@@ -40,7 +40,7 @@ struct CompareOptions {
   // Replay the timed steps from a CUDA graph captured in the last warm-up step (Note [Captured
   // training steps] in train/captured_step.h); needs warmup >= 2; eager on the CPU.
   bool graph = false;
-  models::CheckpointPolicy checkpoint;  // --checkpoint none|blocks|N
+  models::CheckpointPolicy checkpoint{};  // --checkpoint none|blocks|N
 };
 
 struct CompareRow {

@@ -13,8 +13,8 @@ using kernels::Activation;
 
 namespace {
 
-const Activation kAll[] = {Activation::relu, Activation::relu6, Activation::hardswish,
-                           Activation::silu, Activation::sigmoid};
+const Activation kAll[] = {Activation::relu,    Activation::relu6,   Activation::hardswish,
+                           Activation::silu,    Activation::sigmoid, Activation::identity};
 
 double ref_forward(Activation a, double x) {
   switch (a) {
@@ -28,6 +28,8 @@ double ref_forward(Activation a, double x) {
       return x / (1 + std::exp(-x));
     case Activation::sigmoid:
       return 1 / (1 + std::exp(-x));
+    case Activation::identity:
+      return x;
   }
   return 0;
 }
@@ -50,6 +52,8 @@ double ref_grad(Activation a, double x) {
       double s = 1 / (1 + std::exp(-x));
       return s * (1 - s);
     }
+    case Activation::identity:
+      return 1;
   }
   return 0;
 }

@@ -73,7 +73,9 @@ TEST(Checkpoint, BlocksGiveTheSameStepBitForBit) {
   const StepResult plain = run_step({});
   expect_same(plain, run_step(models::CheckpointPolicy::parse("blocks")));
   for (auto& [name, values] : plain.buffers) {
-    if (name.find("num_batches_tracked") != std::string::npos) EXPECT_EQ(values[0], 1.0) << name;
+    if (name.find("num_batches_tracked") != std::string::npos) {
+      EXPECT_EQ(values[0], 1.0) << name;
+    }
   }
 }
 

@@ -66,7 +66,9 @@ TEST(LeanSavedState, AChainOfRecipesPassesGradientChecks) {
         F::batch_norm(z1, v[4], v[5], Tensor(), Tensor(), {.activation = Activation::relu6});
     Tensor z2 = F::conv2d(a1, v[2], Tensor());
     Tensor y = add(F::batch_norm(z2, v[4], v[5], Tensor(), Tensor()), a1);
-    if (autograd::grad_enabled()) EXPECT_TRUE(autograd::has_recipe(a1) && autograd::has_recipe(y));
+    if (autograd::grad_enabled()) {
+      EXPECT_TRUE(autograd::has_recipe(a1) && autograd::has_recipe(y));
+    }
     return F::conv2d(y, v[3], Tensor(), {.padding = 1});
   };
   EXPECT_LT(max_gradient_error(f, {x, w1, w2, w3, g, b}), 1e-5);
