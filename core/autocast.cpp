@@ -133,13 +133,15 @@ Tensor cast_parameter(const Tensor& p, DType dtype) {
 }  // namespace
 
 AutocastGuard::AutocastGuard(Device device, DType dtype, bool enabled) : type_(device.type) {
-  FRUGAL_CHECK(is_low_precision(dtype), "AutocastGuard: dtype must be f16 or bf16, got ", dtype,
-               " (for ", device, ")");
+  // Disabled, any dtype is fine (torch.autocast(enabled=False) accepts any); the state keeps
+  // its previous low-precision dtype then.
+  FRUGAL_CHECK(!enabled || is_low_precision(dtype), "AutocastGuard: dtype must be f16 or bf16, got ",
+               dtype, " (for ", device, ")");
   DeviceState& s = state_of(type_);
   prev_enabled_ = s.enabled;
   prev_dtype_ = s.dtype;
   s.enabled = enabled;
-  s.dtype = dtype;
+  if (enabled) s.dtype = dtype;
   ++t_state.depth;
 }
 

@@ -2,10 +2,23 @@
 #include "nn/module.h"
 
 #include <sstream>
+#include <unordered_map>
 
+#include "core/autograd.h"
 #include "core/op_util.h"
+#include "core/ops.h"
 
 namespace frugal::nn {
+
+namespace {
+
+// A child's dotted prefix; a child under an empty name (a wrapper's) shares its parent's.
+std::string child_prefix(const std::string& prefix, const std::string& name) {
+  return name.empty() ? prefix : prefix + name + ".";
+}
+
+}  // namespace
+
 
 Tensor Module::register_parameter(std::string name, Tensor t) {
   FRUGAL_CHECK(t.defined(), "register_parameter: '", name, "' is undefined");
@@ -23,7 +36,7 @@ void Module::collect(const std::string& prefix, bool params, NamedTensors& out) 
   for (const auto& [name, t] : params ? params_ : buffers_) out.emplace_back(prefix + name, t);
   // A child under an empty name (a wrapper's, such as nn::Checkpoint's) shares its parent's names.
   for (const auto& [name, child] : children_) {
-    child->collect(name.empty() ? prefix : prefix + name + ".", params, out);
+    child->collect(child_prefix(prefix, name), params, out);
   }
 }
 
@@ -39,10 +52,96 @@ NamedTensors Module::named_buffers() const {
   return out;
 }
 
-std::vector<Tensor> Module::parameters() const {
+std::vector<Tensor> Module::parameters(bool recurse) const {
   std::vector<Tensor> out;
+  if (!recurse) {
+    for (const auto& [name, t] : params_) out.push_back(t);
+    return out;
+  }
   for (auto& [name, t] : named_parameters()) out.push_back(t);
   return out;
+}
+
+void Module::collect_modules(const std::string& prefix,
+                             std::vector<std::pair<std::string, Module*>>& out) {
+  out.emplace_back(prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1), this);
+  for (auto& [name, child] : children_) child->collect_modules(child_prefix(prefix, name), out);
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  collect_modules("", out);
+  return out;
+}
+
+std::vector<Module*> Module::modules() {
+  std::vector<Module*> out;
+  for (auto& [name, m] : named_modules()) out.push_back(m);
+  return out;
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& [name, child] : children_) child->apply(fn);
+  fn(*this);
+}
+
+void Module::collect_state(const std::string& prefix, NamedTensors& out) const {
+  for (const auto& [name, t] : params_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, t] : buffers_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect_state(child_prefix(prefix, name), out);
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out;
+  collect_state("", out);
+  return out;
+}
+
+Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
+  std::unordered_map<std::string, const Tensor*> given;
+  for (const auto& [name, t] : state) given.emplace(name, &t);
+  LoadResult result;
+  std::vector<std::pair<Tensor, const Tensor*>> copies;  // destination, source
+  std::unordered_map<std::string, bool> own;
+  for (const auto& [name, dst] : state_dict()) {
+    own.emplace(name, true);
+    auto it = given.find(name);
+    if (it == given.end()) {
+      result.missing.push_back(name);
+      continue;
+    }
+    const Tensor& src = *it->second;
+    FRUGAL_CHECK(src.defined() && src.shape() == dst.shape(), "load_state_dict: '", name,
+                 "' has shape ", src.defined() ? src.shape().str() : std::string("(undefined)"),
+                 " in the state, ", dst.shape(), " in the ", type_name());
+    copies.emplace_back(dst, &src);
+  }
+  for (const auto& [name, t] : state) {
+    if (!own.count(name)) result.unexpected.push_back(name);
+  }
+  if (strict && (!result.missing.empty() || !result.unexpected.empty())) {
+    std::string missing, unexpected;
+    for (const auto& n : result.missing) missing += (missing.empty() ? "" : ", ") + n;
+    for (const auto& n : result.unexpected) unexpected += (unexpected.empty() ? "" : ", ") + n;
+    FRUGAL_FAIL("load_state_dict (strict) into ", type_name(), ": missing [", missing,
+                "], unexpected [", unexpected, "]; nothing was loaded");
+  }
+  autograd::NoGradGuard no_grad;
+  for (auto& [dst, src] : copies) copy_(dst, *src);
+  return result;
+}
+
+void Module::to(DType dtype) {
+  FRUGAL_CHECK(is_floating(dtype), "Module::to: expected a floating dtype, got ", dtype);
+  auto cast_in_place = [&](const Tensor& t) {
+    if (!is_floating(t.dtype()) || t.dtype() == dtype) return;
+    Tensor converted = t.detach().to(dtype);
+    t.impl().storage = converted.impl().storage;  // in place: every handle sees the new dtype
+    t.impl().dtype = dtype;
+    t.impl().grad.reset();
+  };
+  for (auto& [name, t] : named_parameters()) cast_in_place(t);
+  for (auto& [name, t] : named_buffers()) cast_in_place(t);
 }
 
 int64_t Module::num_parameters() const {

@@ -10,6 +10,7 @@
 //   };
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,7 +56,29 @@ class Module {
 
   NamedTensors named_parameters() const;  // recursive, in registration order
   NamedTensors named_buffers() const;
-  std::vector<Tensor> parameters() const;
+  // recurse = false: this module's own parameters only (torch's parameters(recurse=False)).
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  // This module ("") and every descendant with its dotted path, parents before children.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  std::vector<Module*> modules();
+  // fn on every descendant, children first, then on this module (torch's Module.apply).
+  void apply(const std::function<void(Module&)>& fn);
+
+  // Parameters and buffers by dotted name, each module's own parameters then its buffers, then
+  // its children's (PyTorch's state_dict order and names). The tensors are the module's own.
+  NamedTensors state_dict() const;
+  struct LoadResult {
+    std::vector<std::string> missing;     // names the module has and `state` lacks
+    std::vector<std::string> unexpected;  // names in `state` the module lacks
+  };
+  // Copies `state` into the module's tensors (any device and floating dtype, cast to the
+  // module's). strict: a missing or unexpected name is an error naming them all, and nothing
+  // is copied; non-strict: the names that matched are copied and the rest reported. A shape
+  // mismatch is always an error naming the tensor and both shapes, before anything is copied.
+  LoadResult load_state_dict(const NamedTensors& state, bool strict = true);
+  // Casts floating parameters and buffers in place (integer buffers such as
+  // num_batches_tracked keep their dtype); every handle to them sees the new dtype.
+  void to(DType dtype);
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
     return children_;
   }
@@ -86,6 +109,9 @@ class Module {
 
  private:
   void collect(const std::string& prefix, bool params, NamedTensors& out) const;
+  void collect_state(const std::string& prefix, NamedTensors& out) const;
+  void collect_modules(const std::string& prefix,
+                       std::vector<std::pair<std::string, Module*>>& out);
 
   NamedTensors params_;
   NamedTensors buffers_;

@@ -132,6 +132,16 @@ TEST(Autocast, GuardsNestAndRestore) {
   EXPECT_FALSE(autocast::is_enabled(DeviceType::cpu));
   EXPECT_EQ(matmul(a, b).dtype(), DType::f32);
   EXPECT_THROW(AutocastGuard(Device::cpu(), DType::f32), Error);
+  // Disabled, any dtype is accepted, as torch.autocast(enabled=False) does, and the state's
+  // dtype is left as it was.
+  {
+    AutocastGuard outer(Device::cpu(), DType::bf16);
+    AutocastGuard off(Device::cpu(), DType::f32, /*enabled=*/false);
+    EXPECT_FALSE(autocast::is_enabled(DeviceType::cpu));
+    EXPECT_EQ(autocast::dtype(DeviceType::cpu), DType::bf16);
+    EXPECT_EQ(matmul(a, b).dtype(), DType::f32);
+  }
+  EXPECT_FALSE(autocast::is_enabled(DeviceType::cpu));
 }
 
 TEST(Autocast, ParametersAreCastOncePerForwardAndTheCacheEndsWithTheOutermostGuard) {

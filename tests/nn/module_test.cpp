@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/ops.h"
+#include "nn/init.h"
 #include "nn/layers.h"
 
 using namespace frugal;
@@ -108,4 +109,75 @@ TEST(Layers, ConvRejectsMismatchedChannelsWithShapes) {
               std::string::npos)
         << m;
   }
+}
+
+TEST(Module, NamedModulesApplyAndParametersWithoutRecursion) {
+  nn::Sequential net({conv_bn_relu(3, 8), std::make_shared<nn::Conv2d>(8, 4, 1)});
+  auto mods = net.named_modules();
+  std::vector<std::string> names;
+  for (auto& [name, m] : mods) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"", "0", "0.0", "0.1", "0.2", "1"}));
+  EXPECT_EQ(net.modules().size(), 6u);
+  EXPECT_EQ(mods[0].second, &net);
+  std::vector<std::string> order;
+  net.apply([&](nn::Module& m) { order.push_back(m.type_name()); });
+  EXPECT_EQ(order, (std::vector<std::string>{"Conv2d", "BatchNorm2d", "ReLU6", "Sequential",
+                                             "Conv2d", "Sequential"}));
+  EXPECT_TRUE(net.parameters(/*recurse=*/false).empty());
+  EXPECT_EQ(net[1]->parameters(false).size(), 2u);  // weight and bias
+  EXPECT_EQ(net.parameters().size(), 5u);
+}
+
+TEST(Module, StateDictRoundTripsStrictAndNonStrict) {
+  auto a = conv_bn_relu(3, 8), b = conv_bn_relu(3, 8);
+  nn::init::constant_(static_cast<nn::BatchNorm2d&>(*(*a)[1]).running_mean, 0.25);
+  auto sd = a->state_dict();
+  std::vector<std::string> names;
+  for (auto& [n, t] : sd) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "1.weight", "1.bias", "1.running_mean",
+                                             "1.running_var", "1.num_batches_tracked"}));
+  auto result = b->load_state_dict(sd);
+  EXPECT_TRUE(result.missing.empty() && result.unexpected.empty());
+  auto sb = b->state_dict();
+  for (size_t i = 0; i < sd.size(); ++i) {
+    EXPECT_EQ(sb[i].second.to_vector(), sd[i].second.to_vector()) << sd[i].first;
+    EXPECT_FALSE(sb[i].second.same(sd[i].second)) << "copied into b's own tensors";
+  }
+  // Strict: a missing and an unexpected name are both named, and nothing is loaded.
+  nn::NamedTensors partial(sd.begin() + 1, sd.end());
+  partial.emplace_back("2.weight", zeros({1}));
+  auto c = conv_bn_relu(3, 8);
+  const std::vector<double> before = c->state_dict()[1].second.to_vector();
+  try {
+    c->load_state_dict(partial);
+    FAIL() << "strict load accepted a partial state";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing [0.weight]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unexpected [2.weight]"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(c->state_dict()[1].second.to_vector(), before);
+  auto loose = c->load_state_dict(partial, /*strict=*/false);
+  EXPECT_EQ(loose.missing, std::vector<std::string>{"0.weight"});
+  EXPECT_EQ(loose.unexpected, std::vector<std::string>{"2.weight"});
+  EXPECT_EQ(c->state_dict()[1].second.to_vector(), sd[1].second.to_vector());
+  // A wrong shape is an error naming the tensor and both shapes.
+  nn::NamedTensors bad = sd;
+  bad[0].second = zeros({8, 3, 3, 4});
+  EXPECT_THROW(c->load_state_dict(bad), Error);
+}
+
+TEST(Module, ToDTypeCastsFloatingTensorsInPlace) {
+  auto net = conv_bn_relu(3, 8);
+  Tensor w = net->parameters()[0];
+  net->to(DType::f64);
+  EXPECT_EQ(w.dtype(), DType::f64);  // the same handle sees the new dtype
+  for (auto& [name, t] : net->state_dict()) {
+    EXPECT_EQ(t.dtype(), name.find("num_batches_tracked") != std::string::npos ? DType::i64
+                                                                                : DType::f64)
+        << name;
+  }
+  Generator gen(2);
+  Tensor y = net->forward(randn({2, 5, 5, 3}, gen, {.dtype = DType::f64}));
+  EXPECT_EQ(y.dtype(), DType::f64);
+  EXPECT_THROW(net->to(DType::i64), Error);
 }
