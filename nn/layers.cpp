@@ -84,6 +84,13 @@ Tensor BatchNorm2d::forward_with_activation(const Tensor& x, Activation act) {
                                 {is_training(), momentum_, eps_, act});
 }
 
+std::string pool_repr(const functional::Pool2dOptions& o, bool average) {
+  std::string s = detail::str("kernel_size=", o.kernel, ", stride=", o.stride == 0 ? o.kernel : o.stride,
+                              ", padding=", o.padding);
+  if (average) s += o.count_include_pad ? ", count_include_pad=True" : ", count_include_pad=False";
+  return s;
+}
+
 std::string BatchNorm2d::extra_repr() const {
   return detail::str(c_, ", eps=", eps_, ", momentum=", momentum_);
 }

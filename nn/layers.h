@@ -84,6 +84,10 @@ class Identity : public Module {
   std::string type_name() const override { return "Identity"; }
 };
 
+// "kernel_size=3, stride=2, padding=1" (and count_include_pad for average pooling), as torch
+// prints them.
+std::string pool_repr(const functional::Pool2dOptions& o, bool average);
+
 class Dropout : public Module {
  public:
   explicit Dropout(double p = 0.5) : p_(p) {}
@@ -91,6 +95,9 @@ class Dropout : public Module {
     return functional::dropout(x, p_, is_training());
   }
   std::string type_name() const override { return "Dropout"; }
+
+ protected:
+  std::string extra_repr() const override { return detail::str("p=", p_); }
 
  private:
   double p_;
@@ -102,6 +109,9 @@ class MaxPool2d : public Module {
       : opt_{kernel, stride, padding, true} {}
   Tensor forward(const Tensor& x) override { return functional::max_pool2d(x, opt_); }
   std::string type_name() const override { return "MaxPool2d"; }
+
+ protected:
+  std::string extra_repr() const override { return pool_repr(opt_, false); }
 
  private:
   functional::Pool2dOptions opt_;
@@ -115,6 +125,9 @@ class AvgPool2d : public Module {
   Tensor forward(const Tensor& x) override { return functional::avg_pool2d(x, opt_); }
   std::string type_name() const override { return "AvgPool2d"; }
 
+ protected:
+  std::string extra_repr() const override { return pool_repr(opt_, true); }
+
  private:
   functional::Pool2dOptions opt_;
 };
@@ -125,6 +138,9 @@ class AdaptiveAvgPool2d : public Module {
   explicit AdaptiveAvgPool2d(int64_t output_size = 1);
   Tensor forward(const Tensor& x) override { return functional::global_avg_pool(x); }
   std::string type_name() const override { return "AdaptiveAvgPool2d"; }
+
+ protected:
+  std::string extra_repr() const override { return "output_size=1"; }
 };
 
 class Flatten : public Module {

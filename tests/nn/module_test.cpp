@@ -181,3 +181,16 @@ TEST(Module, ToDTypeCastsFloatingTensorsInPlace) {
   EXPECT_EQ(y.dtype(), DType::f64);
   EXPECT_THROW(net->to(DType::i64), Error);
 }
+
+TEST(Module, PrintingShowsEveryLayersArguments) {
+  nn::Sequential net({std::make_shared<nn::MaxPool2d>(3, 2, 1), std::make_shared<nn::AvgPool2d>(2),
+                      std::make_shared<nn::AdaptiveAvgPool2d>(1), std::make_shared<nn::Dropout>(0.2),
+                      std::make_shared<nn::BatchNorm2d>(4)});
+  const std::string s = net.str();
+  for (const char* want : {"MaxPool2d(kernel_size=3, stride=2, padding=1)",
+                           "AvgPool2d(kernel_size=2, stride=2, padding=0, count_include_pad=True)",
+                           "AdaptiveAvgPool2d(output_size=1)", "Dropout(p=0.2)",
+                           "BatchNorm2d(4, eps=1e-05, momentum=0.1)"}) {
+    EXPECT_NE(s.find(want), std::string::npos) << want << " not in\n" << s;
+  }
+}
