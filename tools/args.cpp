@@ -82,6 +82,13 @@ models::CheckpointPolicy parse_checkpoint(const std::string& command, const std:
   }
 }
 
+DType parse_precision(const std::string& command, const std::string& text) {
+  if (text != "f32" && text != "f16" && text != "bf16") {
+    throw UsageError(command + ": --precision expects f32, f16 or bf16, got '" + text + "'");
+  }
+  return parse_dtype(text);
+}
+
 InputShape parse_input_shape(const std::string& command, const std::string& text) {
   long long c = 0, h = 0, w = 0;
   char tail = 0;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
 #include "models/model_config.h"
 
 namespace frugal::tools {
@@ -38,6 +39,9 @@ class Args {
 
 // `--checkpoint none|blocks|N` as a policy; a bad value is a UsageError naming the command.
 models::CheckpointPolicy parse_checkpoint(const std::string& command, const std::string& text);
+
+// `--precision f32|f16|bf16` as a DType; anything else is a UsageError naming the command.
+DType parse_precision(const std::string& command, const std::string& text);
 
 struct InputShape {
   int64_t c = 0, h = 0, w = 0;

@@ -51,14 +51,7 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   const std::string model_name = checked_model_name("estimate", args.str("model", "mobilenet_v2"));
   const int64_t batch = args.integer("batch", 128, 1);
   const InputShape in = parse_input_shape("estimate", args.str("input", "3x224x224"));
-  const std::string precision_flag = args.str("precision", "f16");
-  DType precision;
-  if (precision_flag == "f32" || precision_flag == "f16" || precision_flag == "bf16") {
-    precision = parse_dtype(precision_flag);
-  } else {
-    throw UsageError("estimate: --precision expects f32, f16 or bf16, got '" + precision_flag +
-                     "'");
-  }
+  const DType precision = parse_precision("estimate", args.str("precision", "f16"));
   const std::string device_flag = args.str("device", "meta");
   if (device_flag != "meta" && device_flag != "cpu") {
     throw UsageError("estimate: --device expects meta or cpu, got '" + device_flag + "'");

@@ -85,11 +85,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     throw UsageError("train: --schedule expects none, cosine or step, got '" + schedule + "'");
   }
   Device device = parse_device(resolve_device(args.str("device", "auto")));
-  const std::string precision_name = args.str("precision", "f32");
-  if (precision_name != "f32" && precision_name != "f16" && precision_name != "bf16") {
-    throw UsageError("train: --precision expects f32, f16 or bf16, got '" + precision_name + "'");
-  }
-  const DType precision = parse_dtype(precision_name);
+  const DType precision = parse_precision("train", args.str("precision", "f32"));
 
   train::DataConfig dc;
   dc.name = args.str("data", "fashion-mnist");
@@ -164,7 +160,7 @@ int cmd_train(const std::vector<std::string>& argv) {
               "device %s, %s\n",
               model_name.c_str(), static_cast<double>(model->num_parameters()) / 1e6, mc.width,
               dc.name.c_str(), static_cast<long long>(splits.train->size()),
-              static_cast<long long>(batch), opt->name().c_str(), device.str().c_str(), precision_name.c_str());
+              static_cast<long long>(batch), opt->name().c_str(), device.str().c_str(), dtype_name(precision));
   std::fflush(stdout);
   double accuracy = 0;
   for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
