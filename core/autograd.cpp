@@ -180,9 +180,9 @@ std::string module_prefix(const Node& n, int depth) {
 }  // namespace
 
 size_t saved_bytes(const std::vector<Tensor>& roots) {
-  std::vector<const SavedTensor*> saved;
-  for (Node* n : graph_nodes(roots)) n->collect_saved(saved);
-  return stored_bytes(saved);
+  size_t total = 0;
+  for (const ModuleSaved& m : saved_bytes_by_module(roots, 1)) total += m.saved_bytes;
+  return total;
 }
 
 std::vector<ModuleSaved> saved_bytes_by_module(const std::vector<Tensor>& roots, int depth) {

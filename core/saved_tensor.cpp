@@ -68,12 +68,4 @@ std::shared_ptr<const Recipe> recipe_of(const Tensor& t) {
   return t.impl().recipe_weak.lock();
 }
 
-size_t stored_bytes(const std::vector<const SavedTensor*>& saved) {
-  std::unordered_set<const Storage*> storages;
-  for (const SavedTensor* s : saved) s->collect_storages(storages);
-  size_t total = 0;
-  for (const Storage* st : storages) total += st->nbytes;
-  return total;
-}
-
 }  // namespace frugal::autograd

@@ -75,7 +75,4 @@ void set_recipe(const Tensor& t, std::string name, std::vector<SavedTensor> inpu
 std::shared_ptr<const Recipe> recipe_of(const Tensor& t);
 inline bool has_recipe(const Tensor& t) { return recipe_of(t) != nullptr; }
 
-// Bytes behind a list of saved tensors, each storage counted once.
-size_t stored_bytes(const std::vector<const SavedTensor*>& saved);
-
 }  // namespace frugal::autograd
