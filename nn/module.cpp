@@ -131,17 +131,24 @@ Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool stric
   return result;
 }
 
-void Module::to(DType dtype) {
-  FRUGAL_CHECK(is_floating(dtype), "Module::to: expected a floating dtype, got ", dtype);
-  auto cast_in_place = [&](const Tensor& t) {
-    if (!is_floating(t.dtype()) || t.dtype() == dtype) return;
-    Tensor converted = t.detach().to(dtype);
-    t.impl().storage = converted.impl().storage;  // in place: every handle sees the new dtype
-    t.impl().dtype = dtype;
+void Module::convert_in_place(const std::function<Tensor(const Tensor&)>& convert) {
+  auto adopt = [&](const Tensor& t) {
+    Tensor converted = convert(t);
+    if (converted.same(t)) return;
+    // In place: every handle to the parameter or buffer sees the new device or dtype.
+    t.impl().storage = converted.impl().storage;
+    t.impl().dtype = converted.dtype();
     t.impl().grad.reset();
   };
-  for (auto& [name, t] : named_parameters()) cast_in_place(t);
-  for (auto& [name, t] : named_buffers()) cast_in_place(t);
+  for (auto& [name, t] : named_parameters()) adopt(t);
+  for (auto& [name, t] : named_buffers()) adopt(t);
+}
+
+void Module::to(DType dtype) {
+  FRUGAL_CHECK(is_floating(dtype), "Module::to: expected a floating dtype, got ", dtype);
+  convert_in_place([dtype](const Tensor& t) {
+    return !is_floating(t.dtype()) || t.dtype() == dtype ? t : t.detach().to(dtype);
+  });
 }
 
 int64_t Module::num_parameters() const {
@@ -160,14 +167,8 @@ void Module::zero_grad() {
 }
 
 void Module::to(Device device) {
-  auto move = [&](const Tensor& t) {
-    if (t.device() == device) return;
-    Tensor moved = t.detach().to(device);
-    t.impl().storage = moved.impl().storage;  // in place: every handle sees the new device
-    t.impl().grad.reset();
-  };
-  for (auto& [name, t] : named_parameters()) move(t);
-  for (auto& [name, t] : named_buffers()) move(t);
+  convert_in_place(
+      [device](const Tensor& t) { return t.device() == device ? t : t.detach().to(device); });
 }
 
 std::string Module::str(int indent) const {

@@ -110,6 +110,8 @@ class Module {
  private:
   void collect(const std::string& prefix, bool params, NamedTensors& out) const;
   void collect_state(const std::string& prefix, NamedTensors& out) const;
+  // Replaces each parameter's and buffer's storage by convert(t)'s (t itself: left alone).
+  void convert_in_place(const std::function<Tensor(const Tensor&)>& convert);
   void collect_modules(const std::string& prefix,
                        std::vector<std::pair<std::string, Module*>>& out);
 
