@@ -45,9 +45,10 @@ Tensor expand_raw(const Tensor& t, const Shape& shape) {
   if (t.shape() == shape) return t;
   if (cpu_half(t)) return cast_raw(expand_raw(cast_raw(t, DType::f32), shape), t.dtype());
   Tensor out = Tensor::empty(shape, t.options());
-  if (t.device().is_meta()) return out;
-  // out = t + 0 with t broadcast; the zero is a one-element tensor broadcast everywhere.
+  // out = t + 0 with t broadcast; the zero is a one-element tensor broadcast everywhere. Made on
+  // meta too, so that a dry run allocates what the device does (Note [Planned steps]).
   Tensor zero = Tensor::empty(Shape{1}, t.options());
+  if (t.device().is_meta()) return out;
   kernels::Context ctx = ctx_of(t);
   kernels::fill(ctx, t.dtype(), 1, zero.data_ptr(), 0.0);
   kernels::binary(ctx, kernels::BinaryOp::add, t.dtype(),

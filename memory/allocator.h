@@ -84,11 +84,13 @@ class DataPtr {
     std::swap(size_, o.size_);
     std::swap(owner_, o.owner_);
     std::swap(category_, o.category_);
+    std::swap(event_id_, o.event_id_);
   }
   void* ptr_ = nullptr;
   size_t size_ = 0;
   Allocator* owner_ = nullptr;
   Category category_ = Category::resident;  // the tag it was allocated under, when observed
+  uint64_t event_id_ = 0;  // names it in events; 0 when nobody observed its allocation
 };
 
 class Allocator {
@@ -111,13 +113,14 @@ inline DataPtr::DataPtr(void* ptr, size_t size, Allocator* owner)
     : ptr_(ptr), size_(size), owner_(owner) {
   if (owner_ != nullptr && size_ != 0 && observing()) {
     category_ = current_category();
-    notify_allocation({true, owner_->device(), size_, category_});
+    event_id_ = next_event_id();
+    notify_allocation({true, owner_->device(), size_, category_, event_id_});
   }
 }
 
 inline void DataPtr::reset() {
   if (owner_ != nullptr && (ptr_ != nullptr || size_ != 0)) {
-    if (observing()) notify_allocation({false, owner_->device(), size_, category_});
+    if (observing()) notify_allocation({false, owner_->device(), size_, category_, event_id_});
     owner_->release(ptr_, size_);
   }
   ptr_ = nullptr;

@@ -34,6 +34,16 @@ CachingAllocator::CachingAllocator(std::unique_ptr<DeviceMemorySource> source, D
 }
 
 CachingAllocator::~CachingAllocator() {
+  if (arena_ != nullptr) retired_.push_back(std::move(arena_));
+  for (const auto& a : retired_) {
+    if (a->bytes == 0) continue;
+    try {
+      source_->raw_free(reinterpret_cast<void*>(a->base));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "frugal: freeing the arena of %s failed: %s\n", device_.str().c_str(),
+                   e.what());
+    }
+  }
   // Live DataPtrs must not outlive their allocator; process-wide allocators are never destroyed.
   for (auto& [addr, head] : segments_) {
     try {
@@ -58,6 +68,10 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
     stream = open_pool_;
   }
   const size_t rounded = round_request(bytes);
+  if (planned_step_ && stream == kDefaultStream && std::this_thread::get_id() == step_thread_ &&
+      plannable(current_category())) {
+    if (void* p = take_planned(rounded, bytes)) return DataPtr(p, bytes, this);
+  }
   const bool small_pool = rounded <= kSmallRequestMax;
   Block* b = find_free(rounded, stream, small_pool);
   if (b == nullptr) {
@@ -151,6 +165,7 @@ void CachingAllocator::erase_free(Block* b) {
 
 void CachingAllocator::release(void* ptr, size_t /*size*/) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
+  if (release_planned(reinterpret_cast<uintptr_t>(ptr))) return;
   auto it = allocated_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == allocated_.end()) {
     // release() cannot throw; a double free or foreign pointer is a bug worth shouting about.

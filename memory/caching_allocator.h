@@ -23,6 +23,10 @@
 // (record_stream) is not tracked, so active == allocated. One mutex guards everything.
 // Private pools (Note [Private pools for captured graphs]) reuse the tags: while one is open,
 // the opening thread's default-stream requests are served under the pool's tag instead.
+// A step plan (Note [Planned steps] in step_trace.h) adds one more segment, the arena: during a
+// planned step the stepping thread's forward and backward requests on the default stream are
+// matched against the plan and handed out at their planned offsets; the rest, and every request
+// the plan cannot serve, take the path above. Arena blocks count as allocated like any other.
 //
 //   CachingAllocator a(make_cuda_memory_source(0), Device::cuda(0));
 //   DataPtr p = a.allocate(3000);           // 3072 B block in a new 2 MiB segment
@@ -42,6 +46,7 @@
 
 #include "memory/allocator.h"
 #include "memory/device_memory_source.h"
+#include "memory/step_trace.h"
 
 namespace frugal::memory {
 
@@ -75,6 +80,7 @@ struct SegmentSnapshot {
   size_t size = 0;
   StreamId stream = kDefaultStream;
   bool small_pool = false;
+  bool arena = false;  // a step plan's arena (Note [Planned steps])
   std::vector<BlockSnapshot> blocks;  // by address, covering the segment exactly
 };
 
@@ -116,6 +122,19 @@ class CachingAllocator final : public Allocator {
   void close_private_pool();
   void release_private_pool(StreamId pool);
 
+  // Note [Planned steps]: install_plan makes `plan` current, with its arena as one new segment
+  // (counted in reserved and under the cap; cached free segments are released first, since the
+  // plan replaces what they were kept for). False, with no plan in force, when the arena does not
+  // fit. An arena still holding live blocks when its plan is replaced or removed stays reserved
+  // until its last block is released.
+  bool install_plan(StepPlan plan);
+  void remove_plan();
+  bool has_plan() const;
+  size_t arena_bytes() const;  // of the current plan; 0 without one
+  // Between these two calls the calling thread's plannable requests follow the plan.
+  void begin_planned_step();
+  PlanReplay end_planned_step();
+
   std::vector<SegmentSnapshot> snapshot() const;
   // Walks every segment and checks links, coverage, pools and stats; throws frugal::Error naming
   // the first broken invariant. For tests and debugging (linear in the number of blocks).
@@ -152,6 +171,21 @@ class CachingAllocator final : public Allocator {
   size_t release_free_segments();  // whole free segments back to the source; returns bytes
   void free_block(Block* b);  // back to its stream's free blocks, merged with free neighbours
   void free_segment(Block* head);
+  struct Arena {
+    uintptr_t base = 0;
+    size_t bytes = 0;
+    struct Live {
+      size_t size, requested;
+    };
+    std::map<uintptr_t, Live> live;  // by address
+    bool contains(uintptr_t a) const { return a >= base && a < base + bytes; }
+    bool occupied(uintptr_t a, size_t size) const;
+  };
+  void* take_planned(size_t rounded, size_t requested);
+  bool release_planned(uintptr_t addr);  // false: not an arena block
+  Arena* arena_holding(uintptr_t addr);
+  void retire_arena();
+  void free_arena(std::unique_ptr<Arena> arena);
   [[noreturn]] void throw_oom(size_t bytes, size_t rounded, size_t seg_bytes, StreamId stream);
 
   std::unique_ptr<DeviceMemorySource> source_;
@@ -167,6 +201,15 @@ class CachingAllocator final : public Allocator {
   StreamId open_pool_ = kDefaultStream;
   std::thread::id pool_thread_;
   std::map<StreamId, std::vector<Block*>> held_;  // blocks freed into a pool's keeping
+  // The step plan in force and its replay (Note [Planned steps]).
+  StepPlan plan_;
+  bool has_plan_ = false;
+  std::unique_ptr<Arena> arena_;    // the current plan's
+  std::vector<std::unique_ptr<Arena>> retired_;  // replaced plans', until their last block goes
+  bool planned_step_ = false;
+  std::thread::id step_thread_;
+  size_t cursor_ = 0;  // the next entry of plan_ to match
+  PlanReplay replay_;
 };
 
 }  // namespace frugal::memory

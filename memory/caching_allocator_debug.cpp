@@ -63,6 +63,22 @@ std::vector<SegmentSnapshot> CachingAllocator::snapshot() const {
     }
     out.push_back(std::move(seg));
   }
+  auto arena_snapshot = [&](const Arena& a) {  // live blocks and the gaps between them
+    SegmentSnapshot seg;
+    seg.address = a.base;
+    seg.size = a.bytes;
+    seg.arena = true;
+    size_t at = 0;
+    for (const auto& [addr, live] : a.live) {
+      if (addr - a.base > at) seg.blocks.push_back({at, addr - a.base - at, 0, false});
+      seg.blocks.push_back({addr - a.base, live.size, live.requested, true});
+      at = addr - a.base + live.size;
+    }
+    if (at < a.bytes) seg.blocks.push_back({at, a.bytes - at, 0, false});
+    out.push_back(std::move(seg));
+  };
+  if (arena_ != nullptr && arena_->bytes > 0) arena_snapshot(*arena_);
+  for (const auto& a : retired_) arena_snapshot(*a);
   return out;
 }
 
@@ -114,6 +130,23 @@ void CachingAllocator::check_invariants() const {
   }
   FRUGAL_CHECK(n_allocated == allocated_.size(), where, allocated_.size(),
                " pointers in the allocated map, ", n_allocated, " allocated blocks");
+  // Arenas (Note [Planned steps]): live blocks inside, not overlapping, counted like blocks.
+  size_t n_arenas = 0;
+  auto check_arena = [&](const Arena& a) {
+    size_t end = a.base;
+    for (const auto& [addr, live] : a.live) {
+      FRUGAL_CHECK(addr >= end && addr + live.size <= a.base + a.bytes, where, "arena block at ",
+                   addr, " overlaps its neighbour or leaves the arena");
+      end = addr + live.size;
+      allocated += live.size;
+      requested += live.requested;
+      n_allocated++;
+    }
+    if (a.bytes > 0) n_arenas++;
+    reserved += a.bytes;
+  };
+  if (arena_ != nullptr) check_arena(*arena_);
+  for (const auto& a : retired_) check_arena(*a);
   FRUGAL_CHECK(n_small_free == small_free_.size() && n_large_free == large_free_.size(), where,
                "free pools hold ", small_free_.size(), " + ", large_free_.size(), " blocks, ",
                n_small_free, " + ", n_large_free, " free blocks found");
@@ -127,7 +160,7 @@ void CachingAllocator::check_invariants() const {
   eq(stats_.reserved_bytes, reserved, "reserved_bytes");
   eq(stats_.inactive_split_bytes, inactive_split, "inactive_split_bytes");
   eq(stats_.allocation, n_allocated, "allocation");
-  eq(stats_.segment, segments_.size(), "segment");
+  eq(stats_.segment, segments_.size() + n_arenas, "segment");
 }
 
 }  // namespace frugal::memory

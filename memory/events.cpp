@@ -97,6 +97,11 @@ void remove_allocation_observer(AllocationObserver* o) {
 
 bool observing() { return g_observer_count.load(std::memory_order_relaxed) > 0; }
 
+uint64_t next_event_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 void notify_allocation(const AllocationEvent& e) {
   std::lock_guard<std::mutex> lock(g_observers_mu);
   for (AllocationObserver* o : observers()) o->on_event(e);

@@ -80,6 +80,9 @@ struct AllocationEvent {
   Device device;
   size_t bytes = 0;
   Category category = Category::resident;
+  // Pairs an allocation with its release: unique per observed allocation, 0 for a release whose
+  // allocation nobody observed (made before the first observer came).
+  uint64_t id = 0;
 };
 
 class AllocationObserver {
@@ -92,6 +95,7 @@ void add_allocation_observer(AllocationObserver* o);
 void remove_allocation_observer(AllocationObserver* o);
 bool observing();                                  // any observer registered
 void notify_allocation(const AllocationEvent& e);  // to every observer
+uint64_t next_event_id();                          // 1, 2, 3, ... (thread-safe)
 
 // Live bytes of one device by category, and the moment of their largest sum: the bytes of each
 // category then, the phase and the module path of the allocation that reached it. Observes from

@@ -2,6 +2,7 @@
 #include "train/saved_estimate.h"
 
 #include <cstdio>
+#include <functional>
 
 #include "core/autocast.h"
 #include "core/factory.h"
@@ -59,10 +60,15 @@ std::string saved_table(const SavedEstimate& e) {
   return s;
 }
 
-StepMemory estimate_step_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
-                                int64_t classes, DType precision, int steps) {
-  FRUGAL_CHECK(steps >= 1, "estimate_step_memory: steps must be positive, got ", steps);
-  FRUGAL_CHECK(!opt.params().empty(), "estimate_step_memory: the optimizer has no parameters");
+namespace {
+
+// Runs `steps` training steps of `model` on a fixed batch (uninitialised on meta) and hands the
+// last one to `around_last`, which runs it between whatever observation it sets up.
+void run_steps(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc, int64_t classes,
+               DType precision, int steps,
+               const std::function<void(const std::function<void()>&)>& around_last) {
+  FRUGAL_CHECK(steps >= 1, "estimating a step: steps must be positive, got ", steps);
+  FRUGAL_CHECK(!opt.params().empty(), "estimating a step: the optimizer has no parameters");
   const Device device = opt.params()[0].device();
   Tensor images = Tensor::empty(input_nhwc, {DType::f32, device});
   Tensor labels = Tensor::empty(Shape{input_nhwc[0]}, {DType::i64, device});
@@ -71,20 +77,36 @@ StepMemory estimate_step_memory(nn::Module& model, optim::Optimizer& opt, const 
     fill_(labels, static_cast<double>(classes - 1));
   }
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
-  memory::Allocator& alloc = memory::allocator_for(device);
   model.train();
+  auto step = [&] { train_step(model, opt, images, labels, precision, scaler.get()); };
+  for (int s = 0; s + 1 < steps; ++s) step();
+  around_last(step);
+}
+
+}  // namespace
+
+StepMemory estimate_step_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
+                                int64_t classes, DType precision, int steps) {
   StepMemory m;
-  for (int s = 0; s < steps; ++s) {
-    if (s + 1 < steps) {
-      train_step(model, opt, images, labels, precision, scaler.get());
-      continue;
-    }
-    m.before_bytes = alloc.stats().allocated_bytes.current;
+  run_steps(model, opt, input_nhwc, classes, precision, steps, [&](const auto& step) {
+    const Device device = opt.params()[0].device();
+    m.before_bytes = memory::allocator_for(device).stats().allocated_bytes.current;
     memory::PeakTracker tracker(device, m.before_bytes);
-    train_step(model, opt, images, labels, precision, scaler.get());
+    step();
     m.peak = tracker.at_peak();
-  }
+  });
   return m;
+}
+
+memory::StepTrace trace_step(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
+                             int64_t classes, DType precision, int steps) {
+  memory::StepTrace trace;
+  run_steps(model, opt, input_nhwc, classes, precision, steps, [&](const auto& step) {
+    memory::StepRecorder recorder(opt.params()[0].device());
+    step();
+    trace = recorder.finish();
+  });
+  return trace;
 }
 
 std::string step_table(const StepMemory& m) {

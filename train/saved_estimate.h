@@ -16,6 +16,7 @@
 #include "base/shape.h"
 #include "core/autograd.h"
 #include "memory/events.h"
+#include "memory/step_trace.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
@@ -49,5 +50,10 @@ struct StepMemory {
 StepMemory estimate_step_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
                                 int64_t classes, DType precision, int steps = 2);
 std::string step_table(const StepMemory& m);
+
+// The allocations of the last of `steps` training steps, in order (Note [Planned steps]): on the
+// meta device the plan of a step before any device memory is used (train::StepPlanner::plan).
+memory::StepTrace trace_step(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
+                             int64_t classes, DType precision, int steps = 2);
 
 }  // namespace frugal::train

@@ -1,0 +1,103 @@
+// Greedy-by-size arena packing; the policy and its bound are stated in arena_plan.h.
+#include "memory/arena_plan.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "base/error.h"
+
+namespace frugal::memory {
+
+size_t arena_rounded(size_t bytes) {
+  if (bytes == 0) return kArenaAlignBytes;
+  return (bytes + kArenaAlignBytes - 1) / kArenaAlignBytes * kArenaAlignBytes;
+}
+
+size_t peak_live_bytes(const std::vector<Lifetime>& lifetimes) {
+  // Sweep: at equal moments frees come first, the same rule as the overlap test.
+  std::vector<std::pair<int64_t, int64_t>> events;  // (moment, +bytes | -bytes)
+  events.reserve(2 * lifetimes.size());
+  for (const Lifetime& l : lifetimes) {
+    const auto b = static_cast<int64_t>(arena_rounded(l.bytes));
+    events.emplace_back(l.begin, b);
+    events.emplace_back(l.end, -b);
+  }
+  std::sort(events.begin(), events.end());  // negative deltas sort before positive at a moment
+  int64_t live = 0, peak = 0;
+  for (const auto& [moment, delta] : events) {
+    live += delta;
+    peak = std::max(peak, live);
+  }
+  return static_cast<size_t>(peak);
+}
+
+namespace {
+
+// Places the lifetimes in `order`, each in the smallest gap that holds it among the placed ones it
+// overlaps in time (or above them all).
+ArenaPlan place_in_order(const std::vector<Lifetime>& lifetimes, const std::vector<size_t>& order) {
+  ArenaPlan plan;
+  plan.offsets.assign(lifetimes.size(), 0);
+  struct Placed {
+    size_t offset, bytes;
+  };
+  std::vector<size_t> placed;  // indices already given an offset
+  std::vector<Placed> overlapping;
+  placed.reserve(lifetimes.size());
+  for (size_t i : order) {
+    const Lifetime& l = lifetimes[i];
+    const size_t bytes = arena_rounded(l.bytes);
+    overlapping.clear();
+    for (size_t j : placed) {
+      const Lifetime& o = lifetimes[j];
+      if (l.begin < o.end && o.begin < l.end) {
+        overlapping.push_back({plan.offsets[j], arena_rounded(o.bytes)});
+      }
+    }
+    std::sort(overlapping.begin(), overlapping.end(),
+              [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
+    size_t best = std::numeric_limits<size_t>::max(), best_gap = best, top = 0;
+    for (const Placed& p : overlapping) {
+      if (p.offset >= top + bytes && p.offset - top < best_gap) {
+        best_gap = p.offset - top;
+        best = top;
+      }
+      top = std::max(top, p.offset + p.bytes);
+    }
+    if (best == std::numeric_limits<size_t>::max()) best = top;
+    plan.offsets[i] = best;
+    plan.arena_bytes = std::max(plan.arena_bytes, best + bytes);
+    placed.push_back(i);
+  }
+  return plan;
+}
+
+}  // namespace
+
+ArenaPlan plan_arena(const std::vector<Lifetime>& lifetimes) {
+  const size_t n = lifetimes.size();
+  for (size_t i = 0; i < n; ++i) {
+    FRUGAL_CHECK(lifetimes[i].begin < lifetimes[i].end, "plan_arena: allocation ", i,
+                 " ends (", lifetimes[i].end, ") before it begins (", lifetimes[i].begin, ")");
+  }
+  auto sorted_by = [&](auto key) {
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return key(lifetimes[a]) > key(lifetimes[b]); });
+    return order;
+  };
+  ArenaPlan by_size = place_in_order(lifetimes, sorted_by([](const Lifetime& l) {
+                                       return static_cast<double>(arena_rounded(l.bytes));
+                                     }));
+  ArenaPlan by_area = place_in_order(lifetimes, sorted_by([](const Lifetime& l) {
+                                       return static_cast<double>(arena_rounded(l.bytes)) *
+                                              static_cast<double>(l.end - l.begin);
+                                     }));
+  ArenaPlan plan = by_area.arena_bytes < by_size.arena_bytes ? std::move(by_area) : std::move(by_size);
+  plan.lower_bound = peak_live_bytes(lifetimes);
+  return plan;
+}
+
+}  // namespace frugal::memory

@@ -1,0 +1,167 @@
+// The caching allocator's planned steps: the arena, matching requests against the plan, and what
+// a replay reports (Note [Planned steps] in memory/step_trace.h).
+#include <algorithm>
+#include <cstdio>
+
+#include "base/error.h"
+#include "memory/caching_allocator.h"
+
+namespace frugal::memory {
+
+namespace {
+// How far ahead of the cursor a request may match: enough to step over the few requests one
+// device makes and another does not (a kernel's scratch tensor), small enough that a step taking
+// another path does not wander through the plan.
+constexpr size_t kPlanLookahead = 16;
+}  // namespace
+
+bool CachingAllocator::Arena::occupied(uintptr_t a, size_t size) const {
+  auto it = live.lower_bound(a);
+  if (it != live.end() && it->first < a + size) return true;
+  if (it == live.begin()) return false;
+  --it;
+  return it->first + it->second.size > a;
+}
+
+bool CachingAllocator::install_plan(StepPlan plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FRUGAL_CHECK(!planned_step_, "install_plan(", device_.str(), "): a planned step is running");
+  retire_arena();
+  has_plan_ = false;
+  plan_ = {};
+  // The plan replaces the cached blocks the step used to take from: give them back first.
+  release_free_segments();
+  auto arena = std::make_unique<Arena>();
+  arena->bytes = plan.arena_bytes;
+  if (arena->bytes > 0) {
+    const auto reserved = static_cast<size_t>(stats_.reserved_bytes.current);
+    if (cap_bytes_ != 0 && reserved + arena->bytes > cap_bytes_) return false;
+    void* ptr = source_->raw_alloc(arena->bytes);  // may throw on a driver error: no plan then
+    if (ptr == nullptr) return false;
+    arena->base = reinterpret_cast<uintptr_t>(ptr);
+    stats_.reserved_bytes.add(static_cast<int64_t>(arena->bytes));
+    stats_.segment.add(1);
+  }
+  arena_ = std::move(arena);
+  plan_ = std::move(plan);
+  has_plan_ = true;
+  return true;
+}
+
+void CachingAllocator::remove_plan() {
+  std::lock_guard<std::mutex> lock(mu_);
+  FRUGAL_CHECK(!planned_step_, "remove_plan(", device_.str(), "): a planned step is running");
+  retire_arena();
+  has_plan_ = false;
+  plan_ = {};
+}
+
+bool CachingAllocator::has_plan() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return has_plan_;
+}
+
+size_t CachingAllocator::arena_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return has_plan_ && arena_ != nullptr ? arena_->bytes : 0;
+}
+
+// The current arena goes now when nothing lives in it, else it waits among the retired ones
+// until its last block is released.
+void CachingAllocator::retire_arena() {
+  if (arena_ == nullptr) return;
+  if (arena_->live.empty()) {
+    free_arena(std::move(arena_));
+  } else {
+    retired_.push_back(std::move(arena_));
+  }
+}
+
+void CachingAllocator::free_arena(std::unique_ptr<Arena> arena) {
+  if (arena->bytes == 0) return;
+  stats_.reserved_bytes.sub(static_cast<int64_t>(arena->bytes));
+  stats_.segment.sub(1);
+  source_->raw_free(reinterpret_cast<void*>(arena->base));
+}
+
+void CachingAllocator::begin_planned_step() {
+  std::lock_guard<std::mutex> lock(mu_);
+  FRUGAL_CHECK(has_plan_, "begin_planned_step(", device_.str(), "): no plan installed");
+  FRUGAL_CHECK(!planned_step_, "begin_planned_step(", device_.str(), "): a planned step is ",
+               "already running");
+  planned_step_ = true;
+  step_thread_ = std::this_thread::get_id();
+  cursor_ = 0;
+  replay_ = {};
+}
+
+PlanReplay CachingAllocator::end_planned_step() {
+  std::lock_guard<std::mutex> lock(mu_);
+  FRUGAL_CHECK(planned_step_, "end_planned_step(", device_.str(), "): no planned step is running");
+  planned_step_ = false;
+  replay_.skipped += static_cast<int64_t>(plan_.entries.size() - cursor_);
+  replay_.live_at_end = arena_ != nullptr ? static_cast<int64_t>(arena_->live.size()) : 0;
+  return replay_;
+}
+
+void* CachingAllocator::take_planned(size_t rounded, size_t requested) {
+  const std::vector<StepPlan::Entry>& entries = plan_.entries;
+  const size_t stop = std::min(entries.size(), cursor_ + kPlanLookahead);
+  size_t j = cursor_;
+  while (j < stop && entries[j].bytes != rounded) ++j;
+  if (j == stop) {
+    replay_.extra++;
+    return nullptr;
+  }
+  replay_.skipped += static_cast<int64_t>(j - cursor_);
+  cursor_ = j + 1;
+  if (!entries[j].in_arena) return nullptr;  // planned to outlive the step
+  const uintptr_t addr = arena_->base + entries[j].offset;
+  if (arena_->occupied(addr, rounded)) {
+    replay_.occupied++;
+    return nullptr;
+  }
+  arena_->live.emplace(addr, Arena::Live{rounded, requested});
+  replay_.served++;
+  const auto n = static_cast<int64_t>(rounded);
+  stats_.allocated_bytes.add(n);
+  stats_.active_bytes.add(n);
+  stats_.requested_bytes.add(static_cast<int64_t>(requested));
+  stats_.allocation.add(1);
+  return reinterpret_cast<void*>(addr);
+}
+
+CachingAllocator::Arena* CachingAllocator::arena_holding(uintptr_t addr) {
+  if (arena_ != nullptr && arena_->contains(addr)) return arena_.get();
+  for (auto& a : retired_) {
+    if (a->contains(addr)) return a.get();
+  }
+  return nullptr;
+}
+
+bool CachingAllocator::release_planned(uintptr_t addr) {
+  Arena* arena = arena_holding(addr);
+  if (arena == nullptr) return false;
+  auto it = arena->live.find(addr);
+  if (it == arena->live.end()) {
+    std::fprintf(stderr, "frugal: %s caching allocator: release of %p, inside the arena but not "
+                 "a live block\n", device_.str().c_str(), reinterpret_cast<void*>(addr));
+    return true;
+  }
+  const auto n = static_cast<int64_t>(it->second.size);
+  stats_.allocated_bytes.sub(n);
+  stats_.active_bytes.sub(n);
+  stats_.requested_bytes.sub(static_cast<int64_t>(it->second.requested));
+  stats_.allocation.sub(1);
+  arena->live.erase(it);
+  if (arena != arena_.get() && arena->live.empty()) {
+    auto r = std::find_if(retired_.begin(), retired_.end(),
+                          [&](const std::unique_ptr<Arena>& a) { return a.get() == arena; });
+    std::unique_ptr<Arena> gone = std::move(*r);
+    retired_.erase(r);
+    free_arena(std::move(gone));
+  }
+  return true;
+}
+
+}  // namespace frugal::memory

@@ -1,0 +1,71 @@
+// Recording a step's allocations and turning them into a plan (Note [Planned steps]).
+#include "memory/step_trace.h"
+
+#include "memory/arena_plan.h"
+
+namespace frugal::memory {
+
+bool plannable(Category c) { return c == Category::forward || c == Category::backward; }
+
+StepRecorder::StepRecorder(Device device)
+    : device_(device), thread_(std::this_thread::get_id()) {
+  add_allocation_observer(this);
+}
+
+StepRecorder::~StepRecorder() { finish(); }
+
+void StepRecorder::on_event(const AllocationEvent& e) {
+  if (e.device != device_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!observing_) return;
+  if (e.allocated) {
+    if (std::this_thread::get_id() != thread_) return;
+    open_.emplace(e.id, trace_.allocations.size());
+    trace_.allocations.push_back({e.bytes, e.category, trace_.events++, kStillLive});
+    return;
+  }
+  auto it = open_.find(e.id);
+  if (it == open_.end()) return;  // made before recording, or by another thread
+  trace_.allocations[it->second].end = trace_.events++;
+  open_.erase(it);
+}
+
+StepTrace StepRecorder::finish() {
+  bool was_observing;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    was_observing = observing_;
+    observing_ = false;
+  }
+  if (!was_observing) return {};
+  remove_allocation_observer(this);
+  std::lock_guard<std::mutex> lock(mu_);
+  open_.clear();
+  return std::move(trace_);
+}
+
+StepPlan plan_step(const StepTrace& trace) {
+  StepPlan plan;
+  std::vector<Lifetime> lifetimes;
+  std::vector<size_t> arena_entry;  // entry index of each lifetime
+  for (const StepTrace::Allocation& a : trace.allocations) {
+    if (!plannable(a.category)) continue;
+    StepPlan::Entry e;
+    e.bytes = arena_rounded(a.bytes);
+    e.in_arena = a.end != kStillLive;
+    if (e.in_arena) {
+      arena_entry.push_back(plan.entries.size());
+      lifetimes.push_back({a.bytes, a.begin, a.end});
+    }
+    plan.entries.push_back(e);
+  }
+  const ArenaPlan arena = plan_arena(lifetimes);
+  for (size_t i = 0; i < lifetimes.size(); ++i) {
+    plan.entries[arena_entry[i]].offset = arena.offsets[i];
+  }
+  plan.arena_bytes = arena.arena_bytes;
+  plan.lower_bound = arena.lower_bound;
+  return plan;
+}
+
+}  // namespace frugal::memory

@@ -1,0 +1,206 @@
+// Planned steps (Note [Planned steps] in memory/step_trace.h) on a fake device: recording pairs
+// allocations with releases, a replayed step is served from the arena at its planned offsets,
+// a step that departs from its plan is served elsewhere where it departs and never collides, and
+// arenas outlive their plan while a block lives in them.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "memory/caching_allocator.h"
+#include "memory/fake_device_source.h"
+#include "memory/step_trace.h"
+
+using namespace frugal;
+using namespace frugal::memory;
+using frugal::memory::testing::addr_of;
+using frugal::memory::testing::FakeDevice;
+
+namespace {
+
+// A step shaped like training: the forward keeps one tensor per layer and makes a transient
+// beside each; the backward frees them in reverse while passing a gradient down, and leaves a
+// parameter gradient alive after the step (freed by the next one, as zero_grad does).
+struct FakeTraining {
+  std::vector<size_t> sizes = {3 << 20, 5 << 20, 2 << 20, 700 << 10, 9000, 12 << 20};
+  DataPtr param_grad;  // outlives the step
+  std::vector<DataPtr> keep;  // saved tensors a test keeps past the step
+  bool keep_one = false;
+
+  void step(CachingAllocator& a, bool check = false) {
+    std::vector<DataPtr> saved;
+    {
+      PhaseScope fw(Phase::forward);
+      for (size_t s : sizes) {
+        DataPtr transient = a.allocate(s / 2 + 100);
+        saved.push_back(a.allocate(s));
+        if (check) a.check_invariants();
+      }
+    }
+    PhaseScope bw(Phase::backward);
+    param_grad.reset();
+    DataPtr g = a.allocate(sizes.back());
+    for (size_t i = sizes.size(); i-- > 0;) {
+      DataPtr gi = a.allocate(sizes[i]);
+      if (check) a.check_invariants();
+      if (keep_one && i == 1) {
+        keep.push_back(std::move(saved[i]));
+      } else {
+        saved[i].reset();
+      }
+      g = std::move(gi);
+    }
+    param_grad = a.allocate(4096);
+  }
+};
+
+StepPlan record_and_plan(FakeDevice& dev, FakeTraining& t) {
+  StepRecorder rec(Device::cuda(0));
+  t.step(dev.alloc);
+  return plan_step(rec.finish());
+}
+
+}  // namespace
+
+TEST(StepRecorder, PairsAllocationsWithReleasesAndKeepsItsThread) {
+  FakeDevice dev;
+  StepRecorder rec(Device::cuda(0));
+  DataPtr from_other;
+  {
+    PhaseScope fw(Phase::forward);
+    DataPtr a = dev.alloc.allocate(1000);
+    DataPtr b = dev.alloc.allocate(3000);
+    std::thread([&] { from_other = dev.alloc.allocate(5000); }).join();
+    a.reset();
+    std::thread([&] { b.reset(); }).join();  // released elsewhere: still paired
+  }
+  DataPtr outlives = dev.alloc.allocate(7000);
+  StepTrace trace = rec.finish();
+  ASSERT_EQ(trace.allocations.size(), 3u);  // the other thread's allocation is not the step's
+  EXPECT_EQ(trace.allocations[0].bytes, 1000u);
+  EXPECT_EQ(trace.allocations[0].category, Category::forward);
+  EXPECT_EQ(trace.allocations[0].begin, 0);
+  EXPECT_EQ(trace.allocations[0].end, 2);
+  EXPECT_EQ(trace.allocations[1].end, 3);
+  EXPECT_EQ(trace.allocations[2].category, Category::resident);
+  EXPECT_EQ(trace.allocations[2].end, kStillLive);
+  EXPECT_EQ(trace.events, 5);
+  EXPECT_TRUE(rec.finish().allocations.empty());
+}
+
+TEST(PlannedStep, AReplayIsServedFromTheArenaAtItsOffsets) {
+  FakeDevice dev;
+  FakeTraining t;
+  t.step(dev.alloc);  // a first step outside the recording, as in training
+  StepPlan plan = record_and_plan(dev, t);
+  size_t in_arena = 0;
+  for (const auto& e : plan.entries) in_arena += e.in_arena;
+  EXPECT_EQ(plan.entries.size(), 3 * t.sizes.size() + 2);
+  EXPECT_EQ(in_arena, plan.entries.size() - 1);  // all but the parameter gradient
+  EXPECT_GE(plan.arena_bytes, plan.lower_bound);
+  ASSERT_TRUE(dev.alloc.install_plan(plan));
+  EXPECT_EQ(dev.alloc.arena_bytes(), plan.arena_bytes);
+  dev.alloc.check_invariants();
+
+  for (int s = 0; s < 3; ++s) {
+    dev.alloc.reset_peak_stats();
+    dev.alloc.begin_planned_step();
+    t.step(dev.alloc, /*check=*/true);
+    PlanReplay r = dev.alloc.end_planned_step();
+    EXPECT_TRUE(r.followed());
+    EXPECT_EQ(r.served, static_cast<int64_t>(in_arena));
+    dev.alloc.check_invariants();
+  }
+  // Reserved: the arena plus the small segment of the parameter gradient.
+  const MemoryStats st = dev.alloc.stats();
+  EXPECT_EQ(st.reserved_bytes.peak, static_cast<int64_t>(plan.arena_bytes + kSmallSegmentBytes));
+  int arenas = 0;
+  for (const SegmentSnapshot& seg : dev.alloc.snapshot()) arenas += seg.arena;
+  EXPECT_EQ(arenas, 1);
+}
+
+TEST(PlannedStep, ADepartingStepIsServedElsewhereAndNeverCollides) {
+  FakeDevice dev;
+  FakeTraining t;
+  ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
+  t.sizes = {4 << 20, 5 << 20, 1 << 20, 12 << 20, 7 << 20};  // another model
+  dev.alloc.begin_planned_step();
+  t.step(dev.alloc, /*check=*/true);  // invariants include: arena blocks never overlap
+  PlanReplay r = dev.alloc.end_planned_step();
+  EXPECT_FALSE(r.followed());
+  EXPECT_GT(r.extra + r.skipped, 0);
+  dev.alloc.check_invariants();
+}
+
+TEST(PlannedStep, BytesStillInUseAreNotHandedOutAgain) {
+  FakeDevice dev;
+  FakeTraining t;
+  ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
+  t.keep_one = true;  // one saved tensor outlives the step, in the arena
+  dev.alloc.begin_planned_step();
+  t.step(dev.alloc);
+  PlanReplay r = dev.alloc.end_planned_step();
+  EXPECT_EQ(r.live_at_end, 1);
+  const uintptr_t kept = addr_of(t.keep[0]);
+  const size_t kept_size = t.sizes[1];
+  t.keep_one = false;
+  dev.alloc.begin_planned_step();
+  t.step(dev.alloc, /*check=*/true);
+  r = dev.alloc.end_planned_step();
+  EXPECT_GE(r.occupied, 1);  // its offset was planned for this step's tensor too
+  for (const SegmentSnapshot& seg : dev.alloc.snapshot()) {
+    for (const BlockSnapshot& b : seg.blocks) {
+      if (!b.allocated || seg.address + b.offset == kept) continue;
+      const uintptr_t at = seg.address + b.offset;
+      EXPECT_FALSE(at < kept + kept_size && kept < at + b.size);
+    }
+  }
+}
+
+TEST(PlannedStep, AnArenaOutlivesItsPlanWhileABlockLivesInIt) {
+  FakeDevice dev;
+  FakeTraining t;
+  ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
+  t.keep_one = true;
+  dev.alloc.begin_planned_step();
+  t.step(dev.alloc);
+  dev.alloc.end_planned_step();
+  const int frees = dev.source->free_calls;
+  dev.alloc.remove_plan();
+  EXPECT_FALSE(dev.alloc.has_plan());
+  EXPECT_EQ(dev.source->free_calls, frees);  // still holding the kept tensor
+  dev.alloc.check_invariants();
+  t.keep.clear();
+  EXPECT_EQ(dev.source->free_calls, frees + 1);
+  dev.alloc.check_invariants();
+}
+
+TEST(PlannedStep, AnArenaOverTheCapIsRefused) {
+  FakeDevice dev;
+  FakeTraining t;
+  StepPlan plan = record_and_plan(dev, t);
+  dev.alloc.set_memory_cap_bytes(plan.arena_bytes / 2);
+  EXPECT_FALSE(dev.alloc.install_plan(plan));
+  EXPECT_FALSE(dev.alloc.has_plan());
+  EXPECT_THROW(dev.alloc.begin_planned_step(), Error);
+  dev.alloc.check_invariants();
+}
+
+TEST(PlannedStep, OtherThreadsAndCategoriesKeepTheCachingPath) {
+  FakeDevice dev;
+  FakeTraining t;
+  ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
+  dev.alloc.begin_planned_step();
+  DataPtr resident = dev.alloc.allocate(t.sizes[0]);  // not a step's category
+  DataPtr other;
+  std::thread([&] {
+    PhaseScope fw(Phase::forward);
+    other = dev.alloc.allocate(t.sizes[0]);
+  }).join();
+  PlanReplay r = dev.alloc.end_planned_step();
+  EXPECT_EQ(r.served, 0);
+  EXPECT_EQ(r.extra, 0);
+  for (const SegmentSnapshot& seg : dev.alloc.snapshot()) {
+    if (!seg.arena) continue;
+    for (const BlockSnapshot& b : seg.blocks) EXPECT_FALSE(b.allocated);
+  }
+}

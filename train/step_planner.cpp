@@ -1,0 +1,124 @@
+// The step planner's lifecycle: record, plan, replay, re-plan (train/step_planner.h).
+#include "train/step_planner.h"
+
+#include <cstdio>
+#include <optional>
+
+#include "memory/allocator.h"
+
+namespace frugal::train {
+
+namespace {
+double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+}  // namespace
+
+std::string PlannerReport::str() const {
+  char line[320];
+  if (gave_up) return "step planner: off (its arena did not fit, or steps kept departing)";
+  if (arena_bytes == 0 && planned_steps == 0) return "step planner: no plan";
+  std::snprintf(line, sizeof line,
+                "step planner: arena %.1f MiB, %.3fx its bound (%.1f MiB); %lld of %lld steps "
+                "planned, %lld re-plans; last step: %lld served, %lld extra, %lld skipped, %lld "
+                "occupied",
+                mib(arena_bytes),
+                lower_bound > 0 ? static_cast<double>(arena_bytes) / lower_bound : 1.0,
+                mib(lower_bound), static_cast<long long>(planned_steps),
+                static_cast<long long>(steps), static_cast<long long>(replans),
+                static_cast<long long>(last.served), static_cast<long long>(last.extra),
+                static_cast<long long>(last.skipped), static_cast<long long>(last.occupied));
+  return line;
+}
+
+StepPlanner::StepPlanner(Device device, PlannerOptions options)
+    : allocator_(dynamic_cast<memory::CachingAllocator*>(
+          device.is_cuda() ? &memory::allocator_for(device) : nullptr)),
+      device_(device),
+      options_(options) {}
+
+StepPlanner::StepPlanner(memory::CachingAllocator& allocator, PlannerOptions options)
+    : allocator_(&allocator), device_(allocator.device()), options_(options) {}
+
+StepPlanner::~StepPlanner() {
+  if (allocator_ != nullptr) allocator_->remove_plan();
+}
+
+bool StepPlanner::plan(const memory::StepTrace& trace) {
+  if (allocator_ == nullptr) return false;
+  settled_ = false;
+  return install(trace);
+}
+
+bool StepPlanner::install(const memory::StepTrace& trace) {
+  memory::StepPlan plan = memory::plan_step(trace);
+  const size_t arena = plan.arena_bytes, bound = plan.lower_bound;
+  if (!allocator_->install_plan(std::move(plan))) {
+    std::fprintf(stderr,
+                 "frugal: step planner: an arena of %.1f MiB does not fit on %s (memory cap or "
+                 "device); the caching allocator serves the step\n",
+                 mib(arena), device_.str().c_str());
+    report_.arena_bytes = report_.lower_bound = 0;
+    report_.gave_up = true;  // trying again each step would free and refill the cache each time
+    return false;
+  }
+  report_.arena_bytes = arena;
+  report_.lower_bound = bound;
+  return true;
+}
+
+void StepPlanner::run(const std::function<void()>& step) {
+  report_.steps++;
+  if (allocator_ == nullptr || report_.gave_up) {
+    step();
+    return;
+  }
+  std::optional<memory::StepRecorder> recorder;
+  if (!settled_) recorder.emplace(device_);
+  const bool planned = allocator_->has_plan();
+  if (planned) allocator_->begin_planned_step();
+  try {
+    step();
+  } catch (...) {
+    if (planned) allocator_->end_planned_step();
+    throw;
+  }
+  memory::StepTrace trace = recorder ? recorder->finish() : memory::StepTrace{};
+  if (planned) {
+    report_.planned_steps++;
+    report_.last = allocator_->end_planned_step();
+    if (report_.last.followed()) {
+      settled_ = true;
+      departures_ = 0;
+      return;
+    }
+    departures_++;
+    if (!warned_) {
+      warned_ = true;
+      std::fprintf(stderr,
+                   "frugal: step planner: step %lld departed from its plan (%lld requests served "
+                   "elsewhere, %lld entries skipped, %lld occupied, %lld arena blocks alive after "
+                   "the step); re-planning from the steps that follow\n",
+                   static_cast<long long>(report_.steps), static_cast<long long>(report_.last.extra),
+                   static_cast<long long>(report_.last.skipped),
+                   static_cast<long long>(report_.last.occupied),
+                   static_cast<long long>(report_.last.live_at_end));
+    }
+    if (!recorder) {  // a settled plan departed: record the next step and plan from it
+      settled_ = false;
+      return;
+    }
+    if (departures_ > options_.max_replans) {
+      allocator_->remove_plan();
+      report_.gave_up = true;
+      report_.arena_bytes = report_.lower_bound = 0;
+      std::fprintf(stderr,
+                   "frugal: step planner: %d steps in a row departed from their plans; the "
+                   "caching allocator serves the steps from now on\n",
+                   departures_);
+      return;
+    }
+    report_.replans++;
+  }
+  install(trace);
+}
+
+}  // namespace frugal::train

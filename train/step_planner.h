@@ -1,0 +1,76 @@
+// The step planner (Note [Planned steps] in memory/step_trace.h): runs training steps so that
+// their activations, gradients and transients live in one arena packed for the step, instead of
+// in cached segments that drift apart. Reserved memory then stays at the arena plus what lives
+// outside it (parameters, gradients between steps, optimizer state), close to allocated.
+//
+//   train::StepPlanner planner(device);
+//   planner.plan(train::trace_step(*meta_model, meta_opt, {128, 224, 224, 3}, 1000, DType::f16));
+//   for (...) planner.run([&] { loss = train::train_step(*model, opt, images, labels, ...); });
+//   planner.report();  // arena bytes against the bound, re-plans, the last replay
+//
+// Lifecycle: without a plan, a step runs on the caching allocator and is recorded; a plan is made
+// from it and installed. A planned step is recorded too until one follows its plan exactly; a
+// planned step that departs from its plan is correct anyway (every request is checked) and the
+// planner re-plans from it, with one warning on stderr, at most max_replans times in a row before
+// it gives the step back to the caching allocator. A step of another shape (a last partial batch)
+// is a departure: run it outside the planner (train_epoch does), or it costs a re-plan.
+// On devices without a caching allocator (the CPU, meta) run() just runs the step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "base/device.h"
+#include "memory/caching_allocator.h"
+#include "memory/step_trace.h"
+
+namespace frugal::train {
+
+struct PlannerOptions {
+  int max_replans = 3;  // consecutive departures before giving up
+};
+
+struct PlannerReport {
+  int64_t steps = 0;          // run through the planner
+  int64_t planned_steps = 0;  // of which ran with a plan in force
+  int64_t replans = 0;        // plans made after the first
+  size_t arena_bytes = 0;     // of the plan in force; 0 without one
+  size_t lower_bound = 0;     // its largest sum of live arena bytes
+  bool gave_up = false;
+  memory::PlanReplay last;  // the last planned step's replay
+  std::string str() const;  // one line for people
+};
+
+class StepPlanner {
+ public:
+  // The caching allocator of `device` when it has one (CUDA); otherwise run() only runs steps.
+  explicit StepPlanner(Device device, PlannerOptions options = {});
+  explicit StepPlanner(memory::CachingAllocator& allocator, PlannerOptions options = {});
+  ~StepPlanner();  // removes its plan (an arena still in use stays until its blocks go)
+  StepPlanner(const StepPlanner&) = delete;
+  StepPlanner& operator=(const StepPlanner&) = delete;
+
+  // Installs a plan made from `trace` (a dry run on meta, train::trace_step) so that the next
+  // step already runs in the arena. False when the arena does not fit under the allocator's cap.
+  bool plan(const memory::StepTrace& trace);
+  // Runs one step under the planner (see the lifecycle above). Exceptions from `step` pass
+  // through; the planned step is closed first.
+  void run(const std::function<void()>& step);
+  const PlannerReport& report() const { return report_; }
+  bool active() const { return allocator_ != nullptr; }
+
+ private:
+  bool install(const memory::StepTrace& trace);
+
+  memory::CachingAllocator* allocator_ = nullptr;
+  Device device_;
+  PlannerOptions options_;
+  PlannerReport report_;
+  bool settled_ = false;  // a planned step followed the plan: stop recording
+  int departures_ = 0;    // consecutive
+  bool warned_ = false;
+};
+
+}  // namespace frugal::train
