@@ -26,6 +26,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "train/captured_step.h"
+#include "train/step_planner.h"
 #include "train/step_timer.h"
 #include "train/trainer.h"
 
@@ -45,7 +46,9 @@ constexpr const char* kUsage =
     "                        [--input CxHxW] [--classes K] [--precision f32|f16|bf16]\n"
     "                        [--warmup N] [--steps N] [--seed S] [--json] [--profile]\n"
     "                        [--graph] [--checkpoint none|blocks|N] [--memory-cap-mib M]\n"
+    "                        [--planner on|off]\n"
     "  --checkpoint:     activation checkpointing (models::CheckpointPolicy)\n"
+    "  --planner on: plan the step's memory before the first step and replay it from one arena\n"
     "  --memory-cap-mib: cap the CUDA caching allocator's reserved memory (an OOM beyond it)\n"
     "  --graph:   capture the step as a CUDA graph in the last warm-up step and replay it\n"
     "             (train/captured_step.h); eager where graphs are not available\n"
@@ -89,7 +92,7 @@ std::string device_name(Device device) {
 int run(int argc, char** argv) {
   Flags flags(argc, argv,
               {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps",
-               "seed", "checkpoint", "memory-cap-mib"},
+               "seed", "checkpoint", "memory-cap-mib", "planner"},
               {"json", "help", "profile", "graph"});
   if (flags.flag("help")) {
     std::cout << kUsage;
@@ -137,12 +140,30 @@ int run(int argc, char** argv) {
   // f16 needs loss scaling (PyTorch's GradScaler defaults); bf16 has f32's range and needs none.
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(amp_dtype);
 
+  // --planner on: the step's memory is planned before the first step (a dry run on meta) and
+  // replayed from one arena (Note [Planned steps]).
+  const std::string planner_flag = flags.str("planner", "off");
+  if (planner_flag != "on" && planner_flag != "off")
+    throw std::invalid_argument("--planner expects on or off, got '" + planner_flag + "'");
+  train::StepPlanner planner(planner_flag == "on" ? device : Device::cpu());
+  if (planner.active()) {
+    train::plan_before_first_step(
+        planner, model_name,
+        {.num_classes = classes, .in_channels = chw[0], .checkpoint = checkpoint},
+        Shape{batch, chw[1], chw[2], chw[0]}, amp_dtype);
+  }
   auto eager_step = [&]() -> Tensor {
-    return train::train_step(*model, opt, images, labels, amp_dtype, scaler.get());
+    Tensor out;
+    planner.run([&] {
+      out = train::train_step(*model, opt, images, labels, amp_dtype, scaler.get());
+    });
+    return out;
   };
   // --graph: the warm-up runs eagerly but for its last step, which captures (and replays).
   const bool graph = flags.flag("graph");
   if (graph && warmup < 2) throw std::invalid_argument("--graph needs --warmup 2 or more");
+  if (graph && planner.active())
+    throw std::invalid_argument("--graph with --planner on: captured steps use a private pool");
   train::CapturedStep captured(device, eager_step, {.warmup = std::max<int64_t>(1, warmup - 1)});
   auto step = [&]() -> Tensor { return graph ? captured() : eager_step(); };
 
@@ -217,6 +238,15 @@ int run(int argc, char** argv) {
   j["peak_rss_timed_bytes"] = peak_rss_timed;
   j["rss_before_timed_bytes"] = rss_before;
   j["max_rss_bytes"] = std::max({max_rss_before, peak_rss_timed, max_rss_bytes()});
+  j["planner"] = planner.active();
+  if (planner.active()) {
+    const train::PlannerReport& r = planner.report();
+    j["planner_arena_bytes"] = r.arena_bytes;
+    j["planner_lower_bound_bytes"] = r.lower_bound;
+    j["planner_replans"] = r.replans;
+    j["planner_followed"] = r.last.followed();
+    j["planner_report"] = r.str();
+  }
   j["num_parameters"] = model->num_parameters();
   j["loss_after_warmup"] = warmup_loss;
   j["loss_final"] = final_loss;
@@ -244,6 +274,7 @@ int run(int argc, char** argv) {
               static_cast<double>(j["peak_rss_timed_bytes"].get<int64_t>()) / kMiB,
               static_cast<double>(j["max_rss_bytes"].get<int64_t>()) / kMiB);
   std::printf("  loss after warm-up %.4f, after the timed steps %.4f\n", warmup_loss, final_loss);
+  if (planner.active()) std::printf("  %s\n", planner.report().str().c_str());
   return 0;
 }
 

@@ -5,6 +5,8 @@
 #include <optional>
 
 #include "memory/allocator.h"
+#include "optim/optimizer.h"
+#include "train/saved_estimate.h"
 
 namespace frugal::train {
 
@@ -119,6 +121,16 @@ void StepPlanner::run(const std::function<void()>& step) {
     report_.replans++;
   }
   install(trace);
+}
+
+bool plan_before_first_step(StepPlanner& planner, const std::string& name,
+                            const models::ModelConfig& config, const Shape& input_nhwc,
+                            DType precision) {
+  if (!planner.active()) return false;
+  auto model = models::create(name, config);
+  model->to(Device::meta());
+  optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+  return planner.plan(trace_step(*model, opt, input_nhwc, config.num_classes, precision));
 }
 
 }  // namespace frugal::train

@@ -25,6 +25,7 @@
 #include "base/device.h"
 #include "memory/caching_allocator.h"
 #include "memory/step_trace.h"
+#include "models/registry.h"
 
 namespace frugal::train {
 
@@ -72,5 +73,13 @@ class StepPlanner {
   int departures_ = 0;    // consecutive
   bool warned_ = false;
 };
+
+// Plans the training step of zoo model `name` (built with `config`, trained with any optimizer: its
+// state is not planned) on batches of `input_nhwc` under `precision`, from a dry run on meta, so
+// the first step already runs in the arena. False when the planner is not active or the arena does
+// not fit.
+bool plan_before_first_step(StepPlanner& planner, const std::string& name,
+                            const models::ModelConfig& config, const Shape& input_nhwc,
+                            DType precision);
 
 }  // namespace frugal::train

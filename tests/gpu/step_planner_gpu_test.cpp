@@ -1,0 +1,134 @@
+// The step planner on the device (Note [Planned steps]): planned steps train exactly as the
+// caching allocator's do, the dry run on meta records the plannable requests the CUDA step makes,
+// and once planned the step reserves little more than it allocates.
+#include <gtest/gtest.h>
+
+#include "core/factory.h"
+#include "core/ops.h"
+#include "gpu_test_util.h"
+#include "memory/caching_allocator.h"
+#include "memory/cuda_allocators.h"
+#include "models/registry.h"
+#include "optim/grad_scaler.h"
+#include "optim/optimizer.h"
+#include "train/saved_estimate.h"
+#include "train/step_planner.h"
+#include "train/trainer.h"
+
+using namespace frugal;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+const Shape kBatch{32, 64, 64, 3};
+
+struct PlannedRun {
+  std::vector<double> losses;
+  std::vector<std::vector<double>> params;
+  train::PlannerReport report;
+  int64_t peak_allocated = 0, peak_reserved = 0;  // over the last two steps
+};
+
+PlannedRun train_steps(bool planned, models::CheckpointPolicy checkpoint, int steps = 5) {
+  manual_seed(5);
+  const models::ModelConfig config{.num_classes = 10, .checkpoint = checkpoint};
+  auto model = models::create("mobilenet_v2", config);
+  model->to(kGpu);
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  auto scaler = optim::scaler_for(DType::f16);
+  Generator g(9);
+  Tensor images = randn(kBatch, g, {.device = kGpu});
+  std::vector<double> l(static_cast<size_t>(kBatch[0]));
+  for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<double>(i % 10);
+  Tensor labels = from_vector(l, {kBatch[0]}, {.dtype = DType::i64, .device = kGpu});
+
+  memory::CachingAllocator& alloc = memory::cuda_caching_allocator(0);
+  alloc.empty_cache();
+  PlannedRun run;
+  {
+    train::StepPlanner planner(planned ? kGpu : Device::cpu());
+    if (planned) {
+      EXPECT_TRUE(train::plan_before_first_step(planner, "mobilenet_v2", config, kBatch,
+                                                DType::f16));
+    }
+    for (int s = 0; s < steps; ++s) {
+      if (s == steps - 2) alloc.reset_peak_stats();
+      Tensor loss;
+      planner.run([&] {
+        loss = train::train_step(*model, opt, images, labels, DType::f16, scaler.get());
+      });
+      run.losses.push_back(loss.item());
+    }
+    const memory::MemoryStats st = alloc.stats();
+    run.peak_allocated = st.allocated_bytes.peak;
+    run.peak_reserved = st.reserved_bytes.peak;
+    run.report = planner.report();
+  }
+  for (const Tensor& p : model->parameters()) run.params.push_back(p.to_vector());
+  alloc.check_invariants();
+  return run;
+}
+
+}  // namespace
+
+TEST(StepPlannerGpu, PlannedStepsTrainAsTheCachingAllocatorsDo) {
+  SKIP_WITHOUT_GPU();
+  for (const char* ckpt : {"none", "blocks"}) {
+    SCOPED_TRACE(ckpt);
+    const auto policy = models::CheckpointPolicy::parse(ckpt);
+    PlannedRun plain = train_steps(false, policy);
+    PlannedRun planned = train_steps(true, policy);
+    ASSERT_EQ(plain.losses.size(), planned.losses.size());
+    for (size_t k = 0; k < plain.losses.size(); ++k) {
+      EXPECT_NEAR(planned.losses[k], plain.losses[k], 1e-3 * std::abs(plain.losses[k]))
+          << "step " << k;
+    }
+    double worst = 0;
+    for (size_t t = 0; t < plain.params.size(); ++t) {
+      for (size_t i = 0; i < plain.params[t].size(); ++i) {
+        worst = std::max(worst, std::abs(planned.params[t][i] - plain.params[t][i]));
+      }
+    }
+    EXPECT_LT(worst, 1e-3);
+    // Planned before the first step; the device's step departs from the dry run at most where
+    // cuDNN's first-step search asks for more, then follows its plan.
+    EXPECT_TRUE(planned.report.last.followed()) << planned.report.str();
+    EXPECT_LE(planned.report.replans, 2) << planned.report.str();
+    EXPECT_LE(planned.report.arena_bytes, planned.report.lower_bound * 105 / 100);
+    // Steady state: reserved within 2% of allocated, give or take the slack of the segments that
+    // hold parameters and optimizer state (a few MiB, which this small step does not hide).
+    EXPECT_LE(static_cast<double>(planned.peak_reserved),
+              1.02 * static_cast<double>(planned.peak_allocated) + 8.0 * (1 << 20))
+        << planned.report.str() << "; caching allocator alone: reserved " << plain.peak_reserved
+        << " for " << plain.peak_allocated << " allocated";
+  }
+}
+
+TEST(StepPlannerGpu, TheMetaDryRunRecordsTheDevicesRequests) {
+  SKIP_WITHOUT_GPU();
+  const models::ModelConfig config{.num_classes = 10};
+  auto meta_model = models::create("mobilenet_v2", config);
+  meta_model->to(Device::meta());
+  optim::SGD meta_opt(meta_model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  memory::StepPlan meta =
+      memory::plan_step(train::trace_step(*meta_model, meta_opt, kBatch, 10, DType::f16));
+
+  auto model = models::create("mobilenet_v2", config);
+  model->to(kGpu);
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  memory::StepPlan cuda =
+      memory::plan_step(train::trace_step(*model, opt, kBatch, 10, DType::f16, /*steps=*/3));
+  size_t first_difference = std::min(meta.entries.size(), cuda.entries.size());
+  for (size_t i = 0; i < first_difference; ++i) {
+    if (meta.entries[i].bytes != cuda.entries[i].bytes ||
+        meta.entries[i].in_arena != cuda.entries[i].in_arena) {
+      first_difference = i;
+      break;
+    }
+  }
+  EXPECT_EQ(meta.entries.size(), cuda.entries.size());
+  EXPECT_EQ(first_difference, std::min(meta.entries.size(), cuda.entries.size()))
+      << "meta " << meta.entries[first_difference].bytes << " bytes, cuda "
+      << cuda.entries[first_difference].bytes;
+  EXPECT_EQ(meta.arena_bytes, cuda.arena_bytes);
+}
