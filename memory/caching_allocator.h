@@ -125,8 +125,8 @@ class CachingAllocator final : public Allocator {
   // Note [Planned steps]: install_plan makes `plan` current, with its arena as one new segment
   // (counted in reserved and under the cap; cached free segments are released first, since the
   // plan replaces what they were kept for). False, with no plan in force, when the arena does not
-  // fit. An arena still holding live blocks when its plan is replaced or removed stays reserved
-  // until its last block is released.
+  // fit. A plan that fits the arena in force keeps it; an arena still holding live blocks when it
+  // is given up stays reserved until its last block is released.
   bool install_plan(StepPlan plan);
   void remove_plan();
   bool has_plan() const;
@@ -181,6 +181,8 @@ class CachingAllocator final : public Allocator {
     bool contains(uintptr_t a) const { return a >= base && a < base + bytes; }
     bool occupied(uintptr_t a, size_t size) const;
   };
+  static constexpr size_t kNoEntry = ~size_t{0};
+  size_t match_entry(size_t rounded);
   void* take_planned(size_t rounded, size_t requested);
   bool release_planned(uintptr_t addr);  // false: not an arena block
   Arena* arena_holding(uintptr_t addr);
@@ -208,7 +210,8 @@ class CachingAllocator final : public Allocator {
   std::vector<std::unique_ptr<Arena>> retired_;  // replaced plans', until their last block goes
   bool planned_step_ = false;
   std::thread::id step_thread_;
-  size_t cursor_ = 0;  // the next entry of plan_ to match
+  size_t cursor_ = 0;        // the next entry of plan_ to match
+  std::vector<bool> used_;  // entries matched in this step
   PlanReplay replay_;
 };
 

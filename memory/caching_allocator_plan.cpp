@@ -26,24 +26,34 @@ bool CachingAllocator::Arena::occupied(uintptr_t a, size_t size) const {
 bool CachingAllocator::install_plan(StepPlan plan) {
   std::lock_guard<std::mutex> lock(mu_);
   FRUGAL_CHECK(!planned_step_, "install_plan(", device_.str(), "): a planned step is running");
-  retire_arena();
   has_plan_ = false;
-  plan_ = {};
-  // The plan replaces the cached blocks the step used to take from: give them back first.
-  release_free_segments();
-  auto arena = std::make_unique<Arena>();
-  arena->bytes = plan.arena_bytes;
-  if (arena->bytes > 0) {
-    const auto reserved = static_cast<size_t>(stats_.reserved_bytes.current);
-    if (cap_bytes_ != 0 && reserved + arena->bytes > cap_bytes_) return false;
-    void* ptr = source_->raw_alloc(arena->bytes);  // may throw on a driver error: no plan then
-    if (ptr == nullptr) return false;
-    arena->base = reinterpret_cast<uintptr_t>(ptr);
-    stats_.reserved_bytes.add(static_cast<int64_t>(arena->bytes));
-    stats_.segment.add(1);
+  // A re-plan that fits the arena in force keeps it: its blocks still alive (a departed step's
+  // gradients, freed by the next zero_grad) are never handed out twice, since every planned
+  // request is checked against the live blocks, and two arenas are never reserved at once.
+  // One much larger than needed is given back when it is empty.
+  const bool reuse = arena_ != nullptr && plan.arena_bytes <= arena_->bytes &&
+                     (!arena_->live.empty() || plan.arena_bytes >= arena_->bytes / 10 * 9);
+  if (!reuse) {
+    retire_arena();
+    // The plan replaces the cached blocks the step used to take from: give them back first.
+    release_free_segments();
+    auto arena = std::make_unique<Arena>();
+    arena->bytes = plan.arena_bytes;
+    if (arena->bytes > 0) {
+      const auto reserved = static_cast<size_t>(stats_.reserved_bytes.current);
+      if (cap_bytes_ != 0 && reserved + arena->bytes > cap_bytes_) return false;
+      void* ptr = source_->raw_alloc(arena->bytes);  // may throw on a driver error: no plan then
+      if (ptr == nullptr) return false;
+      arena->base = reinterpret_cast<uintptr_t>(ptr);
+      stats_.reserved_bytes.add(static_cast<int64_t>(arena->bytes));
+      stats_.segment.add(1);
+    }
+    arena_ = std::move(arena);
+  } else {
+    release_free_segments();
   }
-  arena_ = std::move(arena);
   plan_ = std::move(plan);
+  used_.assign(plan_.entries.size(), false);
   has_plan_ = true;
   return true;
 }
@@ -92,6 +102,7 @@ void CachingAllocator::begin_planned_step() {
   planned_step_ = true;
   step_thread_ = std::this_thread::get_id();
   cursor_ = 0;
+  std::fill(used_.begin(), used_.end(), false);
   replay_ = {};
 }
 
@@ -99,24 +110,44 @@ PlanReplay CachingAllocator::end_planned_step() {
   std::lock_guard<std::mutex> lock(mu_);
   FRUGAL_CHECK(planned_step_, "end_planned_step(", device_.str(), "): no planned step is running");
   planned_step_ = false;
-  replay_.skipped += static_cast<int64_t>(plan_.entries.size() - cursor_);
+  replay_.skipped += std::count(used_.begin() + static_cast<std::ptrdiff_t>(cursor_), used_.end(),
+                                false);
   replay_.live_at_end = arena_ != nullptr ? static_cast<int64_t>(arena_->live.size()) : 0;
   return replay_;
 }
 
-void* CachingAllocator::take_planned(size_t rounded, size_t requested) {
+// The entry a request of `rounded` bytes takes: the first unused one of that size ahead of the
+// cursor within the look-ahead (the entries passed over count as skipped), else one passed over
+// behind it (a request the plan expected earlier). kNoEntry: the plan does not know it.
+size_t CachingAllocator::match_entry(size_t rounded) {
   const std::vector<StepPlan::Entry>& entries = plan_.entries;
   const size_t stop = std::min(entries.size(), cursor_ + kPlanLookahead);
-  size_t j = cursor_;
-  while (j < stop && entries[j].bytes != rounded) ++j;
-  if (j == stop) {
+  for (size_t j = cursor_; j < stop; ++j) {
+    if (used_[j] || entries[j].bytes != rounded) continue;
+    replay_.skipped += std::count(used_.begin() + static_cast<std::ptrdiff_t>(cursor_),
+                                  used_.begin() + static_cast<std::ptrdiff_t>(j), false);
+    cursor_ = j + 1;
+    return j;
+  }
+  const size_t start = cursor_ > kPlanLookahead ? cursor_ - kPlanLookahead : 0;
+  for (size_t j = cursor_; j-- > start;) {
+    if (used_[j] || entries[j].bytes != rounded) continue;
+    replay_.skipped--;  // counted when the cursor passed it
+    return j;
+  }
+  return kNoEntry;
+}
+
+void* CachingAllocator::take_planned(size_t rounded, size_t requested) {
+  const size_t j = match_entry(rounded);
+  if (j == kNoEntry) {
     replay_.extra++;
     return nullptr;
   }
-  replay_.skipped += static_cast<int64_t>(j - cursor_);
-  cursor_ = j + 1;
-  if (!entries[j].in_arena) return nullptr;  // planned to outlive the step
-  const uintptr_t addr = arena_->base + entries[j].offset;
+  used_[j] = true;
+  const StepPlan::Entry& e = plan_.entries[j];
+  if (!e.in_arena) return nullptr;  // planned to outlive the step
+  const uintptr_t addr = arena_->base + e.offset;
   if (arena_->occupied(addr, rounded)) {
     replay_.occupied++;
     return nullptr;

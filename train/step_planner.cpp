@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "core/factory.h"
 #include "memory/allocator.h"
 #include "optim/optimizer.h"
 #include "train/saved_estimate.h"
@@ -127,6 +128,18 @@ bool plan_before_first_step(StepPlanner& planner, const std::string& name,
                             const models::ModelConfig& config, const Shape& input_nhwc,
                             DType precision) {
   if (!planner.active()) return false;
+  // The dry run builds a model and draws dropout masks: the caller's random stream must not
+  // notice (a planned run draws what an unplanned one does).
+  Generator& gen = default_generator();
+  const uint64_t seed = gen.seed(), offset = gen.offset();
+  struct Restore {
+    Generator& gen;
+    uint64_t seed, offset;
+    ~Restore() {
+      gen.manual_seed(seed);
+      gen.set_offset(offset);
+    }
+  } restore{gen, seed, offset};
   auto model = models::create(name, config);
   model->to(Device::meta());
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});

@@ -3,6 +3,8 @@
 // and once planned the step reserves little more than it allocates.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "core/factory.h"
 #include "core/ops.h"
 #include "gpu_test_util.h"
@@ -26,6 +28,7 @@ struct PlannedRun {
   std::vector<double> losses;
   std::vector<std::vector<double>> params;
   train::PlannerReport report;
+  memory::PlanReplay first;  // the first step against the plan made before it
   int64_t peak_allocated = 0, peak_reserved = 0;  // over the last two steps
 };
 
@@ -58,6 +61,7 @@ PlannedRun train_steps(bool planned, models::CheckpointPolicy checkpoint, int st
         loss = train::train_step(*model, opt, images, labels, DType::f16, scaler.get());
       });
       run.losses.push_back(loss.item());
+      if (s == 0) run.first = planner.report().last;
     }
     const memory::MemoryStats st = alloc.stats();
     run.peak_allocated = st.allocated_bytes.peak;
@@ -93,6 +97,13 @@ TEST(StepPlannerGpu, PlannedStepsTrainAsTheCachingAllocatorsDo) {
     // Planned before the first step; the device's step departs from the dry run at most where
     // cuDNN's first-step search asks for more, then follows its plan.
     EXPECT_TRUE(planned.report.last.followed()) << planned.report.str();
+    std::printf("[planner %s] first step against the dry run's plan: %lld served, %lld extra, "
+                "%lld skipped, %lld occupied, %lld alive after; %s\n",
+                ckpt, static_cast<long long>(planned.first.served),
+                static_cast<long long>(planned.first.extra),
+                static_cast<long long>(planned.first.skipped),
+                static_cast<long long>(planned.first.occupied),
+                static_cast<long long>(planned.first.live_at_end), planned.report.str().c_str());
     EXPECT_LE(planned.report.replans, 2) << planned.report.str();
     EXPECT_LE(planned.report.arena_bytes, planned.report.lower_bound * 105 / 100);
     // Steady state: reserved within 2% of allocated, give or take the slack of the segments that
@@ -131,4 +142,39 @@ TEST(StepPlannerGpu, TheMetaDryRunRecordsTheDevicesRequests) {
       << "meta " << meta.entries[first_difference].bytes << " bytes, cuda "
       << cuda.entries[first_difference].bytes;
   EXPECT_EQ(meta.arena_bytes, cuda.arena_bytes);
+}
+
+TEST(StepPlannerGpu, TheFirstDeviceStepAgainstTheDryRun) {
+  SKIP_WITHOUT_GPU();
+  const models::ModelConfig config{.num_classes = 10};
+  auto meta_model = models::create("mobilenet_v2", config);
+  meta_model->to(Device::meta());
+  optim::SGD meta_opt(meta_model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  memory::StepTrace meta = train::trace_step(*meta_model, meta_opt, kBatch, 10, DType::f16);
+  auto model = models::create("mobilenet_v2", config);
+  model->to(kGpu);
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  memory::StepTrace cuda = train::trace_step(*model, opt, kBatch, 10, DType::f16, /*steps=*/1);
+  auto plannable = [](const memory::StepTrace& t) {
+    std::vector<const memory::StepTrace::Allocation*> out;
+    for (const auto& a : t.allocations) {
+      if (memory::plannable(a.category)) out.push_back(&a);
+    }
+    return out;
+  };
+  auto m = plannable(meta), c = plannable(cuda);
+  size_t i = 0;
+  while (i < m.size() && i < c.size() && m[i]->bytes == c[i]->bytes) ++i;
+  std::printf("[planner] dry run %zu plannable requests, first CUDA step %zu; first difference at "
+              "%zu\n", m.size(), c.size(), i);
+  for (size_t k = i; k < i + 12 && k < std::max(m.size(), c.size()); ++k) {
+    std::printf("  %zu: meta %zu (%s, end %lld) | cuda %zu (%s, end %lld)\n", k,
+                k < m.size() ? m[k]->bytes : 0,
+                k < m.size() ? memory::category_name(m[k]->category) : "-",
+                k < m.size() ? static_cast<long long>(m[k]->end - m[k]->begin) : 0LL,
+                k < c.size() ? c[k]->bytes : 0,
+                k < c.size() ? memory::category_name(c[k]->category) : "-",
+                k < c.size() ? static_cast<long long>(c[k]->end - c[k]->begin) : 0LL);
+  }
+  EXPECT_EQ(i, m.size());
 }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/factory.h"
 #include "memory/allocator.h"
 #include "memory/fake_device_source.h"
 #include "models/registry.h"
@@ -148,4 +149,39 @@ TEST(StepPlanner, ZooArenasAreWithinFivePercentOfTheirBound) {
       }
     }
   }
+}
+TEST(StepPlanner, PlanningBeforeTheFirstStepLeavesTheRandomStreamAlone) {
+  FakeDevice dev;
+  train::StepPlanner planner(dev.alloc);
+  manual_seed(31);
+  default_generator().set_offset(4096);
+  EXPECT_TRUE(train::plan_before_first_step(planner, "mobilenet_v2", {.num_classes = 10},
+                                            Shape{2, 32, 32, 3}, DType::f32));
+  EXPECT_TRUE(dev.alloc.has_plan());
+  EXPECT_GT(dev.alloc.arena_bytes(), 0u);
+  EXPECT_EQ(default_generator().seed(), 31u);
+  EXPECT_EQ(default_generator().offset(), 4096u);
+}
+
+TEST(StepPlanner, ARePlanThatFitsKeepsTheArena) {
+  FakeDevice dev;
+  train::StepPlanner planner(dev.alloc);
+  memory::DataPtr grad;
+  std::vector<size_t> sizes = {8 << 20, 4 << 20, 6 << 20};
+  for (int s = 0; s < 3; ++s) planner.run([&] { fake_step(dev.alloc, sizes, grad); });
+  auto arena_address = [&] {
+    for (const memory::SegmentSnapshot& seg : dev.alloc.snapshot()) {
+      if (seg.arena) return seg.address;
+    }
+    return uintptr_t{0};
+  };
+  const uintptr_t arena = arena_address();
+  const size_t arena_bytes = dev.alloc.arena_bytes();
+  sizes = {8 << 20, 4 << 20, 5 << 20};  // a step that needs a little less
+  for (int s = 0; s < 3; ++s) planner.run([&] { fake_step(dev.alloc, sizes, grad); });
+  EXPECT_EQ(planner.report().replans, 1);
+  EXPECT_TRUE(planner.report().last.followed());
+  EXPECT_EQ(arena_address(), arena);  // the same arena serves the new plan
+  EXPECT_EQ(dev.alloc.arena_bytes(), arena_bytes);
+  dev.alloc.check_invariants();
 }
