@@ -181,8 +181,6 @@ class CachingAllocator final : public Allocator {
     bool contains(uintptr_t a) const { return a >= base && a < base + bytes; }
     bool occupied(uintptr_t a, size_t size) const;
   };
-  static constexpr size_t kNoEntry = ~size_t{0};
-  size_t match_entry(size_t rounded);
   void* take_planned(size_t rounded, size_t requested);
   bool release_planned(uintptr_t addr);  // false: not an arena block
   Arena* arena_holding(uintptr_t addr);
@@ -210,8 +208,11 @@ class CachingAllocator final : public Allocator {
   std::vector<std::unique_ptr<Arena>> retired_;  // replaced plans', until their last block goes
   bool planned_step_ = false;
   std::thread::id step_thread_;
-  size_t cursor_ = 0;        // the next entry of plan_ to match
-  std::vector<bool> used_;  // entries matched in this step
+  struct SizeQueue {
+    std::vector<size_t> entries;  // of plan_, in order
+    size_t next = 0;              // the first not yet matched in this step
+  };
+  std::unordered_map<size_t, SizeQueue> by_size_;
   PlanReplay replay_;
 };
 

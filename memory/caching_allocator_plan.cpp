@@ -8,13 +8,6 @@
 
 namespace frugal::memory {
 
-namespace {
-// How far ahead of the cursor a request may match: enough to step over the few requests one
-// device makes and another does not (a kernel's scratch tensor), small enough that a step taking
-// another path does not wander through the plan.
-constexpr size_t kPlanLookahead = 16;
-}  // namespace
-
 bool CachingAllocator::Arena::occupied(uintptr_t a, size_t size) const {
   auto it = live.lower_bound(a);
   if (it != live.end() && it->first < a + size) return true;
@@ -53,7 +46,10 @@ bool CachingAllocator::install_plan(StepPlan plan) {
     release_free_segments();
   }
   plan_ = std::move(plan);
-  used_.assign(plan_.entries.size(), false);
+  by_size_.clear();
+  for (size_t i = 0; i < plan_.entries.size(); ++i) {
+    by_size_[plan_.entries[i].bytes].entries.push_back(i);
+  }
   has_plan_ = true;
   return true;
 }
@@ -101,8 +97,7 @@ void CachingAllocator::begin_planned_step() {
                "already running");
   planned_step_ = true;
   step_thread_ = std::this_thread::get_id();
-  cursor_ = 0;
-  std::fill(used_.begin(), used_.end(), false);
+  for (auto& [bytes, queue] : by_size_) queue.next = 0;
   replay_ = {};
 }
 
@@ -110,42 +105,23 @@ PlanReplay CachingAllocator::end_planned_step() {
   std::lock_guard<std::mutex> lock(mu_);
   FRUGAL_CHECK(planned_step_, "end_planned_step(", device_.str(), "): no planned step is running");
   planned_step_ = false;
-  replay_.skipped += std::count(used_.begin() + static_cast<std::ptrdiff_t>(cursor_), used_.end(),
-                                false);
+  for (const auto& [bytes, queue] : by_size_) {
+    replay_.skipped += static_cast<int64_t>(queue.entries.size() - queue.next);
+  }
   replay_.live_at_end = arena_ != nullptr ? static_cast<int64_t>(arena_->live.size()) : 0;
   return replay_;
 }
 
-// The entry a request of `rounded` bytes takes: the first unused one of that size ahead of the
-// cursor within the look-ahead (the entries passed over count as skipped), else one passed over
-// behind it (a request the plan expected earlier). kNoEntry: the plan does not know it.
-size_t CachingAllocator::match_entry(size_t rounded) {
-  const std::vector<StepPlan::Entry>& entries = plan_.entries;
-  const size_t stop = std::min(entries.size(), cursor_ + kPlanLookahead);
-  for (size_t j = cursor_; j < stop; ++j) {
-    if (used_[j] || entries[j].bytes != rounded) continue;
-    replay_.skipped += std::count(used_.begin() + static_cast<std::ptrdiff_t>(cursor_),
-                                  used_.begin() + static_cast<std::ptrdiff_t>(j), false);
-    cursor_ = j + 1;
-    return j;
-  }
-  const size_t start = cursor_ > kPlanLookahead ? cursor_ - kPlanLookahead : 0;
-  for (size_t j = cursor_; j-- > start;) {
-    if (used_[j] || entries[j].bytes != rounded) continue;
-    replay_.skipped--;  // counted when the cursor passed it
-    return j;
-  }
-  return kNoEntry;
-}
-
 void* CachingAllocator::take_planned(size_t rounded, size_t requested) {
-  const size_t j = match_entry(rounded);
-  if (j == kNoEntry) {
+  // The next entry of this size, in plan order: sizes repeat in the same order step after step
+  // even where requests of different sizes interleave differently (the first step casts each
+  // parameter when its layer runs, later ones all at the start of the forward).
+  auto it = by_size_.find(rounded);
+  if (it == by_size_.end() || it->second.next == it->second.entries.size()) {
     replay_.extra++;
     return nullptr;
   }
-  used_[j] = true;
-  const StepPlan::Entry& e = plan_.entries[j];
+  const StepPlan::Entry& e = plan_.entries[it->second.entries[it->second.next++]];
   if (!e.in_arena) return nullptr;  // planned to outlive the step
   const uintptr_t addr = arena_->base + e.offset;
   if (arena_->occupied(addr, rounded)) {

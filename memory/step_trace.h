@@ -16,10 +16,10 @@
 //     optimizer state (made lazily in the first step), kernel workspace (cuDNN's benchmark asks
 //     for sizes a later step does not), other threads and streams;
 //   - replay (CachingAllocator::begin_planned_step): each plannable request of the stepping thread
-//     is matched against the next entries of the plan by size (a few entries of look-ahead, so a
-//     request the plan does not know, or an entry that is not requested, costs only itself); a
-//     matched arena entry is handed out at its offset unless a live allocation still occupies
-//     those bytes. Every request is checked, so a step that departs from its plan is never wrong,
+//     takes the next entry of its size in plan order (so requests of different sizes may
+//     interleave differently from the recorded step, a request the plan does not know costs only
+//     itself, and so does an entry never requested); a matched arena entry is handed out at its
+//     offset unless a live allocation still occupies those bytes. Every request is checked, so a step that departs from its plan is never wrong,
 //     only served by the caching allocator where it departs; the replay counts each departure and
 //     train::StepPlanner re-plans from that step (one warning);
 //   - the first step need not run unplanned: a dry run of the step on the meta device records the

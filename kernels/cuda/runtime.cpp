@@ -171,6 +171,8 @@ void* cublas_workspace(Device device) {
   thread_local std::array<memory::DataPtr*, kMaxDevices> ws{};
   auto& slot = ws[static_cast<size_t>(device.index)];
   if (slot == nullptr) {
+    // Library workspace that lives on: not the category of the step that first needs it.
+    memory::CategoryScope tag(memory::Category::workspace);
     slot = new memory::DataPtr(memory::allocator_for(device).allocate(kCublasWorkspaceBytes));
   }
   return slot->get();
