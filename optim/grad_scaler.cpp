@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "memory/events.h"
 #include "kernels/amp.h"
 #include "optim/state_io.h"
 
@@ -30,6 +31,8 @@ void GradScaler::init_on(Device device) {
                  " but this call is on ", device, " (one scaler per device)");
     return;
   }
+  // State for the whole run, whichever phase of the first step makes it (Note [Planned steps]).
+  memory::CategoryScope tag(memory::Category::resident);
   scale_ = full({}, opt_.init_scale, {.device = device});
   growth_tracker_ = full({}, pending_tracker_, {.device = device});
   found_inf_ = zeros({}, {.device = device});
