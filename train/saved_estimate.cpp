@@ -62,11 +62,11 @@ std::string saved_table(const SavedEstimate& e) {
 
 namespace {
 
-// Runs `steps` training steps of `model` on a fixed batch (uninitialised on meta) and hands the
-// last one to `around_last`, which runs it between whatever observation it sets up.
+// Runs `steps` training steps of `model` on a fixed batch (uninitialised on meta), handing each to
+// `around(s, step)`, which runs it between whatever observation it sets up.
 void run_steps(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc, int64_t classes,
                DType precision, int steps,
-               const std::function<void(const std::function<void()>&)>& around_last) {
+               const std::function<void(int, const std::function<void()>&)>& around) {
   FRUGAL_CHECK(steps >= 1, "estimating a step: steps must be positive, got ", steps);
   FRUGAL_CHECK(!opt.params().empty(), "estimating a step: the optimizer has no parameters");
   const Device device = opt.params()[0].device();
@@ -79,8 +79,7 @@ void run_steps(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
   model.train();
   auto step = [&] { train_step(model, opt, images, labels, precision, scaler.get()); };
-  for (int s = 0; s + 1 < steps; ++s) step();
-  around_last(step);
+  for (int s = 0; s < steps; ++s) around(s, step);
 }
 
 }  // namespace
@@ -88,7 +87,8 @@ void run_steps(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc
 StepMemory estimate_step_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
                                 int64_t classes, DType precision, int steps) {
   StepMemory m;
-  run_steps(model, opt, input_nhwc, classes, precision, steps, [&](const auto& step) {
+  run_steps(model, opt, input_nhwc, classes, precision, steps, [&](int s, const auto& step) {
+    if (s + 1 < steps) return step();
     const Device device = opt.params()[0].device();
     m.before_bytes = memory::allocator_for(device).stats().allocated_bytes.current;
     memory::PeakTracker tracker(device, m.before_bytes);
@@ -98,15 +98,21 @@ StepMemory estimate_step_memory(nn::Module& model, optim::Optimizer& opt, const 
   return m;
 }
 
-memory::StepTrace trace_step(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
-                             int64_t classes, DType precision, int steps) {
-  memory::StepTrace trace;
-  run_steps(model, opt, input_nhwc, classes, precision, steps, [&](const auto& step) {
+std::vector<memory::StepTrace> trace_steps(nn::Module& model, optim::Optimizer& opt,
+                                           const Shape& input_nhwc, int64_t classes,
+                                           DType precision, int steps) {
+  std::vector<memory::StepTrace> traces;
+  run_steps(model, opt, input_nhwc, classes, precision, steps, [&](int, const auto& step) {
     memory::StepRecorder recorder(opt.params()[0].device());
     step();
-    trace = recorder.finish();
+    traces.push_back(recorder.finish());
   });
-  return trace;
+  return traces;
+}
+
+memory::StepTrace trace_step(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
+                             int64_t classes, DType precision, int steps) {
+  return std::move(trace_steps(model, opt, input_nhwc, classes, precision, steps).back());
 }
 
 std::string step_table(const StepMemory& m) {

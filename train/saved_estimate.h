@@ -55,5 +55,11 @@ std::string step_table(const StepMemory& m);
 // meta device the plan of a step before any device memory is used (train::StepPlanner::plan).
 memory::StepTrace trace_step(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
                              int64_t classes, DType precision, int steps = 2);
+// The allocations of each of `steps` steps: the first step differs from later ones (optimizer
+// state made lazily, parameters cast to the autocast dtype one layer at a time rather than all at
+// once, Note [Lowering a forward's parameters together]).
+std::vector<memory::StepTrace> trace_steps(nn::Module& model, optim::Optimizer& opt,
+                                           const Shape& input_nhwc, int64_t classes,
+                                           DType precision, int steps);
 
 }  // namespace frugal::train

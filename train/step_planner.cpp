@@ -1,6 +1,7 @@
 // The step planner's lifecycle: record, plan, replay, re-plan (train/step_planner.h).
 #include "train/step_planner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -46,13 +47,25 @@ StepPlanner::~StepPlanner() {
 }
 
 bool StepPlanner::plan(const memory::StepTrace& trace) {
-  if (allocator_ == nullptr) return false;
-  settled_ = false;
-  return install(trace);
+  return plan(std::vector<memory::StepTrace>{trace});
 }
 
-bool StepPlanner::install(const memory::StepTrace& trace) {
-  memory::StepPlan plan = memory::plan_step(trace);
+bool StepPlanner::plan(const std::vector<memory::StepTrace>& traces) {
+  if (allocator_ == nullptr || traces.empty()) return false;
+  settled_ = false;
+  queued_.clear();
+  size_t arena = 0;
+  for (const memory::StepTrace& t : traces) {
+    queued_.push_back(memory::plan_step(t));
+    arena = std::max(arena, queued_.back().arena_bytes);
+  }
+  queued_.front().arena_bytes = arena;  // the later plans then reuse its arena
+  memory::StepPlan first = std::move(queued_.front());
+  queued_.erase(queued_.begin());
+  return install(std::move(first));
+}
+
+bool StepPlanner::install(memory::StepPlan plan) {
   const size_t arena = plan.arena_bytes, bound = plan.lower_bound;
   if (!allocator_->install_plan(std::move(plan))) {
     std::fprintf(stderr,
@@ -88,6 +101,12 @@ void StepPlanner::run(const std::function<void()>& step) {
   if (planned) {
     report_.planned_steps++;
     report_.last = allocator_->end_planned_step();
+    if (!queued_.empty()) {  // the next step has its own plan, made in advance
+      memory::StepPlan next = std::move(queued_.front());
+      queued_.erase(queued_.begin());
+      install(std::move(next));
+      return;
+    }
     if (report_.last.followed()) {
       settled_ = true;
       departures_ = 0;
@@ -121,7 +140,7 @@ void StepPlanner::run(const std::function<void()>& step) {
     }
     report_.replans++;
   }
-  install(trace);
+  install(memory::plan_step(trace));
 }
 
 bool plan_before_first_step(StepPlanner& planner, const std::string& name,
@@ -143,7 +162,8 @@ bool plan_before_first_step(StepPlanner& planner, const std::string& name,
   auto model = models::create(name, config);
   model->to(Device::meta());
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
-  return planner.plan(trace_step(*model, opt, input_nhwc, config.num_classes, precision));
+  // Two steps: the first, and the one every later step repeats.
+  return planner.plan(trace_steps(*model, opt, input_nhwc, config.num_classes, precision, 2));
 }
 
 }  // namespace frugal::train

@@ -4,7 +4,7 @@
 // outside it (parameters, gradients between steps, optimizer state), close to allocated.
 //
 //   train::StepPlanner planner(device);
-//   planner.plan(train::trace_step(*meta_model, meta_opt, {128, 224, 224, 3}, 1000, DType::f16));
+//   planner.plan(train::trace_steps(*meta_model, meta_opt, {128, 224, 224, 3}, 1000, DType::f16, 2));
 //   for (...) planner.run([&] { loss = train::train_step(*model, opt, images, labels, ...); });
 //   planner.report();  // arena bytes against the bound, re-plans, the last replay
 //
@@ -56,6 +56,10 @@ class StepPlanner {
   // Installs a plan made from `trace` (a dry run on meta, train::trace_step) so that the next
   // step already runs in the arena. False when the arena does not fit under the allocator's cap.
   bool plan(const memory::StepTrace& trace);
+  // One plan per coming step, the last for every step after (train::trace_steps: the first step
+  // of a training run asks for its memory in another order than the later ones). One arena, as
+  // large as the largest of them, serves them all.
+  bool plan(const std::vector<memory::StepTrace>& traces);
   // Runs one step under the planner (see the lifecycle above). Exceptions from `step` pass
   // through; the planned step is closed first.
   void run(const std::function<void()>& step);
@@ -63,12 +67,13 @@ class StepPlanner {
   bool active() const { return allocator_ != nullptr; }
 
  private:
-  bool install(const memory::StepTrace& trace);
+  bool install(memory::StepPlan plan);
 
   memory::CachingAllocator* allocator_ = nullptr;
   Device device_;
   PlannerOptions options_;
   PlannerReport report_;
+  std::vector<memory::StepPlan> queued_;  // plans for the coming steps, in order
   bool settled_ = false;  // a planned step followed the plan: stop recording
   int departures_ = 0;    // consecutive
   bool warned_ = false;

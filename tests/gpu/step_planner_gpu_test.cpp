@@ -1,6 +1,7 @@
 // The step planner on the device (Note [Planned steps]): planned steps train exactly as the
-// caching allocator's do, the dry run on meta records the plannable requests the CUDA step makes,
-// and once planned the step reserves little more than it allocates.
+// caching allocator's do and follow the plans of the dry run on meta from the first step, whose
+// requests are the CUDA step's. Reserved against allocated is measured at 224x224 by
+// scripts/gpu-fragmentation.sh (bench/RESULTS.md).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -96,8 +97,9 @@ TEST(StepPlannerGpu, PlannedStepsTrainAsTheCachingAllocatorsDo) {
       }
     }
     EXPECT_LT(worst, 1e-3);
-    // Planned before the first step; the device's step departs from the dry run at most where
-    // cuDNN's first-step search asks for more, then follows its plan.
+    // Planned before the first step (its own plan, and one for the steps after): the device's
+    // steps follow the dry run's plans.
+    EXPECT_TRUE(planned.first.followed()) << planned.report.str();
     EXPECT_TRUE(planned.report.last.followed()) << planned.report.str();
     std::printf("[planner %s] first step against the dry run's plan: %lld served, %lld extra, "
                 "%lld skipped, %lld occupied, %lld alive after; %s\n",
@@ -106,17 +108,11 @@ TEST(StepPlannerGpu, PlannedStepsTrainAsTheCachingAllocatorsDo) {
                 static_cast<long long>(planned.first.skipped),
                 static_cast<long long>(planned.first.occupied),
                 static_cast<long long>(planned.first.live_at_end), planned.report.str().c_str());
-    EXPECT_LE(planned.report.replans, 2) << planned.report.str();
+    EXPECT_EQ(planned.report.replans, 0) << planned.report.str();
     // The zoo's 5% goal is measured at 224x224 (bench/RESULTS.md); at this small input the
     // checkpointed step packs 8.7% above its bound (open in issue 12).
     EXPECT_LE(planned.report.arena_bytes,
               planned.report.lower_bound * (policy.str() == "none" ? 105 : 109) / 100);
-    // Steady state: reserved within 2% of allocated, give or take the slack of the segments that
-    // hold parameters and optimizer state (a few MiB, which this small step does not hide).
-    EXPECT_LE(static_cast<double>(planned.peak_reserved),
-              1.02 * static_cast<double>(planned.peak_allocated) + 8.0 * (1 << 20))
-        << planned.report.str() << "; caching allocator alone: reserved " << plain.peak_reserved
-        << " for " << plain.peak_allocated << " allocated";
   }
 }
 
