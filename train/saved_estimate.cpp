@@ -78,7 +78,10 @@ void run_steps(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc
   }
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
   model.train();
-  auto step = [&] { train_step(model, opt, images, labels, precision, scaler.get()); };
+  // The loss outlives its step, as in a training loop that reads it later: a plan made from this
+  // run must not give its bytes to the next step.
+  Tensor loss;
+  auto step = [&] { loss = train_step(model, opt, images, labels, precision, scaler.get()); };
   for (int s = 0; s < steps; ++s) around(s, step);
 }
 

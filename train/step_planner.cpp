@@ -101,13 +101,18 @@ void StepPlanner::run(const std::function<void()>& step) {
   if (planned) {
     report_.planned_steps++;
     report_.last = allocator_->end_planned_step();
+    // Blocks the last step left alive (a loss the caller still held) may stand where this step's
+    // plan put something: the plan is right all the same.
+    const bool kept = report_.last.extra == 0 && report_.last.skipped == 0 &&
+                      report_.last.occupied <= stragglers_;
+    stragglers_ = report_.last.live_at_end;
     if (!queued_.empty()) {  // the next step has its own plan, made in advance
       memory::StepPlan next = std::move(queued_.front());
       queued_.erase(queued_.begin());
       install(std::move(next));
       return;
     }
-    if (report_.last.followed()) {
+    if (kept) {
       settled_ = true;
       departures_ = 0;
       return;

@@ -76,6 +76,7 @@ class StepPlanner {
   std::vector<memory::StepPlan> queued_;  // plans for the coming steps, in order
   bool settled_ = false;  // a planned step followed the plan: stop recording
   int departures_ = 0;    // consecutive
+  int64_t stragglers_ = 0;  // arena blocks the last planned step left alive
   bool warned_ = false;
 };
 
