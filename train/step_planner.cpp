@@ -167,8 +167,10 @@ bool plan_before_first_step(StepPlanner& planner, const std::string& name,
   auto model = models::create(name, config);
   model->to(Device::meta());
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
-  // Two steps: the first, and the one every later step repeats.
-  return planner.plan(trace_steps(*model, opt, input_nhwc, config.num_classes, precision, 2));
+  // Three steps: the first two differ from the later ones (lazy optimizer state, and parameters
+  // cast to the autocast dtype one layer at a time until the second step has seen the order of
+  // every region, checkpointed recomputations included); the third is what every later step does.
+  return planner.plan(trace_steps(*model, opt, input_nhwc, config.num_classes, precision, 3));
 }
 
 }  // namespace frugal::train
