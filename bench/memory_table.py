@@ -24,14 +24,23 @@ def main():
                 rows.append(json.loads(line))
     print(f"\n### {a.title}\n")
     print("| model | batch x input | precision | impl | configuration | img/s | peak allocated MiB |"
-          " peak reserved MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          " peak reserved MiB | reserved/allocated | arena / its bound |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         alloc = r.get("peak_allocated_bytes")
         res = r.get("peak_reserved_bytes")
         print(f"| {r['model']} | {r['batch']} x {r['input']} | {r['precision']} | {r['impl']} | "
               f"{r.get('config', '')} | {r['img_per_s']:,.0f} | "
-              f"{alloc / MIB:,.0f} | {res / MIB:,.0f} |" if alloc is not None else "| - | - |")
+              f"{alloc / MIB:,.0f} | {res / MIB:,.0f} | {res / alloc:.3f} | {arena(r)} |"
+              if alloc is not None else "| - | - |")
+
+
+def arena(r):
+    """The step planner's arena against its lower bound (frugal with the planner only)."""
+    if not r.get("planner_arena_bytes"):
+        return "-"
+    bound = r["planner_lower_bound_bytes"]
+    return f"{r['planner_arena_bytes'] / MIB:,.0f} / {bound / MIB:,.0f} MiB ({r['planner_arena_bytes'] / bound:.3f}x)"
 
 
 if __name__ == "__main__":

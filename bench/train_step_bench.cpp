@@ -48,7 +48,8 @@ constexpr const char* kUsage =
     "                        [--graph] [--checkpoint none|blocks|N] [--memory-cap-mib M]\n"
     "                        [--planner on|off]\n"
     "  --checkpoint:     activation checkpointing (models::CheckpointPolicy)\n"
-    "  --planner on: plan the step's memory before the first step and replay it from one arena\n"
+    "  --planner on|off: plan the step's memory before the first step and replay it from one\n"
+    "      arena (on by default, off with --graph)\n"
     "  --memory-cap-mib: cap the CUDA caching allocator's reserved memory (an OOM beyond it)\n"
     "  --graph:   capture the step as a CUDA graph in the last warm-up step and replay it\n"
     "             (train/captured_step.h); eager where graphs are not available\n"
@@ -140,9 +141,10 @@ int run(int argc, char** argv) {
   // f16 needs loss scaling (PyTorch's GradScaler defaults); bf16 has f32's range and needs none.
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(amp_dtype);
 
-  // --planner on: the step's memory is planned before the first step (a dry run on meta) and
+  const bool graph_requested = flags.flag("graph");
+  // --planner on (the default without --graph): the step's memory is planned before the first step (a dry run on meta) and
   // replayed from one arena (Note [Planned steps]).
-  const std::string planner_flag = flags.str("planner", "off");
+  const std::string planner_flag = flags.str("planner", graph_requested ? "off" : "on");
   if (planner_flag != "on" && planner_flag != "off")
     throw std::invalid_argument("--planner expects on or off, got '" + planner_flag + "'");
   train::StepPlanner planner(planner_flag == "on" ? device : Device::cpu());
@@ -210,7 +212,7 @@ int run(int argc, char** argv) {
   j["device_name"] = device_name(device);
   j["precision"] = precision;
   j["graph"] = graph && captured.captured();
-  j["config"] = "checkpoint " + checkpoint.str();
+  j["config"] = "checkpoint " + checkpoint.str() + (planner.active() ? ", planner" : "");
   j["layout"] = "NHWC";
   j["batch"] = batch;
   j["input"] = input;

@@ -59,26 +59,29 @@ if has frugal; then
     one frugal $M 128 3x224x224 $prec
     one frugal $M 128 3x224x224 $prec --checkpoint blocks
   done
+  # The caching allocator alone (the planner, on by default, off), for the reserved memory.
+  one frugal $M 128 3x224x224 f16 --planner off
+  one frugal $M 128 3x224x224 f16 --checkpoint blocks --planner off
 fi
 if has torch; then
   for prec in f16 f32; do one pytorch $M 128 3x224x224 $prec; done
   one pytorch $M 128 3x224x224 f16 --checkpoint blocks
 fi
 if has compile; then
-  one pytorch $M 128 3x224x224 f16 --compile default
-  one pytorch $M 128 3x224x224 f16 --compile budget:0.5
-  one pytorch $M 128 3x224x224 f16 --compile budget:0.2
+  for c in ${COMPILE_CONFIGS:-default budget:0.5 budget:0.2}; do
+    one pytorch $M 128 3x224x224 f16 --compile "$c"
+  done
 fi
 if has maxbatch; then
-  largest frugal $M f16 "96 128 160 192 224 240 256 288 320 352 384"
-  largest frugal $M f16 "240 320 400 480 560 640 720 800" --checkpoint blocks
-  largest pytorch $M f16 "64 96 112 128 160"
+  largest frugal $M f16 "${MAXB_LEAN:-96 128 160 192 224 240 256 272 288 304 320 352 384}"
+  largest frugal $M f16 "${MAXB_CKPT:-240 320 400 480 512 544 576 608 640 720 800}" --checkpoint blocks
+  largest pytorch $M f16 "${MAXB_TORCH:-64 96 112 128 160}"
 fi
 if has zoo; then
   for model in resnet18 efficientnet_b0; do
     for prec in f16 f32; do
       one frugal $model 128 3x224x224 $prec
-      one pytorch $model 128 3x224x224 $prec
+      [ "${ZOO_TORCH:-1}" = 1 ] && one pytorch $model 128 3x224x224 $prec
     done
     one frugal $model 128 3x224x224 f16 --checkpoint blocks
   done

@@ -82,6 +82,13 @@ models::CheckpointPolicy parse_checkpoint(const std::string& command, const std:
   }
 }
 
+bool parse_planner(const std::string& command, const std::string& text) {
+  if (text != "on" && text != "off") {
+    throw UsageError(command + ": --planner expects on or off, got '" + text + "'");
+  }
+  return text == "on";
+}
+
 DType parse_precision(const std::string& command, const std::string& text) {
   if (text != "f32" && text != "f16" && text != "bf16") {
     throw UsageError(command + ": --precision expects f32, f16 or bf16, got '" + text + "'");

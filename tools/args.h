@@ -39,6 +39,8 @@ class Args {
 
 // `--checkpoint none|blocks|N` as a policy; a bad value is a UsageError naming the command.
 models::CheckpointPolicy parse_checkpoint(const std::string& command, const std::string& text);
+// --planner on|off (Note [Planned steps]).
+bool parse_planner(const std::string& command, const std::string& text);
 
 // `--precision f32|f16|bf16` as a DType; anything else is a UsageError naming the command.
 DType parse_precision(const std::string& command, const std::string& text);

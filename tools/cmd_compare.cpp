@@ -35,7 +35,9 @@ constexpr const char* kHelp =
     "  --graph           replay the timed steps from a CUDA graph captured in the last warm-up\n"
     "                    step (one launch a step instead of hundreds; eager on the CPU)\n"
     "  --checkpoint none|blocks|N   activation checkpointing: none (default), every block, or\n"
-    "                    N segments of the feature layers (nn/checkpoint.h)\n";
+    "                    N segments of the feature layers (nn/checkpoint.h)\n"
+    "  --planner on|off  plan each step's memory before the first step and replay it from one\n"
+    "                    arena (on, the default, on CUDA; train/step_planner.h)\n";
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
@@ -49,7 +51,7 @@ void write_file(const std::string& path, const std::string& text) {
 int cmd_compare(const std::vector<std::string>& argv) {
   Args args("compare", argv,
             {"model", "batch", "input", "classes", "width", "steps", "warmup", "seed", "device",
-             "json", "svg", "checkpoint"},
+             "json", "svg", "checkpoint", "planner"},
             {"help", "graph"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
@@ -71,6 +73,7 @@ int cmd_compare(const std::vector<std::string>& argv) {
   o.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
   o.graph = args.flag("graph");
   o.checkpoint = parse_checkpoint("compare", args.str("checkpoint", "none"));
+  o.planner = parse_planner("compare", args.str("planner", "on"));
   if (o.graph && o.warmup < 2) {
     throw UsageError(
         "compare: --graph captures in the last warm-up step after an eager one: "

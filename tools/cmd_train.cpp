@@ -49,7 +49,9 @@ constexpr const char* kHelp =
     "  --graph               replay each step from a CUDA graph captured in an epoch's second\n"
     "                        step (one launch a step instead of hundreds)\n"
     "  --checkpoint none|blocks|N   activation checkpointing: none (default), every block, or\n"
-    "                        N segments of the feature layers (nn/checkpoint.h)\n";
+    "                        N segments of the feature layers (nn/checkpoint.h)\n"
+    "  --planner on|off      plan each step's memory before the first step and replay it from\n"
+    "                        one arena (on, the default, on CUDA; train/step_planner.h)\n";
 
 }  // namespace
 
@@ -64,7 +66,7 @@ int cmd_train(const std::vector<std::string>& argv) {
       {"model",     "data",       "data-dir",     "epochs",     "batch",         "lr",
        "optimizer", "momentum",   "weight-decay", "schedule",   "warmup-epochs", "label-smoothing",
        "width",     "image-size", "limit",        "test-limit", "device",        "workers",
-       "seed",      "save",       "resume",       "precision",  "checkpoint"},
+       "seed",      "save",       "resume",       "precision",  "checkpoint", "planner"},
       {"help", "no-augment", "graph"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
@@ -156,6 +158,16 @@ int cmd_train(const std::vector<std::string>& argv) {
                 static_cast<long long>(st.epoch), static_cast<long long>(st.step));
   }
 
+  // Note [Planned steps]: the step's memory planned before the first step, from a dry run on meta.
+  const bool planned = parse_planner("train", args.str("planner", "on")) && !graph;
+  train::StepPlanner planner(planned ? device : Device::cpu());
+  if (planner.active()) {
+    // The loader's batches after the transforms: resized to --image-size, --channels repeated.
+    train::plan_before_first_step(planner, model_name, mc,
+                                  Shape{batch, dc.image_size, dc.image_size, dc.channels},
+                                  precision);
+  }
+
   std::printf("training %s (%.2fM parameters, width %.2f) on %s: %lld samples, batch %lld, %s, "
               "device %s, %s\n",
               model_name.c_str(), static_cast<double>(model->num_parameters()) / 1e6, mc.width,
@@ -169,7 +181,8 @@ int cmd_train(const std::vector<std::string>& argv) {
                                               .epochs = epochs,
                                               .precision = precision,
                                               .scaler = scaler.get(),
-                                              .graph = graph});
+                                              .graph = graph,
+                                              .planner = &planner});
     accuracy = train::evaluate(*model, test_loader);
     std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
                 "peak allocated %.1f MiB, peak reserved %.1f MiB\n",
@@ -185,6 +198,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     }
   }
   std::printf("test accuracy: %.2f%%\n", 100.0 * accuracy);
+  if (planner.active()) std::printf("%s\n", planner.report().str().c_str());
   std::printf("memory on %s:\n%s\n", device.str().c_str(),
               memory::allocator_for(device).stats().summary().c_str());
   return 0;

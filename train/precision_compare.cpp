@@ -3,6 +3,8 @@
 // between steps, so host work overlaps device work as in training).
 #include "train/precision_compare.h"
 
+#include "train/step_planner.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "train/captured_step.h"
+#include "train/step_planner.h"
 #include "train/step_timer.h"
 #include "train/trainer.h"
 
@@ -82,8 +85,19 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
   // f16's 5-bit exponent underflows small gradients: it needs loss scaling; bf16 does not.
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
 
+  StepPlanner planner(o.planner && !o.graph ? device : Device::cpu());
+  if (planner.active()) {
+    plan_before_first_step(planner, o.model,
+                           {.num_classes = o.classes,
+                            .in_channels = o.channels,
+                            .width = o.width_multiplier,
+                            .checkpoint = o.checkpoint},
+                           Shape{o.batch, o.height, o.width, o.channels}, precision);
+  }
   auto eager_step = [&]() -> Tensor {
-    return train::train_step(*model, opt, images, labels, precision, scaler.get());
+    Tensor out;
+    planner.run([&] { out = train::train_step(*model, opt, images, labels, precision, scaler.get()); });
+    return out;
   };
   CapturedStep captured(device, eager_step, {.warmup = std::max<int64_t>(1, o.warmup - 1)});
   auto step = [&]() -> Tensor { return o.graph ? captured() : eager_step(); };

@@ -41,6 +41,8 @@ struct CompareOptions {
   // training steps] in train/captured_step.h); needs warmup >= 2; eager on the CPU.
   bool graph = false;
   models::CheckpointPolicy checkpoint{};  // --checkpoint none|blocks|N
+  // Plan each step's memory before the first (train/step_planner.h); CUDA only, not with graph.
+  bool planner = true;
 };
 
 struct CompareRow {

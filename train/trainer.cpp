@@ -101,6 +101,7 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   // learning rate from the device (Note [Learning rate on the device]), so schedules still work.
   if (options.graph) opt.keep_lr_on_device(device);
   Tensor graph_images, graph_labels;
+  Shape planned_shape;  // of the epoch's first batch: the step the planner serves
   std::unique_ptr<CapturedStep> captured;
 
   EpochStats stats;
@@ -127,8 +128,16 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
       copy_(graph_labels, batch->labels);
       loss = (*captured)();
     } else {
-      loss = train_step(model, opt, batch->images, batch->labels, precision, scaler,
-                        options.label_smoothing);
+      if (planned_shape.ndim() == 0) planned_shape = batch->images.shape();
+      auto run_step = [&] {
+        loss = train_step(model, opt, batch->images, batch->labels, precision, scaler,
+                          options.label_smoothing);
+      };
+      if (options.planner != nullptr && batch->images.shape() == planned_shape) {
+        options.planner->run(run_step);
+      } else {
+        run_step();
+      }
     }
     if (schedule != nullptr) schedule->step();
     {

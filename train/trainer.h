@@ -14,6 +14,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "train/step_planner.h"
 
 namespace frugal::train {
 
@@ -51,6 +52,10 @@ struct EpochOptions {
   // device (Note [Learning rate on the device]), so a schedule steps replayed steps too. Eager
   // wherever graphs are not available.
   bool graph = false;
+  // Plan the step's memory (Note [Planned steps] in memory/step_trace.h, train/step_planner.h):
+  // each step runs through `planner` (the caller owns it, so its plans carry over between
+  // epochs), except a batch whose shape differs from the epoch's first. Not used with `graph`.
+  StepPlanner* planner = nullptr;
 };
 
 // One optimisation step on a batch (zero_grad, forward and loss, backward, step): forward and
