@@ -46,7 +46,7 @@ constexpr const char* kUsage =
     "                        [--input CxHxW] [--classes K] [--precision f32|f16|bf16]\n"
     "                        [--warmup N] [--steps N] [--seed S] [--json] [--profile]\n"
     "                        [--graph] [--checkpoint none|blocks|N] [--memory-cap-mib M]\n"
-    "                        [--planner on|off]\n"
+    "                        [--planner on|off] [--recompute-depthwise]\n"
     "  --checkpoint:     activation checkpointing (models::CheckpointPolicy)\n"
     "  --planner on|off: plan the step's memory before the first step and replay it from one\n"
     "      arena (on by default, off with --graph)\n"
@@ -94,7 +94,7 @@ int run(int argc, char** argv) {
   Flags flags(argc, argv,
               {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps",
                "seed", "checkpoint", "memory-cap-mib", "planner"},
-              {"json", "help", "profile", "graph"});
+              {"json", "help", "profile", "graph", "recompute-depthwise"});
   if (flags.flag("help")) {
     std::cout << kUsage;
     return 0;
@@ -116,6 +116,7 @@ int run(int argc, char** argv) {
     throw std::invalid_argument("--device " + device.str() + ": no such CUDA device");
   if (device.is_meta()) throw std::invalid_argument("--device meta has no clock to time");
 
+  const bool recompute_depthwise = flags.flag("recompute-depthwise");
   const models::CheckpointPolicy checkpoint =
       models::CheckpointPolicy::parse(flags.str("checkpoint", "none"));
   if (const int64_t cap_mib = flags.integer("memory-cap-mib", 0, 0); cap_mib > 0) {
@@ -124,7 +125,8 @@ int run(int argc, char** argv) {
         .set_memory_cap_bytes(static_cast<size_t>(cap_mib) << 20);
   }
   auto model = models::create(
-      model_name, {.num_classes = classes, .in_channels = chw[0], .checkpoint = checkpoint});
+      model_name, {.num_classes = classes, .in_channels = chw[0], .checkpoint = checkpoint,
+         .recompute_depthwise = recompute_depthwise});
   model->to(device);
   model->train();
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
@@ -151,7 +153,8 @@ int run(int argc, char** argv) {
   if (planner.active()) {
     train::plan_before_first_step(
         planner, model_name,
-        {.num_classes = classes, .in_channels = chw[0], .checkpoint = checkpoint},
+        {.num_classes = classes, .in_channels = chw[0], .checkpoint = checkpoint,
+         .recompute_depthwise = recompute_depthwise},
         Shape{batch, chw[1], chw[2], chw[0]}, amp_dtype);
   }
   auto eager_step = [&]() -> Tensor {
@@ -212,7 +215,9 @@ int run(int argc, char** argv) {
   j["device_name"] = device_name(device);
   j["precision"] = precision;
   j["graph"] = graph && captured.captured();
-  j["config"] = "checkpoint " + checkpoint.str() + (planner.active() ? ", planner" : "");
+  j["config"] = "checkpoint " + checkpoint.str() +
+                (recompute_depthwise ? ", depthwise recomputed" : "") +
+                (planner.active() ? ", planner" : "");
   j["layout"] = "NHWC";
   j["batch"] = batch;
   j["input"] = input;

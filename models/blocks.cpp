@@ -44,7 +44,8 @@ Conv2dNormActivation::Conv2dNormActivation(int64_t in_channels, int64_t out_chan
                                          nn::Conv2dOptions{.stride = opt.stride,
                                                            .padding = (opt.kernel - 1) / 2,
                                                            .groups = opt.groups,
-                                                           .bias = false}));
+                                                           .bias = false,
+                                                           .recompute_output = opt.recompute}));
   push_back(std::make_shared<nn::BatchNorm2d>(out_channels, opt.bn_eps, opt.bn_momentum));
   if (auto a = make_activation(opt.act)) push_back(a);
 }

@@ -28,6 +28,7 @@ struct ConvNormOptions {
   Act act = Act::relu6;
   double bn_eps = 1e-5;
   double bn_momentum = 0.1;
+  bool recompute = false;  // the conv's output recomputed in backward (nn::Conv2dOptions)
 };
 
 // Conv2d(bias=False, padding=(k-1)/2) -> BatchNorm2d -> activation, children "0", "1", "2".

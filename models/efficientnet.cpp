@@ -7,7 +7,7 @@
 namespace frugal::models {
 
 MBConv::MBConv(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
-               double expand_ratio, double stochastic_depth_prob) {
+               double expand_ratio, double stochastic_depth_prob, bool recompute_depthwise) {
   FRUGAL_CHECK(stride == 1 || stride == 2, "MBConv: stride must be 1 or 2, got ", stride);
   use_res_ = stride == 1 && in_channels == out_channels;
   const int64_t expanded = make_divisible(static_cast<double>(in_channels) * expand_ratio);
@@ -18,7 +18,11 @@ MBConv::MBConv(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
   }
   block_->push_back(std::make_shared<Conv2dNormActivation>(
       expanded, expanded,
-      ConvNormOptions{.kernel = kernel, .stride = stride, .groups = expanded, .act = Act::silu}));
+      ConvNormOptions{.kernel = kernel,
+                      .stride = stride,
+                      .groups = expanded,
+                      .act = Act::silu,
+                      .recompute = recompute_depthwise}));
   block_->push_back(std::make_shared<SqueezeExcitation>(
       expanded, std::max<int64_t>(1, in_channels / 4), Act::silu));
   block_->push_back(std::make_shared<Conv2dNormActivation>(
@@ -59,7 +63,8 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
           cfg.drop_connect * static_cast<double>(block_id) / static_cast<double>(total_blocks);
       stage->push_back(cfg.checkpoint.wrap_block(
           std::make_shared<MBConv>(i == 0 ? ch(st.in) : ch(st.out), ch(st.out), st.kernel,
-                                   i == 0 ? st.stride : 1, st.expand, p)));
+                                   i == 0 ? st.stride : 1, st.expand, p,
+                                   cfg.recompute_depthwise)));
       ++block_id;
     }
     features_->push_back(stage);

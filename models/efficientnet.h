@@ -19,7 +19,7 @@ namespace frugal::models {
 class MBConv : public nn::Module {
  public:
   MBConv(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
-         double expand_ratio, double stochastic_depth_prob);
+         double expand_ratio, double stochastic_depth_prob, bool recompute_depthwise = false);
   Tensor forward(const Tensor& x) override;  // [N, H, W, in] -> [N, H/stride, W/stride, out]
   std::string type_name() const override { return "MBConv"; }
   bool use_residual() const { return use_res_; }

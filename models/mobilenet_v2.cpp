@@ -8,7 +8,7 @@
 namespace frugal::models {
 
 InvertedResidual::InvertedResidual(int64_t in_channels, int64_t out_channels, int64_t stride,
-                                   int64_t expand_ratio) {
+                                   int64_t expand_ratio, bool recompute_depthwise) {
   FRUGAL_CHECK(stride == 1 || stride == 2, "InvertedResidual: stride must be 1 or 2, got ", stride);
   const auto hidden =
       static_cast<int64_t>(std::llround(static_cast<double>(in_channels * expand_ratio)));
@@ -20,7 +20,11 @@ InvertedResidual::InvertedResidual(int64_t in_channels, int64_t out_channels, in
   }
   conv_->push_back(std::make_shared<Conv2dNormActivation>(
       hidden, hidden,
-      ConvNormOptions{.kernel = 3, .stride = stride, .groups = hidden, .act = Act::relu6}));
+      ConvNormOptions{.kernel = 3,
+                      .stride = stride,
+                      .groups = hidden,
+                      .act = Act::relu6,
+                      .recompute = recompute_depthwise}));
   conv_->push_back(
       std::make_shared<nn::Conv2d>(hidden, out_channels, 1, nn::Conv2dOptions{.bias = false}));
   conv_->push_back(std::make_shared<nn::BatchNorm2d>(out_channels));
@@ -50,7 +54,8 @@ MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
     const int64_t out = make_divisible(static_cast<double>(st.c) * cfg.width);
     for (int64_t i = 0; i < st.n; ++i) {
       features_->push_back(cfg.checkpoint.wrap_block(
-          std::make_shared<InvertedResidual>(in, out, i == 0 ? st.s : 1, st.t)));
+          std::make_shared<InvertedResidual>(in, out, i == 0 ? st.s : 1, st.t,
+                                             cfg.recompute_depthwise)));
       in = out;
     }
   }

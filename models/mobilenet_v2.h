@@ -17,7 +17,8 @@ namespace frugal::models {
 // x + conv(x) when stride 1 and in == out.
 class InvertedResidual : public nn::Module {
  public:
-  InvertedResidual(int64_t in_channels, int64_t out_channels, int64_t stride, int64_t expand_ratio);
+  InvertedResidual(int64_t in_channels, int64_t out_channels, int64_t stride, int64_t expand_ratio,
+                   bool recompute_depthwise = false);
   Tensor forward(const Tensor& x) override;  // [N, H, W, in] -> [N, H/stride, W/stride, out]
   std::string type_name() const override { return "InvertedResidual"; }
   bool use_residual() const { return use_res_; }

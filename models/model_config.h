@@ -34,6 +34,10 @@ struct ModelConfig {
   double dropout = 0.2;       // before the classifier's Linear
   double drop_connect = 0.2;  // EfficientNet stochastic depth, the deepest block's probability
   CheckpointPolicy checkpoint{};  // none by default: the lean saved state alone
+  // Inverted-residual (MBConv) blocks recompute their depthwise conv's output in backward from
+  // the expand conv's output instead of keeping it (Note [Recomputed convolutions] in
+  // nn/functional.h): less than one kept tensor per layer, for one more depthwise pass.
+  bool recompute_depthwise = false;
 };
 
 // Throws frugal::Error naming `model` and the bad field when a value is out of range.

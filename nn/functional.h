@@ -20,6 +20,11 @@ struct Conv2dOptions {
   int64_t padding = 0;
   int64_t dilation = 1;
   int64_t groups = 1;
+  // Note [Recomputed convolutions]: when the input is itself recomputed in backward (a batch norm +
+  // activation output, Note [Saved tensors]), the output gets a recipe too and is recomputed from
+  // the input's recipe rather than kept. Pays for cheap convolutions: a depthwise conv's output is
+  // as large as its input, and recomputing it is one memory-bound pass.
+  bool recompute_output = false;
 };
 // x [N, H, W, C], weight [K, kh, kw, C/groups], bias [K] or undefined -> [N, OH, OW, K]
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions opt = {});

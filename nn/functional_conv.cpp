@@ -93,6 +93,12 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, Conv2d
                  describe(bias), " does not match ", s.k, " output channels of dtype ", x.dtype());
   }
   Tensor y = conv_forward_raw(x, weight, bias, s);
+  // Note [Recomputed convolutions] (nn/functional.h).
+  if (opt.recompute_output && autograd::has_recipe(x)) {
+    autograd::set_recipe(y, "conv2d", {x, weight, bias}, [s](const std::vector<Tensor>& in) {
+      return conv_forward_raw(in[0], in[1], in[2], s);
+    });
+  }
   bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   bool need_b = bias.defined() && bias.requires_grad();
   return autograd::record(

@@ -12,6 +12,7 @@ using functional::Activation;
 struct Conv2dOptions {
   int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
   bool bias = true;
+  bool recompute_output = false;  // Note [Recomputed convolutions] in nn/functional.h
 };
 
 class Conv2d : public Module {

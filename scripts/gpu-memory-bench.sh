@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Activation memory side by side with PyTorch (issue 11's tables), in parts so that each fits a
-# device call: MEM_PARTS="frugal torch compile maxbatch zoo" (default all). Each run is one
+# device call: MEM_PARTS="frugal torch compile maxbatch recompute zoo" (default all). Each run is one
 # training step benchmark (train_step_bench / bench/torch_train_step.py: peaks over the timed
 # steps after warm-up, parameters, gradients, momentum and batch included); the JSON lines go to
 # "$OUT/memory.jsonl" and a table to "$OUT/memory.md". The largest batch under a 4 GiB cap is
@@ -12,7 +12,7 @@ BUILD="${BUILD_DIR:-build-gpu}"
 OUTDIR="${OUT:-/tmp}"
 mkdir -p "$OUTDIR"
 JSONL="$OUTDIR/memory.jsonl"
-PARTS="${MEM_PARTS:-frugal torch compile maxbatch zoo}"
+PARTS="${MEM_PARTS:-frugal torch compile maxbatch recompute zoo}"
 BIN="$BUILD/train_step_bench"
 STEPS="${MEM_STEPS:-20}"
 CAP_MIB="${MEM_CAP_MIB:-4096}"
@@ -76,6 +76,10 @@ if has maxbatch; then
   largest frugal $M f16 "${MAXB_LEAN:-96 128 160 192 224 240 256 272 288 304 320 352 384}"
   largest frugal $M f16 "${MAXB_CKPT:-240 320 400 480 512 544 576 608 640 720 800}" --checkpoint blocks
   largest pytorch $M f16 "${MAXB_TORCH:-64 96 112 128 160}"
+fi
+if has recompute; then  # depthwise outputs recomputed in backward (ModelConfig::recompute_depthwise)
+  for prec in f16 f32; do one frugal $M 128 3x224x224 $prec --recompute-depthwise; done
+  largest frugal $M f16 "${MAXB_RECOMPUTE:-288 320 352 384 416 448 480}" --recompute-depthwise
 fi
 if has zoo; then
   for model in resnet18 efficientnet_b0; do

@@ -36,6 +36,8 @@ constexpr const char* kHelp =
     "                    step (one launch a step instead of hundreds; eager on the CPU)\n"
     "  --checkpoint none|blocks|N   activation checkpointing: none (default), every block, or\n"
     "                    N segments of the feature layers (nn/checkpoint.h)\n"
+    "  --recompute-depthwise  recompute each inverted-residual block's depthwise output in\n"
+    "                    backward instead of keeping it (less than one tensor per layer)\n"
     "  --planner on|off  plan each step's memory before the first step and replay it from one\n"
     "                    arena (on, the default, on CUDA; train/step_planner.h)\n";
 
@@ -52,7 +54,7 @@ int cmd_compare(const std::vector<std::string>& argv) {
   Args args("compare", argv,
             {"model", "batch", "input", "classes", "width", "steps", "warmup", "seed", "device",
              "json", "svg", "checkpoint", "planner"},
-            {"help", "graph"});
+            {"help", "graph", "recompute-depthwise"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -74,6 +76,7 @@ int cmd_compare(const std::vector<std::string>& argv) {
   o.graph = args.flag("graph");
   o.checkpoint = parse_checkpoint("compare", args.str("checkpoint", "none"));
   o.planner = parse_planner("compare", args.str("planner", "on"));
+  o.recompute_depthwise = args.flag("recompute-depthwise");
   if (o.graph && o.warmup < 2) {
     throw UsageError(
         "compare: --graph captures in the last warm-up step after an eager one: "

@@ -31,6 +31,8 @@ constexpr const char* kHelp =
     "  --width X         model width multiplier, default 1.0\n"
     "  --precision f32|f16|bf16   autocast dtype of the forward, default f16\n"
     "  --checkpoint none|blocks|N default none\n"
+    "  --recompute-depthwise  recompute each inverted-residual block's depthwise output in\n"
+    "                    backward instead of keeping it (less than one tensor per layer)\n"
     "  --device meta|cpu where to run the forward, default meta\n"
     "  --optimizer sgd|adamw   the step whose peak is measured too (two steps run, the second\n"
     "                    measured: optimizer state exists then), default sgd (momentum 0.9)\n"
@@ -43,7 +45,7 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   Args args("estimate", argv,
             {"model", "batch", "input", "classes", "width", "precision", "checkpoint", "device",
              "json", "optimizer"},
-            {"help", "per-module"});
+            {"help", "per-module", "recompute-depthwise"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -61,6 +63,7 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   mc.in_channels = in.c;
   mc.width = args.number("width", 1.0);
   mc.checkpoint = parse_checkpoint("estimate", args.str("checkpoint", "none"));
+  mc.recompute_depthwise = args.flag("recompute-depthwise");
   const std::string optimizer = args.str("optimizer", "sgd");
   if (optimizer != "sgd" && optimizer != "adamw") {
     throw UsageError("estimate: --optimizer expects sgd or adamw, got '" + optimizer + "'");
@@ -77,10 +80,11 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   }
   const train::StepMemory step =
       train::estimate_step_memory(*model, *opt, input, mc.num_classes, precision);
-  std::printf("%s (width %.2f), batch %lld, input %lldx%lldx%lld, %s, checkpoint %s, on %s\n",
+  std::printf("%s (width %.2f), batch %lld, input %lldx%lldx%lld, %s, checkpoint %s%s, on %s\n",
               model_name.c_str(), mc.width, static_cast<long long>(batch),
               static_cast<long long>(in.c), static_cast<long long>(in.h),
               static_cast<long long>(in.w), dtype_name(precision), mc.checkpoint.str().c_str(),
+              mc.recompute_depthwise ? ", depthwise recomputed" : "",
               device_flag.c_str());
   constexpr double kMiB = 1024.0 * 1024.0;
   if (args.flag("per-module")) {
@@ -98,6 +102,7 @@ int cmd_estimate(const std::vector<std::string>& argv) {
     j["batch"] = batch;
     j["precision"] = dtype_name(precision);
     j["checkpoint"] = mc.checkpoint.str();
+    j["recompute_depthwise"] = mc.recompute_depthwise;
     j["saved_bytes"] = e.saved_bytes;
     j["peak_allocated_bytes"] = step.peak.bytes;
     j["peak_phase"] = memory::phase_name(step.peak.phase);

@@ -50,6 +50,8 @@ constexpr const char* kHelp =
     "                        step (one launch a step instead of hundreds)\n"
     "  --checkpoint none|blocks|N   activation checkpointing: none (default), every block, or\n"
     "                        N segments of the feature layers (nn/checkpoint.h)\n"
+    "  --recompute-depthwise recompute each inverted-residual block's depthwise output in\n"
+    "                        backward instead of keeping it (less than one tensor per layer)\n"
     "  --planner on|off      plan each step's memory before the first step and replay it from\n"
     "                        one arena (on, the default, on CUDA; train/step_planner.h)\n";
 
@@ -67,7 +69,7 @@ int cmd_train(const std::vector<std::string>& argv) {
        "optimizer", "momentum",   "weight-decay", "schedule",   "warmup-epochs", "label-smoothing",
        "width",     "image-size", "limit",        "test-limit", "device",        "workers",
        "seed",      "save",       "resume",       "precision",  "checkpoint", "planner"},
-      {"help", "no-augment", "graph"});
+      {"help", "no-augment", "graph", "recompute-depthwise"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -104,6 +106,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   mc.in_channels = splits.train->sample_shape()[2];
   mc.width = args.number("width", 1.0);
   mc.checkpoint = parse_checkpoint("train", args.str("checkpoint", "none"));
+  mc.recompute_depthwise = args.flag("recompute-depthwise");
   auto model = models::create(model_name, mc);
   model->to(device);
 

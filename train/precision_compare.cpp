@@ -65,7 +65,8 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
   auto model = models::create(o.model, {.num_classes = o.classes,
                                         .in_channels = o.channels,
                                         .width = o.width_multiplier,
-                                        .checkpoint = o.checkpoint});
+                                        .checkpoint = o.checkpoint,
+                                        .recompute_depthwise = o.recompute_depthwise});
   model->to(device);
   model->train();
   device_sync(device);
@@ -91,7 +92,8 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
                            {.num_classes = o.classes,
                             .in_channels = o.channels,
                             .width = o.width_multiplier,
-                            .checkpoint = o.checkpoint},
+                            .checkpoint = o.checkpoint,
+                            .recompute_depthwise = o.recompute_depthwise},
                            Shape{o.batch, o.height, o.width, o.channels}, precision);
   }
   auto eager_step = [&]() -> Tensor {

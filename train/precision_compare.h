@@ -43,6 +43,7 @@ struct CompareOptions {
   models::CheckpointPolicy checkpoint{};  // --checkpoint none|blocks|N
   // Plan each step's memory before the first (train/step_planner.h); CUDA only, not with graph.
   bool planner = true;
+  bool recompute_depthwise = false;  // ModelConfig::recompute_depthwise
 };
 
 struct CompareRow {
