@@ -124,9 +124,10 @@ int run(int argc, char** argv) {
     memory::cuda_caching_allocator(device.index)
         .set_memory_cap_bytes(static_cast<size_t>(cap_mib) << 20);
   }
-  auto model = models::create(
-      model_name, {.num_classes = classes, .in_channels = chw[0], .checkpoint = checkpoint,
-         .recompute_depthwise = recompute_depthwise});
+  auto model = models::create(model_name, {.num_classes = classes,
+                                           .in_channels = chw[0],
+                                           .checkpoint = checkpoint,
+                                           .recompute_depthwise = recompute_depthwise});
   model->to(device);
   model->train();
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
@@ -144,24 +145,24 @@ int run(int argc, char** argv) {
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(amp_dtype);
 
   const bool graph_requested = flags.flag("graph");
-  // --planner on (the default without --graph): the step's memory is planned before the first step (a dry run on meta) and
-  // replayed from one arena (Note [Planned steps]).
+  // --planner on (the default without --graph): the step's memory is planned before the first step
+  // (a dry run on meta) and replayed from one arena (Note [Planned steps]).
   const std::string planner_flag = flags.str("planner", graph_requested ? "off" : "on");
   if (planner_flag != "on" && planner_flag != "off")
     throw std::invalid_argument("--planner expects on or off, got '" + planner_flag + "'");
   train::StepPlanner planner(planner_flag == "on" ? device : Device::cpu());
   if (planner.active()) {
-    train::plan_before_first_step(
-        planner, model_name,
-        {.num_classes = classes, .in_channels = chw[0], .checkpoint = checkpoint,
-         .recompute_depthwise = recompute_depthwise},
-        Shape{batch, chw[1], chw[2], chw[0]}, amp_dtype);
+    train::plan_before_first_step(planner, model_name,
+                                  {.num_classes = classes,
+                                   .in_channels = chw[0],
+                                   .checkpoint = checkpoint,
+                                   .recompute_depthwise = recompute_depthwise},
+                                  Shape{batch, chw[1], chw[2], chw[0]}, amp_dtype);
   }
   auto eager_step = [&]() -> Tensor {
     Tensor out;
-    planner.run([&] {
-      out = train::train_step(*model, opt, images, labels, amp_dtype, scaler.get());
-    });
+    planner.run(
+        [&] { out = train::train_step(*model, opt, images, labels, amp_dtype, scaler.get()); });
     return out;
   };
   // --graph: the warm-up runs eagerly but for its last step, which captures (and replays).

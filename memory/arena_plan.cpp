@@ -78,8 +78,8 @@ ArenaPlan place_in_order(const std::vector<Lifetime>& lifetimes, const std::vect
 ArenaPlan plan_arena(const std::vector<Lifetime>& lifetimes) {
   const size_t n = lifetimes.size();
   for (size_t i = 0; i < n; ++i) {
-    FRUGAL_CHECK(lifetimes[i].begin < lifetimes[i].end, "plan_arena: allocation ", i,
-                 " ends (", lifetimes[i].end, ") before it begins (", lifetimes[i].begin, ")");
+    FRUGAL_CHECK(lifetimes[i].begin < lifetimes[i].end, "plan_arena: allocation ", i, " ends (",
+                 lifetimes[i].end, ") before it begins (", lifetimes[i].begin, ")");
   }
   auto sorted_by = [&](auto key) {
     std::vector<size_t> order(n);
@@ -95,7 +95,8 @@ ArenaPlan plan_arena(const std::vector<Lifetime>& lifetimes) {
                                        return static_cast<double>(arena_rounded(l.bytes)) *
                                               static_cast<double>(l.end - l.begin);
                                      }));
-  ArenaPlan plan = by_area.arena_bytes < by_size.arena_bytes ? std::move(by_area) : std::move(by_size);
+  ArenaPlan plan =
+      by_area.arena_bytes < by_size.arena_bytes ? std::move(by_area) : std::move(by_size);
   plan.lower_bound = peak_live_bytes(lifetimes);
   return plan;
 }

@@ -20,7 +20,8 @@
 // planned once.
 //
 //   std::vector<memory::Lifetime> l = {{1024, 0, 2}, {2048, 1, 3}, {1024, 2, 4}};
-//   memory::ArenaPlan p = memory::plan_arena(l);  // p.arena_bytes == 3072: the third reuses the first
+//   memory::ArenaPlan p = memory::plan_arena(l);
+//   // p.arena_bytes == 3072: the third is made when the first is freed and takes its bytes
 #pragma once
 
 #include <cstddef>

@@ -80,7 +80,7 @@ struct SegmentSnapshot {
   size_t size = 0;
   StreamId stream = kDefaultStream;
   bool small_pool = false;
-  bool arena = false;  // a step plan's arena (Note [Planned steps])
+  bool arena = false;                 // a step plan's arena (Note [Planned steps])
   std::vector<BlockSnapshot> blocks;  // by address, covering the segment exactly
 };
 
@@ -204,7 +204,7 @@ class CachingAllocator final : public Allocator {
   // The step plan in force and its replay (Note [Planned steps]).
   StepPlan plan_;
   bool has_plan_ = false;
-  std::unique_ptr<Arena> arena_;    // the current plan's
+  std::unique_ptr<Arena> arena_;                 // the current plan's
   std::vector<std::unique_ptr<Arena>> retired_;  // replaced plans', until their last block goes
   bool planned_step_ = false;
   std::thread::id step_thread_;

@@ -151,8 +151,10 @@ bool CachingAllocator::release_planned(uintptr_t addr) {
   if (arena == nullptr) return false;
   auto it = arena->live.find(addr);
   if (it == arena->live.end()) {
-    std::fprintf(stderr, "frugal: %s caching allocator: release of %p, inside the arena but not "
-                 "a live block\n", device_.str().c_str(), reinterpret_cast<void*>(addr));
+    std::fprintf(stderr,
+                 "frugal: %s caching allocator: release of %p, inside the arena but not "
+                 "a live block\n",
+                 device_.str().c_str(), reinterpret_cast<void*>(addr));
     return true;
   }
   const auto n = static_cast<int64_t>(it->second.size);

@@ -7,8 +7,7 @@ namespace frugal::memory {
 
 bool plannable(Category c) { return c == Category::forward || c == Category::backward; }
 
-StepRecorder::StepRecorder(Device device)
-    : device_(device), thread_(std::this_thread::get_id()) {
+StepRecorder::StepRecorder(Device device) : device_(device), thread_(std::this_thread::get_id()) {
   add_allocation_observer(this);
 }
 

@@ -19,12 +19,14 @@
 //     takes the next entry of its size in plan order (so requests of different sizes may
 //     interleave differently from the recorded step, a request the plan does not know costs only
 //     itself, and so does an entry never requested); a matched arena entry is handed out at its
-//     offset unless a live allocation still occupies those bytes. Every request is checked, so a step that departs from its plan is never wrong,
-//     only served by the caching allocator where it departs; the replay counts each departure and
-//     train::StepPlanner re-plans from that step (one warning);
-//   - the first step need not run unplanned: a dry run of the step on the meta device records the
-//     same trace (shapes and byte counts only), so the plan can exist before any device memory is
-//     used (train::trace_step).
+//     offset unless a live allocation still occupies those bytes. Every request is checked, so a
+//     step that departs from its plan is never wrong, only served by the caching allocator where it
+//     departs; the replay counts each departure and train::StepPlanner re-plans from that step
+//     (one warning);
+//   - the first step need not run unplanned: a dry run of the steps on the meta device records the
+//     same traces (shapes and byte counts only), so the plans exist before any device memory is
+//     used (train::trace_steps; the first steps of a run differ from the later ones, and each
+//     gets its own plan).
 #pragma once
 
 #include <cstddef>
@@ -46,7 +48,7 @@ struct StepTrace {
   struct Allocation {
     size_t bytes = 0;
     Category category = Category::resident;
-    int64_t begin = 0;        // index of its allocation among the recorded events
+    int64_t begin = 0;         // index of its allocation among the recorded events
     int64_t end = kStillLive;  // index of its release; kStillLive when it outlived the recording
   };
   std::vector<Allocation> allocations;  // in the order they were made
@@ -78,8 +80,8 @@ class StepRecorder : public AllocationObserver {
 
 struct StepPlan {
   struct Entry {
-    size_t bytes = 0;      // rounded to kArenaAlignBytes, as the caching allocator rounds
-    size_t offset = 0;     // in the arena, when in_arena
+    size_t bytes = 0;       // rounded to kArenaAlignBytes, as the caching allocator rounds
+    size_t offset = 0;      // in the arena, when in_arena
     bool in_arena = false;  // false: outlives the step, served by the caching allocator
   };
   std::vector<Entry> entries;  // the trace's plannable allocations, in order
@@ -91,14 +93,12 @@ StepPlan plan_step(const StepTrace& trace);
 
 // What one replayed step did against its plan (CachingAllocator::end_planned_step).
 struct PlanReplay {
-  int64_t served = 0;    // requests handed out in the arena
-  int64_t extra = 0;     // plannable requests no entry matched (served by the caching allocator)
-  int64_t skipped = 0;   // entries passed over, or never requested
-  int64_t occupied = 0;  // arena entries whose bytes were still in use
+  int64_t served = 0;       // requests handed out in the arena
+  int64_t extra = 0;        // plannable requests no entry matched (served by the caching allocator)
+  int64_t skipped = 0;      // entries passed over, or never requested
+  int64_t occupied = 0;     // arena entries whose bytes were still in use
   int64_t live_at_end = 0;  // arena allocations still alive when the step ended
-  bool followed() const {
-    return extra == 0 && skipped == 0 && occupied == 0 && live_at_end == 0;
-  }
+  bool followed() const { return extra == 0 && skipped == 0 && occupied == 0 && live_at_end == 0; }
 };
 
 }  // namespace frugal::memory

@@ -16,13 +16,13 @@ MBConv::MBConv(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
     block_->push_back(std::make_shared<Conv2dNormActivation>(
         in_channels, expanded, ConvNormOptions{.kernel = 1, .act = Act::silu}));
   }
-  block_->push_back(std::make_shared<Conv2dNormActivation>(
-      expanded, expanded,
-      ConvNormOptions{.kernel = kernel,
-                      .stride = stride,
-                      .groups = expanded,
-                      .act = Act::silu,
-                      .recompute = recompute_depthwise}));
+  block_->push_back(
+      std::make_shared<Conv2dNormActivation>(expanded, expanded,
+                                             ConvNormOptions{.kernel = kernel,
+                                                             .stride = stride,
+                                                             .groups = expanded,
+                                                             .act = Act::silu,
+                                                             .recompute = recompute_depthwise}));
   block_->push_back(std::make_shared<SqueezeExcitation>(
       expanded, std::max<int64_t>(1, in_channels / 4), Act::silu));
   block_->push_back(std::make_shared<Conv2dNormActivation>(
@@ -63,8 +63,7 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
           cfg.drop_connect * static_cast<double>(block_id) / static_cast<double>(total_blocks);
       stage->push_back(cfg.checkpoint.wrap_block(
           std::make_shared<MBConv>(i == 0 ? ch(st.in) : ch(st.out), ch(st.out), st.kernel,
-                                   i == 0 ? st.stride : 1, st.expand, p,
-                                   cfg.recompute_depthwise)));
+                                   i == 0 ? st.stride : 1, st.expand, p, cfg.recompute_depthwise)));
       ++block_id;
     }
     features_->push_back(stage);

@@ -18,13 +18,13 @@ InvertedResidual::InvertedResidual(int64_t in_channels, int64_t out_channels, in
     conv_->push_back(std::make_shared<Conv2dNormActivation>(
         in_channels, hidden, ConvNormOptions{.kernel = 1, .act = Act::relu6}));
   }
-  conv_->push_back(std::make_shared<Conv2dNormActivation>(
-      hidden, hidden,
-      ConvNormOptions{.kernel = 3,
-                      .stride = stride,
-                      .groups = hidden,
-                      .act = Act::relu6,
-                      .recompute = recompute_depthwise}));
+  conv_->push_back(
+      std::make_shared<Conv2dNormActivation>(hidden, hidden,
+                                             ConvNormOptions{.kernel = 3,
+                                                             .stride = stride,
+                                                             .groups = hidden,
+                                                             .act = Act::relu6,
+                                                             .recompute = recompute_depthwise}));
   conv_->push_back(
       std::make_shared<nn::Conv2d>(hidden, out_channels, 1, nn::Conv2dOptions{.bias = false}));
   conv_->push_back(std::make_shared<nn::BatchNorm2d>(out_channels));
@@ -53,9 +53,8 @@ MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
   for (const Stage& st : kStages) {
     const int64_t out = make_divisible(static_cast<double>(st.c) * cfg.width);
     for (int64_t i = 0; i < st.n; ++i) {
-      features_->push_back(cfg.checkpoint.wrap_block(
-          std::make_shared<InvertedResidual>(in, out, i == 0 ? st.s : 1, st.t,
-                                             cfg.recompute_depthwise)));
+      features_->push_back(cfg.checkpoint.wrap_block(std::make_shared<InvertedResidual>(
+          in, out, i == 0 ? st.s : 1, st.t, cfg.recompute_depthwise)));
       in = out;
     }
   }

@@ -27,9 +27,9 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, C
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
-  return functional::conv2d(x, weight, bias,
-                            {opt_.stride, opt_.padding, opt_.dilation, opt_.groups,
-                             opt_.recompute_output});
+  return functional::conv2d(
+      x, weight, bias,
+      {opt_.stride, opt_.padding, opt_.dilation, opt_.groups, opt_.recompute_output});
 }
 
 std::string Conv2d::extra_repr() const {

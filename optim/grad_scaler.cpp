@@ -8,8 +8,8 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
-#include "memory/events.h"
 #include "kernels/amp.h"
+#include "memory/events.h"
 #include "optim/state_io.h"
 
 namespace frugal::optim {

@@ -84,8 +84,7 @@ int cmd_estimate(const std::vector<std::string>& argv) {
               model_name.c_str(), mc.width, static_cast<long long>(batch),
               static_cast<long long>(in.c), static_cast<long long>(in.h),
               static_cast<long long>(in.w), dtype_name(precision), mc.checkpoint.str().c_str(),
-              mc.recompute_depthwise ? ", depthwise recomputed" : "",
-              device_flag.c_str());
+              mc.recompute_depthwise ? ", depthwise recomputed" : "", device_flag.c_str());
   constexpr double kMiB = 1024.0 * 1024.0;
   if (args.flag("per-module")) {
     std::fputs(train::saved_table(e).c_str(), stdout);

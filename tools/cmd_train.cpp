@@ -68,7 +68,7 @@ int cmd_train(const std::vector<std::string>& argv) {
       {"model",     "data",       "data-dir",     "epochs",     "batch",         "lr",
        "optimizer", "momentum",   "weight-decay", "schedule",   "warmup-epochs", "label-smoothing",
        "width",     "image-size", "limit",        "test-limit", "device",        "workers",
-       "seed",      "save",       "resume",       "precision",  "checkpoint", "planner"},
+       "seed",      "save",       "resume",       "precision",  "checkpoint",    "planner"},
       {"help", "no-augment", "graph", "recompute-depthwise"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
@@ -179,13 +179,14 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::fflush(stdout);
   double accuracy = 0;
   for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
-    train::EpochStats s = train::train_epoch(*model, *opt, sched.get(), train_loader, epoch,
-                                             {.label_smoothing = args.number("label-smoothing", 0.0),
-                                              .epochs = epochs,
-                                              .precision = precision,
-                                              .scaler = scaler.get(),
-                                              .graph = graph,
-                                              .planner = &planner});
+    train::EpochStats s =
+        train::train_epoch(*model, *opt, sched.get(), train_loader, epoch,
+                           {.label_smoothing = args.number("label-smoothing", 0.0),
+                            .epochs = epochs,
+                            .precision = precision,
+                            .scaler = scaler.get(),
+                            .graph = graph,
+                            .planner = &planner});
     accuracy = train::evaluate(*model, test_loader);
     std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
                 "peak allocated %.1f MiB, peak reserved %.1f MiB\n",

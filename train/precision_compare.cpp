@@ -3,8 +3,6 @@
 // between steps, so host work overlaps device work as in training).
 #include "train/precision_compare.h"
 
-#include "train/step_planner.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -98,7 +96,8 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
   }
   auto eager_step = [&]() -> Tensor {
     Tensor out;
-    planner.run([&] { out = train::train_step(*model, opt, images, labels, precision, scaler.get()); });
+    planner.run(
+        [&] { out = train::train_step(*model, opt, images, labels, precision, scaler.get()); });
     return out;
   };
   CapturedStep captured(device, eager_step, {.warmup = std::max<int64_t>(1, o.warmup - 1)});

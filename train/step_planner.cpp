@@ -124,7 +124,8 @@ void StepPlanner::run(const std::function<void()>& step) {
                    "frugal: step planner: step %lld departed from its plan (%lld requests served "
                    "elsewhere, %lld entries skipped, %lld occupied, %lld arena blocks alive after "
                    "the step); re-planning from the steps that follow\n",
-                   static_cast<long long>(report_.steps), static_cast<long long>(report_.last.extra),
+                   static_cast<long long>(report_.steps),
+                   static_cast<long long>(report_.last.extra),
                    static_cast<long long>(report_.last.skipped),
                    static_cast<long long>(report_.last.occupied),
                    static_cast<long long>(report_.last.live_at_end));

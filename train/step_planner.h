@@ -4,9 +4,9 @@
 // outside it (parameters, gradients between steps, optimizer state), close to allocated.
 //
 //   train::StepPlanner planner(device);
-//   planner.plan(train::trace_steps(*meta_model, meta_opt, {128, 224, 224, 3}, 1000, DType::f16, 2));
-//   for (...) planner.run([&] { loss = train::train_step(*model, opt, images, labels, ...); });
-//   planner.report();  // arena bytes against the bound, re-plans, the last replay
+//   planner.plan(train::trace_steps(*meta_model, meta_opt, {128, 224, 224, 3}, 1000, DType::f16,
+//   2)); for (...) planner.run([&] { loss = train::train_step(*model, opt, images, labels, ...);
+//   }); planner.report();  // arena bytes against the bound, re-plans, the last replay
 //
 // Lifecycle: without a plan, a step runs on the caching allocator and is recorded; a plan is made
 // from it and installed. A planned step is recorded too until one follows its plan exactly; a
@@ -74,9 +74,9 @@ class StepPlanner {
   PlannerOptions options_;
   PlannerReport report_;
   std::vector<memory::StepPlan> queued_;  // plans for the coming steps, in order
-  bool settled_ = false;  // a planned step followed the plan: stop recording
-  int departures_ = 0;    // consecutive
-  int64_t stragglers_ = 0;  // arena blocks the last planned step left alive
+  bool settled_ = false;                  // a planned step followed the plan: stop recording
+  int departures_ = 0;                    // consecutive
+  int64_t stragglers_ = 0;                // arena blocks the last planned step left alive
   bool warned_ = false;
 };
 

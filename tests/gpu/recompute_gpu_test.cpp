@@ -17,7 +17,8 @@ namespace {
 
 std::vector<std::vector<double>> gradients(bool recompute, DType precision) {
   manual_seed(8);
-  auto model = models::create("mobilenet_v2", {.num_classes = 10, .recompute_depthwise = recompute});
+  auto model =
+      models::create("mobilenet_v2", {.num_classes = 10, .recompute_depthwise = recompute});
   model->to(Device::cuda(0));
   model->train();
   Generator gen(9);

@@ -31,7 +31,7 @@ struct PlannedRun {
   std::vector<double> losses;
   std::vector<std::vector<double>> params;
   train::PlannerReport report;
-  memory::PlanReplay first;  // the first step against the plan made before it
+  memory::PlanReplay first;                       // the first step against the plan made before it
   int64_t peak_allocated = 0, peak_reserved = 0;  // over the last two steps
 };
 
@@ -54,15 +54,14 @@ PlannedRun train_steps(bool planned, models::CheckpointPolicy checkpoint, int st
   {
     train::StepPlanner planner(planned ? kGpu : Device::cpu());
     if (planned) {
-      EXPECT_TRUE(train::plan_before_first_step(planner, "mobilenet_v2", config, kBatch,
-                                                DType::f16));
+      EXPECT_TRUE(
+          train::plan_before_first_step(planner, "mobilenet_v2", config, kBatch, DType::f16));
     }
     for (int s = 0; s < steps; ++s) {
       if (s == steps - 2) alloc.reset_peak_stats();
       Tensor loss;
-      planner.run([&] {
-        loss = train::train_step(*model, opt, images, labels, DType::f16, scaler.get());
-      });
+      planner.run(
+          [&] { loss = train::train_step(*model, opt, images, labels, DType::f16, scaler.get()); });
       run.losses.push_back(loss.item());
       if (s == 0) run.first = planner.report().last;
     }
@@ -101,13 +100,13 @@ TEST(StepPlannerGpu, PlannedStepsTrainAsTheCachingAllocatorsDo) {
     // steps follow the dry run's plans.
     EXPECT_TRUE(planned.first.followed()) << planned.report.str();
     EXPECT_TRUE(planned.report.last.followed()) << planned.report.str();
-    std::printf("[planner %s] first step against the dry run's plan: %lld served, %lld extra, "
-                "%lld skipped, %lld occupied, %lld alive after; %s\n",
-                ckpt, static_cast<long long>(planned.first.served),
-                static_cast<long long>(planned.first.extra),
-                static_cast<long long>(planned.first.skipped),
-                static_cast<long long>(planned.first.occupied),
-                static_cast<long long>(planned.first.live_at_end), planned.report.str().c_str());
+    std::printf(
+        "[planner %s] first step against the dry run's plan: %lld served, %lld extra, "
+        "%lld skipped, %lld occupied, %lld alive after; %s\n",
+        ckpt, static_cast<long long>(planned.first.served),
+        static_cast<long long>(planned.first.extra), static_cast<long long>(planned.first.skipped),
+        static_cast<long long>(planned.first.occupied),
+        static_cast<long long>(planned.first.live_at_end), planned.report.str().c_str());
     EXPECT_EQ(planned.report.replans, 0) << planned.report.str();
     // The zoo's 5% goal is measured at 224x224 (bench/RESULTS.md); at this small input the
     // checkpointed step packs 8.7% above its bound (open in issue 12).

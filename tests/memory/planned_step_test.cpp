@@ -22,7 +22,7 @@ namespace {
 // parameter gradient alive after the step (freed by the next one, as zero_grad does).
 struct FakeTraining {
   std::vector<size_t> sizes = {3 << 20, 5 << 20, 2 << 20, 700 << 10, 9000, 12 << 20};
-  DataPtr param_grad;  // outlives the step
+  DataPtr param_grad;         // outlives the step
   std::vector<DataPtr> keep;  // saved tensors a test keeps past the step
   bool keep_one = false;
 

@@ -20,7 +20,8 @@ using frugal::testing::rand64;
 TEST(RecomputedConv, ADepthwiseConvOfARecipePassesGradientChecks) {
   // expand conv -> bn+relu6 -> depthwise conv (recomputed) -> bn -> project conv.
   Tensor x = rand64({2, 5, 5, 3}, 21, true);
-  Tensor we = rand64({6, 1, 1, 3}, 22), wd = rand64({6, 3, 3, 1}, 23), wp = rand64({2, 1, 1, 6}, 24);
+  Tensor we = rand64({6, 1, 1, 3}, 22), wd = rand64({6, 3, 3, 1}, 23),
+         wp = rand64({2, 1, 1, 6}, 24);
   Tensor g = rand64({6}, 25, true, 0.5, 1.5), b = rand64({6}, 26);
   auto f = [](auto& v) {
     Tensor e = F::batch_norm(F::conv2d(v[0], v[1], Tensor()), v[4], v[5], Tensor(), Tensor(),
@@ -48,7 +49,8 @@ struct Grads {
 
 Grads mobilenet_grads(bool recompute) {
   manual_seed(3);
-  auto model = models::create("mobilenet_v2", {.num_classes = 10, .recompute_depthwise = recompute});
+  auto model =
+      models::create("mobilenet_v2", {.num_classes = 10, .recompute_depthwise = recompute});
   model->train();
   Generator gen(4);
   Tensor x = randn({2, 32, 32, 3}, gen);

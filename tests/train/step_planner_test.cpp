@@ -41,7 +41,8 @@ void fake_step(memory::CachingAllocator& a, const std::vector<size_t>& sizes,
 }
 
 memory::StepTrace meta_trace(const std::string& name, int64_t batch, DType precision,
-                             models::CheckpointPolicy checkpoint = {}, Device device = Device::meta()) {
+                             models::CheckpointPolicy checkpoint = {},
+                             Device device = Device::meta()) {
   auto model = models::create(name, {.num_classes = 10, .checkpoint = checkpoint});
   model->to(device);
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
@@ -140,8 +141,8 @@ TEST(StepPlanner, ZooArenasAreWithinFivePercentOfTheirBound) {
       for (const char* ckpt : {"none", "blocks"}) {
         // Not yet: EfficientNet-B0 with checkpointed blocks packs 8.7% above its bound (issue 12).
         if (name == "efficientnet_b0" && std::string(ckpt) == "blocks") continue;
-        memory::StepPlan plan = memory::plan_step(
-            meta_trace(name, 32, p, models::CheckpointPolicy::parse(ckpt)));
+        memory::StepPlan plan =
+            memory::plan_step(meta_trace(name, 32, p, models::CheckpointPolicy::parse(ckpt)));
         ASSERT_GT(plan.lower_bound, 0u) << name;
         const double ratio = static_cast<double>(plan.arena_bytes) / plan.lower_bound;
         EXPECT_GE(ratio, 1.0);
