@@ -59,6 +59,24 @@ class Generator {
 Generator& default_generator();
 void manual_seed(uint64_t seed);
 
+// Puts a generator's seed and offset back as they were when the guard was made: for work that
+// draws (building a model, a dry run with dropout) but must leave the caller's stream alone.
+class GeneratorStateGuard {
+ public:
+  explicit GeneratorStateGuard(Generator& gen = default_generator())
+      : gen_(gen), seed_(gen.seed()), offset_(gen.offset()) {}
+  ~GeneratorStateGuard() {
+    gen_.manual_seed(seed_);
+    gen_.set_offset(offset_);
+  }
+  GeneratorStateGuard(const GeneratorStateGuard&) = delete;
+  GeneratorStateGuard& operator=(const GeneratorStateGuard&) = delete;
+
+ private:
+  Generator& gen_;
+  uint64_t seed_, offset_;
+};
+
 Tensor zeros(const Shape& shape, TensorOptions opts = {});
 Tensor ones(const Shape& shape, TensorOptions opts = {});
 Tensor full(const Shape& shape, double value, TensorOptions opts = {});

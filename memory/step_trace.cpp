@@ -7,7 +7,9 @@ namespace frugal::memory {
 
 bool plannable(Category c) { return c == Category::forward || c == Category::backward; }
 
-StepRecorder::StepRecorder(Device device) : device_(device), thread_(std::this_thread::get_id()) {
+StepRecorder::StepRecorder(Device device, int64_t live_before)
+    : device_(device), thread_(std::this_thread::get_id()) {
+  trace_.live_before = live_before;
   add_allocation_observer(this);
 }
 
@@ -18,13 +20,22 @@ void StepRecorder::on_event(const AllocationEvent& e) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!observing_) return;
   if (e.allocated) {
-    if (std::this_thread::get_id() != thread_) return;
+    if (std::this_thread::get_id() != thread_) {
+      foreign_.insert(e.id);
+      return;
+    }
     open_.emplace(e.id, trace_.allocations.size());
-    trace_.allocations.push_back({e.bytes, e.category, trace_.events++, kStillLive});
+    trace_.allocations.push_back(
+        {e.bytes, e.category, trace_.events++, kStillLive, current_phase(), current_module_path()});
     return;
   }
   auto it = open_.find(e.id);
-  if (it == open_.end()) return;  // made before recording, or by another thread
+  if (it == open_.end()) {
+    if (foreign_.erase(e.id) == 0) {  // made before the recording
+      trace_.earlier_releases.emplace_back(trace_.events++, e.bytes);
+    }
+    return;
+  }
   trace_.allocations[it->second].end = trace_.events++;
   open_.erase(it);
 }
@@ -40,6 +51,7 @@ StepTrace StepRecorder::finish() {
   remove_allocation_observer(this);
   std::lock_guard<std::mutex> lock(mu_);
   open_.clear();
+  foreign_.clear();
   return std::move(trace_);
 }
 

@@ -32,9 +32,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "base/device.h"
@@ -50,18 +54,25 @@ struct StepTrace {
     Category category = Category::resident;
     int64_t begin = 0;         // index of its allocation among the recorded events
     int64_t end = kStillLive;  // index of its release; kStillLive when it outlived the recording
+    Phase phase = Phase::outside;                // of the step, when it was made
+    std::shared_ptr<const std::string> module;  // running then; null at the top level
   };
   std::vector<Allocation> allocations;  // in the order they were made
-  int64_t events = 0;                   // allocations and releases recorded
+  // Releases of allocations made before the recording (the last step's gradients at zero_grad):
+  // (event index, bytes).
+  std::vector<std::pair<int64_t, size_t>> earlier_releases;
+  int64_t events = 0;  // allocations and releases recorded
+  int64_t live_before = 0;  // bytes live on the device when the recording began, as told
 };
 
 // The categories a plan places in its arena when they are released within the step.
 bool plannable(Category c);
 
 // Observes allocations on `device` made by the constructing thread, from construction to finish().
+// `live_before` (the allocator's allocated bytes, say) is kept in the trace for peak sweeps.
 class StepRecorder : public AllocationObserver {
  public:
-  explicit StepRecorder(Device device);
+  explicit StepRecorder(Device device, int64_t live_before = 0);
   ~StepRecorder() override;
   StepRecorder(const StepRecorder&) = delete;
   StepRecorder& operator=(const StepRecorder&) = delete;
@@ -76,6 +87,7 @@ class StepRecorder : public AllocationObserver {
   bool observing_ = true;
   StepTrace trace_;
   std::unordered_map<uint64_t, size_t> open_;  // event id -> index in trace_.allocations
+  std::unordered_set<uint64_t> foreign_;        // made by other threads while recording
 };
 
 struct StepPlan {

@@ -69,4 +69,14 @@ void AdamW::load_state_dict(const NamedTensors& state) {
   }
 }
 
+std::vector<Tensor> AdamW::state_tensors() const {
+  std::vector<Tensor> out;
+  for (const auto* list : {&exp_avg_, &exp_avg_sq_, &steps_}) {
+    for (const Tensor& t : *list) {
+      if (t.defined()) out.push_back(t);
+    }
+  }
+  return out;
+}
+
 }  // namespace frugal::optim

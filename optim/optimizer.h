@@ -46,6 +46,9 @@ class Optimizer {
   virtual NamedTensors state_dict() const = 0;
   virtual void load_state_dict(const NamedTensors& state) = 0;
   virtual std::string name() const = 0;
+  // The state tensors themselves as they live on the parameters' devices (state_dict() makes
+  // host copies of some), for counting memory. Undefined ones (not made yet) are left out.
+  virtual std::vector<Tensor> state_tensors() const = 0;
 
  protected:
   // Updates the parameters at `indices`, whose gradients step() has checked. The default calls
@@ -73,6 +76,7 @@ class SGD : public Optimizer {
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   std::string name() const override { return "sgd"; }
+  std::vector<Tensor> state_tensors() const override;
   const SgdOptions& options() const { return opt_; }
 
  protected:
@@ -94,6 +98,7 @@ class AdamW : public Optimizer {
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   std::string name() const override { return "adamw"; }
+  std::vector<Tensor> state_tensors() const override;
 
  protected:
   void update(size_t index, const Tensor& param, const Tensor& grad) override;

@@ -86,4 +86,12 @@ void SGD::load_state_dict(const NamedTensors& state) {
   }
 }
 
+std::vector<Tensor> SGD::state_tensors() const {
+  std::vector<Tensor> out;
+  for (const Tensor& m : momentum_) {
+    if (m.defined()) out.push_back(m);
+  }
+  return out;
+}
+
 }  // namespace frugal::optim

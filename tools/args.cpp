@@ -2,6 +2,7 @@
 #include "tools/args.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -80,6 +81,18 @@ models::CheckpointPolicy parse_checkpoint(const std::string& command, const std:
     throw UsageError(command + ": --checkpoint expects none, blocks or a positive number of " +
                      "segments, got '" + text + "'");
   }
+}
+
+int64_t parse_bytes(const std::string& command, const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string unit = text.substr(digits);
+  const int shift = unit.empty() ? 0 : unit == "KiB" ? 10 : unit == "MiB" ? 20 : unit == "GiB" ? 30 : -1;
+  if (digits == 0 || digits > 12 || shift < 0) {
+    throw UsageError(command + ": expected a size such as 4GiB, 512MiB or 1048576, got '" + text +
+                     "'");
+  }
+  return std::stoll(text.substr(0, digits)) << shift;
 }
 
 bool parse_planner(const std::string& command, const std::string& text) {

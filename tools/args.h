@@ -39,6 +39,8 @@ class Args {
 
 // `--checkpoint none|blocks|N` as a policy; a bad value is a UsageError naming the command.
 models::CheckpointPolicy parse_checkpoint(const std::string& command, const std::string& text);
+// A byte count: digits with an optional KiB, MiB or GiB (powers of 1024), e.g. "4GiB".
+int64_t parse_bytes(const std::string& command, const std::string& text);
 // --planner on|off (Note [Planned steps]).
 bool parse_planner(const std::string& command, const std::string& text);
 

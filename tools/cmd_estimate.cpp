@@ -1,6 +1,7 @@
 // frugal estimate: what a model's training forward keeps for backward, per module, and the peak
 // of a whole training step with what it is made of and where it falls, measured on the meta
-// device (shapes only) or the CPU (train/saved_estimate.h).
+// device (shapes only) or the CPU (train/saved_estimate.h, train/memory_estimate.h); with
+// --max-batch, the largest batch under a memory budget for each way of training.
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "optim/optimizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "train/memory_estimate.h"
 #include "train/saved_estimate.h"
 
 namespace frugal::tools {
@@ -37,15 +39,52 @@ constexpr const char* kHelp =
     "  --optimizer sgd|adamw   the step whose peak is measured too (two steps run, the second\n"
     "                    measured: optimizer state exists then), default sgd (momentum 0.9)\n"
     "  --per-module      one row per module (features.0, features.1, ...)\n"
-    "  --json PATH       write the totals and rows as JSON\n";
+    "  --json PATH       write the totals, the breakdown at the peak (peak_allocated_bytes) and\n"
+    "                    the rows as JSON\n"
+    "  --max-batch       instead: the largest batch whose predicted peak fits --memory-budget,\n"
+    "                    for the plain step, depthwise outputs recomputed, checkpointed blocks,\n"
+    "                    and both (multiples of --granularity, default 16)\n"
+    "  --memory-budget SIZE   for --max-batch: bytes, or with KiB, MiB or GiB (e.g. 4GiB)\n";
+
+// --max-batch: the largest batch each way of training fits under `budget` bytes, predicted.
+int print_max_batches(const std::string& model_name, const models::ModelConfig& base,
+                      const InputShape& in, DType precision, const std::string& optimizer,
+                      int64_t budget, int64_t granularity) {
+  std::printf("%s, input %lldx%lldx%lld, %s, %s: largest batch (a multiple of %lld) whose "
+              "predicted peak allocated fits %.1f MiB\n",
+              model_name.c_str(), static_cast<long long>(in.c), static_cast<long long>(in.h),
+              static_cast<long long>(in.w), dtype_name(precision), optimizer.c_str(),
+              static_cast<long long>(granularity), static_cast<double>(budget) / (1 << 20));
+  struct Way {
+    const char* name;
+    bool recompute;
+    const char* checkpoint;
+  };
+  for (const Way& w : {Way{"plain", false, "none"}, Way{"--recompute-depthwise", true, "none"},
+                       Way{"--checkpoint blocks", false, "blocks"},
+                       Way{"--checkpoint blocks --recompute-depthwise", true, "blocks"}}) {
+    models::ModelConfig mc = base;
+    mc.recompute_depthwise = w.recompute;
+    mc.checkpoint = models::CheckpointPolicy::parse(w.checkpoint);
+    const int64_t best = train::largest_batch(
+        [&](int64_t n) {
+          return train::estimate_memory(model_name, mc, Shape{n, in.h, in.w, in.c}, precision,
+                                        optimizer)
+              .peak_allocated_bytes;
+        },
+        budget, granularity);
+    std::printf("  %-44s %lld\n", w.name, static_cast<long long>(best));
+  }
+  return 0;
+}
 
 }  // namespace
 
 int cmd_estimate(const std::vector<std::string>& argv) {
   Args args("estimate", argv,
             {"model", "batch", "input", "classes", "width", "precision", "checkpoint", "device",
-             "json", "optimizer"},
-            {"help", "per-module", "recompute-depthwise"});
+             "json", "optimizer", "memory-budget", "granularity"},
+            {"help", "per-module", "recompute-depthwise", "max-batch"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -68,6 +107,11 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   if (optimizer != "sgd" && optimizer != "adamw") {
     throw UsageError("estimate: --optimizer expects sgd or adamw, got '" + optimizer + "'");
   }
+  if (args.flag("max-batch")) {
+    return print_max_batches(model_name, mc, in, precision, optimizer,
+                             parse_bytes("estimate", args.str("memory-budget", "4GiB")),
+                             args.integer("granularity", 16, 1));
+  }
   auto model = models::create(model_name, mc);
   model->to(device_flag == "meta" ? Device::meta() : Device::cpu());
   const Shape input{batch, in.h, in.w, in.c};
@@ -78,8 +122,10 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   } else {
     opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{});
   }
-  const train::StepMemory step =
-      train::estimate_step_memory(*model, *opt, input, mc.num_classes, precision);
+  // On meta the prediction counts requests as the CUDA caching allocator rounds them; on the CPU
+  // it measures the CPU allocator's bytes.
+  const train::MemoryEstimate step = train::estimate_memory(
+      *model, *opt, input, mc.num_classes, precision, /*for_cuda=*/device_flag == "meta");
   std::printf("%s (width %.2f), batch %lld, input %lldx%lldx%lld, %s, checkpoint %s%s, on %s\n",
               model_name.c_str(), mc.width, static_cast<long long>(batch),
               static_cast<long long>(in.c), static_cast<long long>(in.h),
@@ -93,8 +139,9 @@ int cmd_estimate(const std::vector<std::string>& argv) {
                 e.saved_bytes / kMiB, e.conv_output_bytes / kMiB);
   }
   std::printf("training step (%s, %s): ", optimizer.c_str(),
-              device_flag == "meta" ? "kernel workspace not counted on meta" : "measured");
-  std::fputs(train::step_table(step).c_str(), stdout);
+              device_flag == "meta" ? "predicted for CUDA, cuDNN workspace not counted"
+                                    : "measured on the CPU");
+  std::fputs(train::breakdown_table(step).c_str(), stdout);
   if (args.has("json")) {
     nlohmann::ordered_json j;
     j["model"] = model_name;
@@ -103,9 +150,19 @@ int cmd_estimate(const std::vector<std::string>& argv) {
     j["checkpoint"] = mc.checkpoint.str();
     j["recompute_depthwise"] = mc.recompute_depthwise;
     j["saved_bytes"] = e.saved_bytes;
-    j["peak_allocated_bytes"] = step.peak.bytes;
-    j["peak_phase"] = memory::phase_name(step.peak.phase);
-    j["peak_module"] = step.peak.module;
+    j["peak_allocated_bytes"] = step.peak_allocated_bytes;
+    j["peak_phase"] = memory::phase_name(step.phase);
+    j["peak_module"] = step.module;
+    const train::MemoryBreakdown& b = step.at_peak;
+    j["at_peak"] = {{"parameters", b.parameters},
+                    {"gradients", b.gradients},
+                    {"optimizer_state", b.optimizer_state},
+                    {"saved_activations", b.saved_activations},
+                    {"transients", b.transients},
+                    {"workspace", b.workspace},
+                    {"other", b.other}};
+    j["arena_bytes"] = step.arena_bytes;
+    j["arena_lower_bound_bytes"] = step.arena_lower_bound;
     j["conv_output_bytes"] = e.conv_output_bytes;
     for (const auto& m : e.modules) {
       j["modules"].push_back({{"module", m.module},

@@ -8,7 +8,7 @@
 #include "core/factory.h"
 #include "memory/allocator.h"
 #include "optim/optimizer.h"
-#include "train/saved_estimate.h"
+#include "train/memory_estimate.h"
 
 namespace frugal::train {
 
@@ -155,16 +155,7 @@ bool plan_before_first_step(StepPlanner& planner, const std::string& name,
   if (!planner.active()) return false;
   // The dry run builds a model and draws dropout masks: the caller's random stream must not
   // notice (a planned run draws what an unplanned one does).
-  Generator& gen = default_generator();
-  const uint64_t seed = gen.seed(), offset = gen.offset();
-  struct Restore {
-    Generator& gen;
-    uint64_t seed, offset;
-    ~Restore() {
-      gen.manual_seed(seed);
-      gen.set_offset(offset);
-    }
-  } restore{gen, seed, offset};
+  GeneratorStateGuard keep_random_stream;
   auto model = models::create(name, config);
   model->to(Device::meta());
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});

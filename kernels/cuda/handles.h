@@ -8,6 +8,7 @@
 #include <cudnn.h>
 
 #include "kernels/context.h"
+#include "kernels/matmul.h"
 
 namespace frugal::kernels::cuda {
 
@@ -30,7 +31,6 @@ int sm_count(int device);  // multiprocessors of `device`, read once
 
 // Handles of the calling thread for ctx.device, bound to stream_of(ctx). cuBLAS gets its
 // workspace from the device allocator (kCublasWorkspaceBytes), never from cudaMalloc.
-constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // PyTorch's default on Hopper
 cublasHandle_t cublas_handle(const Context& ctx);
 cudnnHandle_t cudnn_handle(const Context& ctx);
 

@@ -16,7 +16,7 @@
 #include "models/registry.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
-#include "train/saved_estimate.h"
+#include "train/memory_estimate.h"
 #include "train/step_planner.h"
 #include "train/trainer.h"
 

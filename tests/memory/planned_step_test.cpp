@@ -63,7 +63,9 @@ StepPlan record_and_plan(FakeDevice& dev, FakeTraining& t) {
 
 TEST(StepRecorder, PairsAllocationsWithReleasesAndKeepsItsThread) {
   FakeDevice dev;
+  DataPtr earlier = dev.alloc.allocate(9000);
   StepRecorder rec(Device::cuda(0));
+  earlier.reset();  // made before the recording: a release of its own kind
   DataPtr from_other;
   {
     PhaseScope fw(Phase::forward);
@@ -78,12 +80,14 @@ TEST(StepRecorder, PairsAllocationsWithReleasesAndKeepsItsThread) {
   ASSERT_EQ(trace.allocations.size(), 3u);  // the other thread's allocation is not the step's
   EXPECT_EQ(trace.allocations[0].bytes, 1000u);
   EXPECT_EQ(trace.allocations[0].category, Category::forward);
-  EXPECT_EQ(trace.allocations[0].begin, 0);
-  EXPECT_EQ(trace.allocations[0].end, 2);
-  EXPECT_EQ(trace.allocations[1].end, 3);
+  ASSERT_EQ(trace.earlier_releases.size(), 1u);
+  EXPECT_EQ(trace.earlier_releases[0], (std::pair<int64_t, size_t>{0, 9000}));
+  EXPECT_EQ(trace.allocations[0].begin, 1);
+  EXPECT_EQ(trace.allocations[0].end, 3);
+  EXPECT_EQ(trace.allocations[1].end, 4);
   EXPECT_EQ(trace.allocations[2].category, Category::resident);
   EXPECT_EQ(trace.allocations[2].end, kStillLive);
-  EXPECT_EQ(trace.events, 5);
+  EXPECT_EQ(trace.events, 6);  // the other thread's allocation and release are not counted
   EXPECT_TRUE(rec.finish().allocations.empty());
 }
 

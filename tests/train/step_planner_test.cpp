@@ -11,7 +11,7 @@
 #include "memory/fake_device_source.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
-#include "train/saved_estimate.h"
+#include "train/memory_estimate.h"
 
 using namespace frugal;
 using frugal::memory::testing::FakeDevice;
