@@ -35,7 +35,10 @@ constexpr const char* kHelp =
     "  --checkpoint none|blocks|N default none\n"
     "  --recompute-depthwise  recompute each inverted-residual block's depthwise output in\n"
     "                    backward instead of keeping it (less than one tensor per layer)\n"
-    "  --device meta|cpu where to run the forward, default meta\n"
+    "  --device cuda|cpu the device whose allocator is predicted (cuda: requests rounded as its\n"
+    "                    caching allocator rounds them, cuBLAS's workspace counted), default cuda;\n"
+    "                    the step runs on the meta device\n"
+    "  --measure         with --device cpu: run the step on the CPU and measure it instead\n"
     "  --optimizer sgd|adamw   the step whose peak is measured too (two steps run, the second\n"
     "                    measured: optimizer state exists then), default sgd (momentum 0.9)\n"
     "  --per-module      one row per module (features.0, features.1, ...)\n"
@@ -84,7 +87,7 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   Args args("estimate", argv,
             {"model", "batch", "input", "classes", "width", "precision", "checkpoint", "device",
              "json", "optimizer", "memory-budget", "granularity"},
-            {"help", "per-module", "recompute-depthwise", "max-batch"});
+            {"help", "per-module", "recompute-depthwise", "max-batch", "measure"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -93,9 +96,15 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   const int64_t batch = args.integer("batch", 128, 1);
   const InputShape in = parse_input_shape("estimate", args.str("input", "3x224x224"));
   const DType precision = parse_precision("estimate", args.str("precision", "f16"));
-  const std::string device_flag = args.str("device", "meta");
-  if (device_flag != "meta" && device_flag != "cpu") {
-    throw UsageError("estimate: --device expects meta or cpu, got '" + device_flag + "'");
+  // The device whose allocator is predicted; the step itself runs on meta, or with --measure on
+  // the CPU (whose allocator then measures it).
+  const std::string device_flag = args.str("device", "cuda");
+  if (device_flag != "cuda" && device_flag != "cpu") {
+    throw UsageError("estimate: --device expects cuda or cpu, got '" + device_flag + "'");
+  }
+  const bool measure = args.flag("measure");
+  if (measure && device_flag != "cpu") {
+    throw UsageError("estimate: --measure runs the step on the CPU: it needs --device cpu");
   }
   models::ModelConfig mc;
   mc.num_classes = args.integer("classes", 1000, 2);
@@ -113,7 +122,7 @@ int cmd_estimate(const std::vector<std::string>& argv) {
                              args.integer("granularity", 16, 1));
   }
   auto model = models::create(model_name, mc);
-  model->to(device_flag == "meta" ? Device::meta() : Device::cpu());
+  model->to(measure ? Device::cpu() : Device::meta());
   const Shape input{batch, in.h, in.w, in.c};
   const train::SavedEstimate e = train::estimate_saved(*model, input, precision);
   std::unique_ptr<optim::Optimizer> opt;
@@ -125,12 +134,13 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   // On meta the prediction counts requests as the CUDA caching allocator rounds them; on the CPU
   // it measures the CPU allocator's bytes.
   const train::MemoryEstimate step = train::estimate_memory(
-      *model, *opt, input, mc.num_classes, precision, /*for_cuda=*/device_flag == "meta");
-  std::printf("%s (width %.2f), batch %lld, input %lldx%lldx%lld, %s, checkpoint %s%s, on %s\n",
+      *model, *opt, input, mc.num_classes, precision, /*for_cuda=*/device_flag == "cuda");
+  std::printf("%s (width %.2f), batch %lld, input %lldx%lldx%lld, %s, checkpoint %s%s, %s\n",
               model_name.c_str(), mc.width, static_cast<long long>(batch),
               static_cast<long long>(in.c), static_cast<long long>(in.h),
               static_cast<long long>(in.w), dtype_name(precision), mc.checkpoint.str().c_str(),
-              mc.recompute_depthwise ? ", depthwise recomputed" : "", device_flag.c_str());
+              mc.recompute_depthwise ? ", depthwise recomputed" : "",
+              measure ? "measured on the CPU" : ("predicted for " + device_flag).c_str());
   constexpr double kMiB = 1024.0 * 1024.0;
   if (args.flag("per-module")) {
     std::fputs(train::saved_table(e).c_str(), stdout);
@@ -139,8 +149,9 @@ int cmd_estimate(const std::vector<std::string>& argv) {
                 e.saved_bytes / kMiB, e.conv_output_bytes / kMiB);
   }
   std::printf("training step (%s, %s): ", optimizer.c_str(),
-              device_flag == "meta" ? "predicted for CUDA, cuDNN workspace not counted"
-                                    : "measured on the CPU");
+              measure                 ? "measured on the CPU"
+              : device_flag == "cuda" ? "predicted for CUDA, cuDNN workspace not counted"
+                                      : "predicted for the CPU, kernel workspace not counted");
   std::fputs(train::breakdown_table(step).c_str(), stdout);
   if (args.has("json")) {
     nlohmann::ordered_json j;
