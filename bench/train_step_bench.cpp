@@ -45,7 +45,7 @@ constexpr const char* kUsage =
     "usage: train_step_bench [--device cpu|cuda] [--model mobilenet_v2] [--batch N]\n"
     "                        [--input CxHxW] [--classes K] [--precision f32|f16|bf16]\n"
     "                        [--warmup N] [--steps N] [--seed S] [--json] [--profile]\n"
-    "                        [--graph] [--checkpoint none|blocks|N] [--memory-cap-mib M]\n"
+    "                        [--graph] [--checkpoint none|blocks|first:K|N] [--memory-cap-mib M]\n"
     "                        [--planner on|off] [--recompute-depthwise]\n"
     "  --checkpoint:     activation checkpointing (models::CheckpointPolicy)\n"
     "  --planner on|off: plan the step's memory before the first step and replay it from one\n"

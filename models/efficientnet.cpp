@@ -39,6 +39,7 @@ Tensor MBConv::forward(const Tensor& x) {
 
 EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
   check_config("efficientnet_b0", cfg);
+  auto wrap = cfg.checkpoint.block_wrapper();  // blocks in forward order
   struct Stage {
     double expand;
     int64_t kernel, stride, in, out, layers;
@@ -51,7 +52,7 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
   for (const Stage& st : kStages) total_blocks += st.layers;
 
   features_ = register_module("features", std::make_shared<nn::Sequential>());
-  features_->push_back(cfg.checkpoint.wrap_block(std::make_shared<Conv2dNormActivation>(
+  features_->push_back(wrap(std::make_shared<Conv2dNormActivation>(
       cfg.in_channels, ch(kStages[0].in),
       ConvNormOptions{.kernel = 3, .stride = 2, .act = Act::silu})));
   int64_t block_id = 0;
@@ -61,7 +62,7 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
       // torchvision: p * block_id / total_blocks, so the first block never drops.
       double p =
           cfg.drop_connect * static_cast<double>(block_id) / static_cast<double>(total_blocks);
-      stage->push_back(cfg.checkpoint.wrap_block(
+      stage->push_back(wrap(
           std::make_shared<MBConv>(i == 0 ? ch(st.in) : ch(st.out), ch(st.out), st.kernel,
                                    i == 0 ? st.stride : 1, st.expand, p, cfg.recompute_depthwise)));
       ++block_id;
@@ -69,7 +70,7 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
     features_->push_back(stage);
   }
   const int64_t last_in = ch(kStages[6].out), last = 4 * last_in;
-  features_->push_back(cfg.checkpoint.wrap_block(std::make_shared<Conv2dNormActivation>(
+  features_->push_back(wrap(std::make_shared<Conv2dNormActivation>(
       last_in, last, ConvNormOptions{.kernel = 1, .act = Act::silu})));
 
   register_module("avgpool", std::make_shared<nn::AdaptiveAvgPool2d>(1));

@@ -19,6 +19,7 @@ Tensor DepthwiseSeparable::forward(const Tensor& x) { return (*pw_)((*dw_)(x)); 
 
 MobileNetV1::MobileNetV1(const ModelConfig& cfg) {
   check_config("mobilenet_v1", cfg);
+  auto wrap = cfg.checkpoint.block_wrapper();  // blocks in forward order
   struct Block {
     int64_t c, s;  // output channels, depthwise stride
   };
@@ -34,7 +35,7 @@ MobileNetV1::MobileNetV1(const ModelConfig& cfg) {
       cfg.in_channels, in, ConvNormOptions{.kernel = 3, .stride = 2, .act = Act::relu}));
   for (const Block& b : kBlocks) {
     features_->push_back(
-        cfg.checkpoint.wrap_block(std::make_shared<DepthwiseSeparable>(in, ch(b.c), b.s)));
+        wrap(std::make_shared<DepthwiseSeparable>(in, ch(b.c), b.s)));
     in = ch(b.c);
   }
   dropout_ = register_module("dropout", std::make_shared<nn::Dropout>(cfg.dropout));

@@ -37,6 +37,7 @@ Tensor InvertedResidual::forward(const Tensor& x) {
 
 MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
   check_config("mobilenet_v2", cfg);
+  auto wrap = cfg.checkpoint.block_wrapper();  // blocks in forward order
   struct Stage {
     int64_t t, c, n, s;  // expand ratio, channels, repeats, first stride
   };
@@ -48,17 +49,17 @@ MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
   features_ = register_module("features", std::make_shared<nn::Sequential>());
   // The stem and the last 1x1 conv are blocks too: checkpointed, the stem keeps nothing but the
   // images the caller holds anyway (its conv output is the largest tensor after block 2's).
-  features_->push_back(cfg.checkpoint.wrap_block(std::make_shared<Conv2dNormActivation>(
+  features_->push_back(wrap(std::make_shared<Conv2dNormActivation>(
       cfg.in_channels, in, ConvNormOptions{.kernel = 3, .stride = 2, .act = Act::relu6})));
   for (const Stage& st : kStages) {
     const int64_t out = make_divisible(static_cast<double>(st.c) * cfg.width);
     for (int64_t i = 0; i < st.n; ++i) {
-      features_->push_back(cfg.checkpoint.wrap_block(std::make_shared<InvertedResidual>(
+      features_->push_back(wrap(std::make_shared<InvertedResidual>(
           in, out, i == 0 ? st.s : 1, st.t, cfg.recompute_depthwise)));
       in = out;
     }
   }
-  features_->push_back(cfg.checkpoint.wrap_block(std::make_shared<Conv2dNormActivation>(
+  features_->push_back(wrap(std::make_shared<Conv2dNormActivation>(
       in, last, ConvNormOptions{.kernel = 1, .act = Act::relu6})));
 
   classifier_ = register_module("classifier", std::make_shared<nn::Sequential>());

@@ -11,6 +11,18 @@ namespace frugal::models {
 CheckpointPolicy CheckpointPolicy::parse(const std::string& text) {
   if (text == "none") return {};
   if (text == "blocks") return {Mode::blocks, 0};
+  if (text.rfind("first:", 0) == 0) {
+    size_t used = 0;
+    int64_t k = 0;
+    try {
+      k = std::stoll(text.substr(6), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FRUGAL_CHECK(used > 0 && used == text.size() - 6 && k > 0,
+                 "checkpoint: expected first:K with a positive K, got '", text, "'");
+    return {Mode::first, 0, k};
+  }
   size_t used = 0;
   int64_t n = 0;
   try {
@@ -19,8 +31,8 @@ CheckpointPolicy CheckpointPolicy::parse(const std::string& text) {
     used = 0;
   }
   FRUGAL_CHECK(used == text.size() && !text.empty() && n > 0,
-               "checkpoint: expected none, blocks or a positive number of segments, got '", text,
-               "'");
+               "checkpoint: expected none, blocks, first:K or a positive number of segments, got '",
+               text, "'");
   return {Mode::segments, n};
 }
 
@@ -30,15 +42,22 @@ std::string CheckpointPolicy::str() const {
       return "none";
     case Mode::blocks:
       return "blocks";
+    case Mode::first:
+      return "first:" + std::to_string(first);
     case Mode::segments:
       return std::to_string(segments);
   }
   return "?";
 }
 
-std::shared_ptr<nn::Module> CheckpointPolicy::wrap_block(std::shared_ptr<nn::Module> block) const {
-  if (mode != Mode::blocks) return block;
-  return std::make_shared<nn::Checkpoint>(std::move(block));
+std::function<std::shared_ptr<nn::Module>(std::shared_ptr<nn::Module>)>
+CheckpointPolicy::block_wrapper() const {
+  return [mode = mode, first = first, index = int64_t{0}](
+             std::shared_ptr<nn::Module> block) mutable -> std::shared_ptr<nn::Module> {
+    const bool wrap = mode == Mode::blocks || (mode == Mode::first && index < first);
+    ++index;
+    return wrap ? std::make_shared<nn::Checkpoint>(std::move(block)) : block;
+  };
 }
 
 Tensor CheckpointPolicy::run_features(const nn::Sequential& seq, const Tensor& x) const {
@@ -59,6 +78,8 @@ void check_config(const char* model, const ModelConfig& cfg) {
   FRUGAL_CHECK(
       cfg.checkpoint.mode != CheckpointPolicy::Mode::segments || cfg.checkpoint.segments > 0, model,
       ": checkpoint segments must be positive, got ", cfg.checkpoint.segments);
+  FRUGAL_CHECK(cfg.checkpoint.mode != CheckpointPolicy::Mode::first || cfg.checkpoint.first > 0,
+               model, ": checkpoint first:K needs a positive K, got ", cfg.checkpoint.first);
 }
 
 }  // namespace frugal::models

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -13,14 +14,18 @@ namespace frugal::models {
 // Activation checkpointing of a model (Note [Checkpointing] in nn/checkpoint.h), the one policy
 // the models and the command line read (`--checkpoint none|blocks|N`).
 struct CheckpointPolicy {
-  enum class Mode { none, blocks, segments };
+  enum class Mode { none, blocks, first, segments };
   Mode mode = Mode::none;
   int64_t segments = 0;  // with Mode::segments: checkpoint_sequential over the feature layers
+  int64_t first = 0;     // with Mode::first: only the first `first` blocks (the stem is block 0)
 
-  static CheckpointPolicy parse(const std::string& text);  // "none", "blocks" or a count
+  // "none", "blocks", "first:K" (the first K blocks, the largest activations of a CNN) or a count
+  // of segments.
+  static CheckpointPolicy parse(const std::string& text);
   std::string str() const;
-  // `block` wrapped in nn::Checkpoint under Mode::blocks, else itself.
-  std::shared_ptr<nn::Module> wrap_block(std::shared_ptr<nn::Module> block) const;
+  // Wraps one model's blocks, handed to it in forward order: in nn::Checkpoint under
+  // Mode::blocks, the first `first` of them under Mode::first, none otherwise.
+  std::function<std::shared_ptr<nn::Module>(std::shared_ptr<nn::Module>)> block_wrapper() const;
   // seq.forward(x), or checkpointed in `segments` runs under Mode::segments.
   Tensor run_features(const nn::Sequential& seq, const Tensor& x) const;
 };

@@ -36,6 +36,7 @@ Tensor BasicBlock::forward(const Tensor& x) {
 
 ResNet18::ResNet18(const ModelConfig& cfg) {
   check_config("resnet18", cfg);
+  auto wrap = cfg.checkpoint.block_wrapper();  // blocks in forward order
   auto ch = [&](int64_t c) { return make_divisible(static_cast<double>(c) * cfg.width); };
   int64_t in = ch(64);
   conv1_ = register_module(
@@ -51,8 +52,8 @@ ResNet18::ResNet18(const ModelConfig& cfg) {
     layers_[i] =
         register_module("layer" + std::to_string(i + 1), std::make_shared<nn::Sequential>());
     layers_[i]->push_back(
-        cfg.checkpoint.wrap_block(std::make_shared<BasicBlock>(in, out, i == 0 ? 1 : 2)));
-    layers_[i]->push_back(cfg.checkpoint.wrap_block(std::make_shared<BasicBlock>(out, out, 1)));
+        wrap(std::make_shared<BasicBlock>(in, out, i == 0 ? 1 : 2)));
+    layers_[i]->push_back(wrap(std::make_shared<BasicBlock>(out, out, 1)));
     stages_.push_back(layers_[i]);
     in = out;
   }

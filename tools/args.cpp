@@ -78,8 +78,8 @@ models::CheckpointPolicy parse_checkpoint(const std::string& command, const std:
   try {
     return models::CheckpointPolicy::parse(text);
   } catch (const Error&) {
-    throw UsageError(command + ": --checkpoint expects none, blocks or a positive number of " +
-                     "segments, got '" + text + "'");
+    throw UsageError(command + ": --checkpoint expects none, blocks, first:K or a positive " +
+                     "number of segments, got '" + text + "'");
   }
 }
 

@@ -37,7 +37,7 @@ class Args {
   std::set<std::string> switches_on_;
 };
 
-// `--checkpoint none|blocks|N` as a policy; a bad value is a UsageError naming the command.
+// `--checkpoint none|blocks|first:K|N` as a policy; a bad value is a UsageError naming the command.
 models::CheckpointPolicy parse_checkpoint(const std::string& command, const std::string& text);
 // A byte count: digits with an optional KiB, MiB or GiB (powers of 1024), e.g. "4GiB".
 int64_t parse_bytes(const std::string& command, const std::string& text);

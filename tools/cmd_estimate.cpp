@@ -32,7 +32,7 @@ constexpr const char* kHelp =
     "  --classes K       default 1000\n"
     "  --width X         model width multiplier, default 1.0\n"
     "  --precision f32|f16|bf16   autocast dtype of the forward, default f16\n"
-    "  --checkpoint none|blocks|N default none\n"
+    "  --checkpoint none|blocks|first:K|N default none\n"
     "  --recompute-depthwise  recompute each inverted-residual block's depthwise output in\n"
     "                    backward instead of keeping it (less than one tensor per layer)\n"
     "  --device cuda|cpu the device whose allocator is predicted (cuda: requests rounded as its\n"

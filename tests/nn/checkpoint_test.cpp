@@ -79,6 +79,16 @@ TEST(Checkpoint, BlocksGiveTheSameStepBitForBit) {
   }
 }
 
+TEST(Checkpoint, TheFirstBlocksOnlyGiveTheSameStepBitForBit) {
+  const auto policy = models::CheckpointPolicy::parse("first:4");
+  expect_same(run_step({}), run_step(policy));
+  // The stem and the first three inverted residuals are checkpointed, nothing after them.
+  auto model = models::create("mobilenet_v2", {.num_classes = 5, .checkpoint = policy});
+  int wrapped = 0;
+  for (const auto& [name, m] : model->named_modules()) wrapped += m->type_name() == "Checkpoint";
+  EXPECT_EQ(wrapped, 4);
+}
+
 TEST(Checkpoint, SegmentsGiveTheSameStepBitForBit) {
   expect_same(run_step({}), run_step(models::CheckpointPolicy::parse("3")));
 }
@@ -152,6 +162,10 @@ TEST(Checkpoint, BadPolicyIsRejected) {
   EXPECT_THROW(models::CheckpointPolicy::parse("0"), Error);
   EXPECT_THROW(models::CheckpointPolicy::parse("some"), Error);
   EXPECT_THROW(models::CheckpointPolicy::parse("2x"), Error);
+  EXPECT_THROW(models::CheckpointPolicy::parse("first:0"), Error);
+  EXPECT_THROW(models::CheckpointPolicy::parse("first:"), Error);
+  EXPECT_EQ(models::CheckpointPolicy::parse("first:3").first, 3);
+  EXPECT_EQ(models::CheckpointPolicy::parse("first:3").str(), "first:3");
   EXPECT_EQ(models::CheckpointPolicy::parse("4").segments, 4);
   EXPECT_EQ(models::CheckpointPolicy::parse("blocks").str(), "blocks");
 }
