@@ -36,6 +36,14 @@ struct ThreadState {
   // outermost region cast, in the order they were first cast.
   std::vector<std::weak_ptr<TensorImpl>> order, last_order;
   bool lowered_together = false;  // this region has tried to lower last_order at once
+  // A recomputation's region (RestoreGuard at the outermost level, inside backward) is not a
+  // forward region: the bookkeeping above is set aside while it runs and put back after, so the
+  // next forward lowers the parameters of the last forward, whatever was recomputed between.
+  struct Regions {
+    std::vector<std::weak_ptr<TensorImpl>> order, last_order;
+    bool lowered_together = false;
+  };
+  std::vector<Regions> set_aside;
 };
 
 thread_local ThreadState t_state;
@@ -201,14 +209,27 @@ Snapshot snapshot() {
 
 RestoreGuard::RestoreGuard(const Snapshot& s) : prev_(snapshot()) {
   for (size_t i = 0; i < kNumDeviceTypes; ++i) t_state.device[i] = {s.enabled[i], s.dtype[i]};
-  ++t_state.depth;
+  if (t_state.depth++ == 0) {
+    t_state.set_aside.push_back(
+        {std::move(t_state.order), std::move(t_state.last_order), t_state.lowered_together});
+    t_state.order.clear();
+    t_state.last_order.clear();
+    t_state.lowered_together = true;  // a recomputation casts one parameter at a time
+  }
 }
 
 RestoreGuard::~RestoreGuard() {
   for (size_t i = 0; i < kNumDeviceTypes; ++i) {
     t_state.device[i] = {prev_.enabled[i], prev_.dtype[i]};
   }
-  if (--t_state.depth == 0) t_state.cache.clear();
+  if (--t_state.depth == 0) {
+    t_state.cache.clear();
+    ThreadState::Regions r = std::move(t_state.set_aside.back());
+    t_state.set_aside.pop_back();
+    t_state.order = std::move(r.order);
+    t_state.last_order = std::move(r.last_order);
+    t_state.lowered_together = r.lowered_together;
+  }
 }
 
 SuspendGuard::SuspendGuard() {

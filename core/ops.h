@@ -45,6 +45,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_b = false);
 Tensor cast(const Tensor& a, DType dtype);
 Tensor reshape(const Tensor& a, const Shape& shape);
 
+// A copy of rows [start, start + count) along dim 0 (a micro-batch of a batch); no history.
+Tensor slice_rows(const Tensor& a, int64_t start, int64_t count);
+
 // Row-wise argmax of a [rows, cols] tensor, i64 [rows]; not differentiable.
 Tensor argmax(const Tensor& a);
 

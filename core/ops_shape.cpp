@@ -45,6 +45,22 @@ Tensor cast(const Tensor& a, DType dtype) {
   });
 }
 
+Tensor slice_rows(const Tensor& a, int64_t start, int64_t count) {
+  detail::check_defined("slice_rows", {&a});
+  FRUGAL_CHECK(a.ndim() >= 1 && start >= 0 && count >= 1 && start + count <= a.size(0),
+               "slice_rows: rows [", start, ", ", start + count, ") of ", describe(a));
+  std::vector<int64_t> dims = a.shape().dims();
+  dims[0] = count;
+  Tensor out = Tensor::empty(Shape(dims), a.options());
+  if (a.device().is_meta()) return out;
+  const size_t row_bytes = a.nbytes() / static_cast<size_t>(a.size(0));
+  const Device d = a.device();
+  kernels::copy_bytes(kernels::Context::of(d), d, out.data_ptr(), d,
+                      static_cast<const char*>(a.data_ptr()) + static_cast<size_t>(start) * row_bytes,
+                      out.nbytes());
+  return out;
+}
+
 void fill_(const Tensor& t, double value) {
   detail::check_defined("fill_", {&t});
   t.bump_version();

@@ -7,6 +7,7 @@
 #include "data/loader.h"
 #include "kernels/context.h"
 #include "memory/allocator.h"
+#include "memory/caching_allocator.h"
 #include "models/registry.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
@@ -15,6 +16,7 @@
 #include "tools/commands.h"
 #include "train/checkpoint.h"
 #include "train/datasets.h"
+#include "train/memory_budget.h"
 #include "train/trainer.h"
 
 namespace frugal::tools {
@@ -53,6 +55,9 @@ constexpr const char* kHelp =
     "                        (nn/checkpoint.h)\n"
     "  --recompute-depthwise recompute each inverted-residual block's depthwise output in\n"
     "                        backward instead of keeping it (less than one tensor per layer)\n"
+    "  --memory-budget SIZE  fit the step into SIZE (e.g. 3GiB): the plain step, else the fewest\n"
+    "                        checkpointed blocks, else micro-batches with gradient accumulation,\n"
+    "                        chosen by the predicted peak; the allocator is capped at SIZE\n"
     "  --planner on|off      plan each step's memory before the first step and replay it from\n"
     "                        one arena (on, the default, on CUDA; train/step_planner.h)\n";
 
@@ -69,7 +74,8 @@ int cmd_train(const std::vector<std::string>& argv) {
       {"model",     "data",       "data-dir",     "epochs",     "batch",         "lr",
        "optimizer", "momentum",   "weight-decay", "schedule",   "warmup-epochs", "label-smoothing",
        "width",     "image-size", "limit",        "test-limit", "device",        "workers",
-       "seed",      "save",       "resume",       "precision",  "checkpoint",    "planner"},
+       "seed",      "save",       "resume",       "precision",  "checkpoint",    "planner",
+       "memory-budget"},
       {"help", "no-augment", "graph", "recompute-depthwise"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
@@ -108,6 +114,26 @@ int cmd_train(const std::vector<std::string>& argv) {
   mc.width = args.number("width", 1.0);
   mc.checkpoint = parse_checkpoint("train", args.str("checkpoint", "none"));
   mc.recompute_depthwise = args.flag("recompute-depthwise");
+  // Note [Fitting a memory budget]: the cheapest way to fit, chosen by prediction before the
+  // model is built; the allocator is capped at the budget, so a run never exceeds it.
+  int64_t micro_batches = 1;
+  if (args.has("memory-budget")) {
+    const int64_t budget = parse_bytes("train", args.str("memory-budget", ""));
+    const train::BudgetChoice choice = train::choose_for_budget(
+        model_name, mc, Shape{batch, dc.image_size, dc.image_size, dc.channels}, precision,
+        opt_name, budget, /*for_cuda=*/device.is_cuda());
+    std::printf("memory budget %.1f MiB: %s\n", static_cast<double>(budget) / 1048576.0,
+                choice.str().c_str());
+    if (!choice.fits) {
+      throw UsageError("train: nothing fits --memory-budget " + args.str("memory-budget", "") +
+                       " at batch " + std::to_string(batch) + "; try a smaller batch");
+    }
+    mc.checkpoint = choice.checkpoint;
+    micro_batches = choice.micro_batches;
+    if (auto* caching = dynamic_cast<memory::CachingAllocator*>(&memory::allocator_for(device))) {
+      caching->set_memory_cap_bytes(static_cast<size_t>(budget));
+    }
+  }
   auto model = models::create(model_name, mc);
   model->to(device);
 
@@ -169,7 +195,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     // The loader's batches after the transforms: resized to --image-size, --channels repeated.
     train::plan_before_first_step(planner, model_name, mc,
                                   Shape{batch, dc.image_size, dc.image_size, dc.channels},
-                                  precision);
+                                  precision, micro_batches);
   }
 
   std::printf("training %s (%.2fM parameters, width %.2f) on %s: %lld samples, batch %lld, %s, "
@@ -187,7 +213,8 @@ int cmd_train(const std::vector<std::string>& argv) {
                             .precision = precision,
                             .scaler = scaler.get(),
                             .graph = graph,
-                            .planner = &planner});
+                            .planner = &planner,
+                            .micro_batches = micro_batches});
     accuracy = train::evaluate(*model, test_loader);
     std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
                 "peak allocated %.1f MiB, peak reserved %.1f MiB\n",

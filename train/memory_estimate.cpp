@@ -59,7 +59,7 @@ struct StepInputs {
 // Runs `steps` training steps of `model` on a fixed batch (uninitialised on meta), handing each to
 // `around(s, step, inputs)`, which runs it between whatever observation it sets up.
 void run_steps(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc, int64_t classes,
-               DType precision, int steps,
+               DType precision, int steps, int64_t micro_batches,
                const std::function<void(int, const std::function<void()>&, const StepInputs&)>&
                    around) {
   FRUGAL_CHECK(steps >= 1, "estimating a step: steps must be positive, got ", steps);
@@ -77,7 +77,8 @@ void run_steps(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc
   // The loss outlives its step, as in a training loop that reads it later: a plan made from this
   // run must not give its bytes to the next step.
   auto step = [&] {
-    in.loss = train_step(model, opt, in.images, in.labels, precision, scaler.get());
+    in.loss = train_step(model, opt, in.images, in.labels, precision, scaler.get(), 0.0,
+                         micro_batches);
   };
   for (int s = 0; s < steps; ++s) around(s, step, in);
 }
@@ -86,9 +87,9 @@ void run_steps(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc
 
 std::vector<memory::StepTrace> trace_steps(nn::Module& model, optim::Optimizer& opt,
                                            const Shape& input_nhwc, int64_t classes,
-                                           DType precision, int steps) {
+                                           DType precision, int steps, int64_t micro_batches) {
   std::vector<memory::StepTrace> traces;
-  run_steps(model, opt, input_nhwc, classes, precision, steps,
+  run_steps(model, opt, input_nhwc, classes, precision, steps, micro_batches,
             [&](int, const std::function<void()>& step, const StepInputs&) {
               memory::StepRecorder recorder(opt.params()[0].device());
               step();
@@ -103,12 +104,13 @@ memory::StepTrace trace_step(nn::Module& model, optim::Optimizer& opt, const Sha
 }
 
 MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
-                               int64_t classes, DType precision, bool for_cuda) {
+                               int64_t classes, DType precision, bool for_cuda,
+                               int64_t micro_batches) {
   const bool device_rounding = for_cuda;
   const Device device = opt.params().empty() ? Device::meta() : opt.params()[0].device();
   memory::StepTrace trace;
   int64_t live_before = 0;
-  run_steps(model, opt, input_nhwc, classes, precision, 2,
+  run_steps(model, opt, input_nhwc, classes, precision, 2, micro_batches,
             [&](int s, const std::function<void()>& step, const StepInputs& in) {
               if (s == 0) return step();
               // What is live when the measured step starts, counted from the tensors themselves
@@ -171,7 +173,8 @@ MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const S
 
 MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfig& config,
                                const Shape& input_nhwc, DType precision,
-                               const std::string& optimizer) {
+                               const std::string& optimizer, int64_t micro_batches,
+                               bool for_cuda) {
   FRUGAL_CHECK(optimizer == "sgd" || optimizer == "adamw",
                "estimate_memory: optimizer must be sgd or adamw, got '", optimizer, "'");
   // Building a model draws its initial weights, the steps dropout masks: the caller's random
@@ -185,8 +188,8 @@ MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfi
   } else {
     opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{});
   }
-  return estimate_memory(*model, *opt, input_nhwc, config.num_classes, precision,
-                         /*for_cuda=*/true);
+  return estimate_memory(*model, *opt, input_nhwc, config.num_classes, precision, for_cuda,
+                         micro_batches);
 }
 
 int64_t largest_batch(const std::function<int64_t(int64_t batch)>& peak, int64_t budget,

@@ -69,14 +69,17 @@ struct MemoryEstimate {
 // Two training steps of `model` (on meta for a prediction, or on the CPU to measure) with `opt`,
 // on batches of `input_nhwc`; `for_cuda` counts what a CUDA device adds (Note [What the estimate
 // counts]).
+// `micro_batches` > 1: the step accumulates gradients over that many slices (train_step).
 MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
-                               int64_t classes, DType precision, bool for_cuda);
+                               int64_t classes, DType precision, bool for_cuda,
+                               int64_t micro_batches = 1);
 
 // The same for zoo model `name` built with `config` on meta, trained by "sgd" (momentum 0.9) or
-// "adamw", predicted for CUDA.
+// "adamw", predicted for CUDA (or, with for_cuda false, for the CPU).
 MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfig& config,
                                const Shape& input_nhwc, DType precision,
-                               const std::string& optimizer = "sgd");
+                               const std::string& optimizer = "sgd", int64_t micro_batches = 1,
+                               bool for_cuda = true);
 
 // The largest multiple of `granularity` (up to `limit`) whose peak(batch) is at most `budget`,
 // searched as doubling then bisection (peak grows with the batch); 0 when even `granularity` does
@@ -92,7 +95,7 @@ std::string breakdown_table(const MemoryEstimate& e);
 // layer at a time rather than all at once, Note [Lowering a forward's parameters together]).
 std::vector<memory::StepTrace> trace_steps(nn::Module& model, optim::Optimizer& opt,
                                            const Shape& input_nhwc, int64_t classes,
-                                           DType precision, int steps);
+                                           DType precision, int steps, int64_t micro_batches = 1);
 // The last of `steps` steps.
 memory::StepTrace trace_step(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
                              int64_t classes, DType precision, int steps = 2);

@@ -151,7 +151,7 @@ void StepPlanner::run(const std::function<void()>& step) {
 
 bool plan_before_first_step(StepPlanner& planner, const std::string& name,
                             const models::ModelConfig& config, const Shape& input_nhwc,
-                            DType precision) {
+                            DType precision, int64_t micro_batches) {
   if (!planner.active()) return false;
   // The dry run builds a model and draws dropout masks: the caller's random stream must not
   // notice (a planned run draws what an unplanned one does).
@@ -162,7 +162,8 @@ bool plan_before_first_step(StepPlanner& planner, const std::string& name,
   // Three steps: the first two differ from the later ones (lazy optimizer state, and parameters
   // cast to the autocast dtype one layer at a time until the second step has seen the order of
   // every region, checkpointed recomputations included); the third is what every later step does.
-  return planner.plan(trace_steps(*model, opt, input_nhwc, config.num_classes, precision, 3));
+  return planner.plan(
+      trace_steps(*model, opt, input_nhwc, config.num_classes, precision, 3, micro_batches));
 }
 
 }  // namespace frugal::train

@@ -86,6 +86,6 @@ class StepPlanner {
 // not fit.
 bool plan_before_first_step(StepPlanner& planner, const std::string& name,
                             const models::ModelConfig& config, const Shape& input_nhwc,
-                            DType precision);
+                            DType precision, int64_t micro_batches = 1);
 
 }  // namespace frugal::train

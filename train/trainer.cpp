@@ -2,6 +2,7 @@
 // so a CUDA step never waits for the host.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -52,26 +53,37 @@ void print_progress(const Progress& p) {
   std::fflush(stderr);
 }
 
-Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images,
-                  const Tensor& labels, DType precision, optim::GradScaler* scaler,
-                  double label_smoothing) {
+namespace {
+
+// Forward, loss and backward of rows [start, start + rows) of the batch, gradients accumulated
+// into .grad; the loss is scaled by `weight` (their share of the batch) before backward. Returns
+// the unweighted loss.
+Tensor forward_backward(nn::Module& model, const Tensor& images, const Tensor& labels,
+                        int64_t start, int64_t rows, DType precision, optim::GradScaler* scaler,
+                        double label_smoothing, double weight) {
   namespace hp = kernels::host_profile;  // phases of the step (FRUGAL_HOST_PROFILE=1)
-  opt.zero_grad();
   Tensor loss;
   {
     hp::Scope phase("phase forward+loss");
     memory::PhaseScope tag(memory::Phase::forward);  // Note [Allocation events]
+    const bool whole = start == 0 && rows == images.size(0);
+    Tensor x = whole ? images : slice_rows(images, start, rows);
+    Tensor y = whole ? labels : slice_rows(labels, start, rows);
     // Autocast covers forward and loss only; backward runs each op in its forward's dtype.
     std::optional<AutocastGuard> amp;  // f32 leaves any caller's autocast state alone
     if (is_low_precision(precision)) amp.emplace(images.device(), precision);
-    Tensor logits = model(images);  // [N, classes]
-    loss = nn::functional::cross_entropy(logits, labels, {.label_smoothing = label_smoothing});
+    Tensor logits = model(x);  // [N, classes]
+    loss = nn::functional::cross_entropy(logits, y, {.label_smoothing = label_smoothing});
   }
-  {
-    hp::Scope phase("phase backward");
-    memory::PhaseScope tag(memory::Phase::backward);
-    (scaler != nullptr ? scaler->scale(loss) : loss).backward();
-  }
+  hp::Scope phase("phase backward");
+  memory::PhaseScope tag(memory::Phase::backward);
+  Tensor objective = weight == 1.0 ? loss : mul(loss, weight);
+  (scaler != nullptr ? scaler->scale(objective) : objective).backward();
+  return loss;
+}
+
+void optimizer_step(optim::Optimizer& opt, optim::GradScaler* scaler) {
+  namespace hp = kernels::host_profile;
   hp::Scope phase("phase optimizer");
   memory::PhaseScope tag(memory::Phase::optimizer);
   if (scaler != nullptr) {
@@ -80,7 +92,40 @@ Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images
   } else {
     opt.step();
   }
-  return loss;
+}
+
+}  // namespace
+
+Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images,
+                  const Tensor& labels, DType precision, optim::GradScaler* scaler,
+                  double label_smoothing, int64_t micro_batches) {
+  const int64_t n = images.size(0);
+  FRUGAL_CHECK(micro_batches >= 1 && micro_batches <= n, "train_step: micro_batches must be in [1, ",
+               n, "] for a batch of ", n, ", got ", micro_batches);
+  opt.zero_grad();
+  if (micro_batches == 1) {
+    Tensor loss =
+        forward_backward(model, images, labels, 0, n, precision, scaler, label_smoothing, 1.0);
+    optimizer_step(opt, scaler);
+    return loss;
+  }
+  // Note [Micro-batches]: slices of n / m rows (the first n % m one more), each loss weighted by
+  // its share, so the accumulated gradient is the batch's mean loss gradient, but for BatchNorm,
+  // which normalises each slice with its own statistics (as PyTorch's accumulation does).
+  Tensor total;
+  int64_t start = 0;
+  for (int64_t i = 0; i < micro_batches; ++i) {
+    const int64_t rows = n / micro_batches + (i < n % micro_batches ? 1 : 0);
+    const double weight = static_cast<double>(rows) / static_cast<double>(n);
+    Tensor loss = forward_backward(model, images, labels, start, rows, precision, scaler,
+                                   label_smoothing, weight);
+    autograd::NoGradGuard ng;
+    Tensor part = mul(loss.detach(), weight);
+    total = total.defined() ? add(total, part) : part;
+    start += rows;
+  }
+  optimizer_step(opt, scaler);
+  return total;
 }
 
 EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedule* schedule,
@@ -131,7 +176,8 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
       if (planned_shape.ndim() == 0) planned_shape = batch->images.shape();
       auto run_step = [&] {
         loss = train_step(model, opt, batch->images, batch->labels, precision, scaler,
-                          options.label_smoothing);
+                          options.label_smoothing,
+                          std::min(options.micro_batches, batch->images.size(0)));
       };
       if (options.planner != nullptr && batch->images.shape() == planned_shape) {
         options.planner->run(run_step);

@@ -56,15 +56,21 @@ struct EpochOptions {
   // each step runs through `planner` (the caller owns it, so its plans carry over between
   // epochs), except a batch whose shape differs from the epoch's first. Not used with `graph`.
   StepPlanner* planner = nullptr;
+  // Gradient accumulation over this many slices of each batch (train_step's micro_batches).
+  int64_t micro_batches = 1;
 };
 
 // One optimisation step on a batch (zero_grad, forward and loss, backward, step): forward and
 // loss run under an AutocastGuard on the model's device when `precision` is f16 or bf16; with a
 // `scaler` the loss is scaled and the step is skipped on the device when a gradient overflowed.
 // Returns the loss without reading it back.
+// `micro_batches` > 1 accumulates gradients over that many slices of the batch (Note
+// [Micro-batches] in trainer.cpp): the peak memory of a smaller batch, one optimizer step with
+// the whole batch's mean loss gradient, but for BatchNorm's per-slice statistics.
 Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images,
                   const Tensor& labels, DType precision = DType::f32,
-                  optim::GradScaler* scaler = nullptr, double label_smoothing = 0.0);
+                  optim::GradScaler* scaler = nullptr, double label_smoothing = 0.0,
+                  int64_t micro_batches = 1);
 
 // Trains `model` for one pass over `loader` (begin_epoch(epoch) is called here). `schedule`
 // (nullable) is stepped after each optimizer step. Loss values are read back only every

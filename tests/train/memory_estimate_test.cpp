@@ -101,3 +101,15 @@ TEST(MemoryEstimate, EstimatingLeavesTheRandomStreamAlone) {
   EXPECT_EQ(default_generator().seed(), 12u);
   EXPECT_EQ(default_generator().offset(), 34u);
 }
+
+TEST(MemoryEstimate, AnEstimateDoesNotDependOnWhatRanBefore) {
+  // A checkpointed step recomputes blocks under their forward's autocast state; that must not
+  // change how the next model's forward casts its parameters (Note [Lowering a forward's
+  // parameters together]).
+  const Shape input{4, 32, 32, 3};
+  const int64_t first = train::estimate_memory("mobilenet_v2", {}, input, DType::f16).peak_allocated_bytes;
+  train::estimate_memory("mobilenet_v2", {.checkpoint = models::CheckpointPolicy::parse("blocks")},
+                         input, DType::f16);
+  EXPECT_EQ(train::estimate_memory("mobilenet_v2", {}, input, DType::f16).peak_allocated_bytes,
+            first);
+}

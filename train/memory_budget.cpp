@@ -1,0 +1,78 @@
+// The budget search of Note [Fitting a memory budget].
+#include "train/memory_budget.h"
+
+#include <cstdio>
+
+#include "base/error.h"
+#include "train/memory_estimate.h"
+
+namespace frugal::train {
+
+namespace {
+
+// How many blocks `name` hands to its checkpoint policy (the stem and last conv included where
+// the model wraps them).
+int64_t count_blocks(const std::string& name, models::ModelConfig config) {
+  config.checkpoint = models::CheckpointPolicy::parse("blocks");
+  auto model = models::create(name, config);
+  int64_t n = 0;
+  for (const auto& [path, m] : model->named_modules()) n += m->type_name() == "Checkpoint";
+  return n;
+}
+
+}  // namespace
+
+std::string BudgetChoice::str() const {
+  char line[200];
+  std::string how;
+  if (checkpoint.mode == models::CheckpointPolicy::Mode::none && micro_batches == 1) {
+    how = "the plain step";
+  } else {
+    if (checkpoint.mode != models::CheckpointPolicy::Mode::none) {
+      how = "checkpoint " + checkpoint.str();
+    }
+    if (micro_batches > 1) {
+      how += std::string(how.empty() ? "" : ", ") + std::to_string(micro_batches) +
+             " micro-batches";
+    }
+  }
+  std::snprintf(line, sizeof line, "%s%s, predicted peak %.1f MiB", fits ? "" : "nothing fits; ",
+                how.c_str(), static_cast<double>(predicted_peak_bytes) / (1024.0 * 1024.0));
+  return line;
+}
+
+BudgetChoice choose_for_budget(const std::string& name, const models::ModelConfig& base,
+                               const Shape& input_nhwc, DType precision,
+                               const std::string& optimizer, int64_t budget, bool for_cuda) {
+  BudgetChoice c;
+  auto attempt = [&](const models::CheckpointPolicy& policy, int64_t micro) {
+    models::ModelConfig config = base;
+    config.checkpoint = policy;
+    int64_t peak = 0;
+    try {
+      peak = estimate_memory(name, config, input_nhwc, precision, optimizer, micro, for_cuda)
+                 .peak_allocated_bytes;
+    } catch (const Error&) {
+      return false;  // a way that cannot run at all (BatchNorm on slices of one image, say)
+    }
+    c.checkpoint = policy;
+    c.micro_batches = micro;
+    c.predicted_peak_bytes = peak;
+    c.fits = peak <= budget;
+    return c.fits;
+  };
+  if (attempt(base.checkpoint, 1)) return c;
+  const int64_t blocks = count_blocks(name, base);
+  for (int64_t k = 1; k < blocks; ++k) {
+    if (attempt({models::CheckpointPolicy::Mode::first, 0, k}, 1)) return c;
+  }
+  if (attempt(models::CheckpointPolicy::parse("blocks"), 1)) return c;
+  for (const char* policy : {"none", "blocks"}) {
+    for (int64_t m = 2; m <= input_nhwc[0]; m *= 2) {
+      if (attempt(models::CheckpointPolicy::parse(policy), m)) return c;
+    }
+  }
+  return c;
+}
+
+}  // namespace frugal::train
