@@ -24,5 +24,8 @@
 #include "optim/optimizer.h"
 #include "train/captured_step.h"
 #include "train/checkpoint.h"
+#include "train/memory_budget.h"
+#include "train/memory_estimate.h"
 #include "train/saved_estimate.h"
+#include "train/step_planner.h"
 #include "train/trainer.h"
