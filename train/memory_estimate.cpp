@@ -9,7 +9,6 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "kernels/matmul.h"
-#include "memory/allocator.h"
 #include "memory/arena_plan.h"
 #include "memory/step_trace.h"
 #include "optim/grad_scaler.h"
