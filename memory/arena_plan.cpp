@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <random>
 
 #include "base/error.h"
 
@@ -33,6 +34,11 @@ size_t peak_live_bytes(const std::vector<Lifetime>& lifetimes) {
 }
 
 namespace {
+
+constexpr double kSearchAbove = 1.01;  // search only when greedy is over 1% above the bound
+constexpr double kSearchUntil = 1.001;  // stop within 0.1% of the bound
+constexpr int kSearchRounds = 400;
+constexpr size_t kSearchLargest = 96;  // the allocations whose places the search swaps
 
 // Places the lifetimes in `order`, each in the smallest gap that holds it among the placed ones it
 // overlaps in time (or above them all).
@@ -73,6 +79,30 @@ ArenaPlan place_in_order(const std::vector<Lifetime>& lifetimes, const std::vect
   return plan;
 }
 
+// Local search, when both greedy orders stay above the bound: swap a few of the largest
+// allocations' places in the size order, keep a swap that gives a smaller arena, and stop at the
+// bound (within 0.1%) or after kSearchRounds packings. The order of placement among the large ones is what a
+// greedy packing gets wrong (checkpointed EfficientNet-B0: 8.7% above the bound by size and by
+// area). A fixed seed keeps plans reproducible.
+void search_orders(const std::vector<Lifetime>& lifetimes, std::vector<size_t> order,
+                   ArenaPlan& best) {
+  const size_t movable = std::min<size_t>(order.size(), kSearchLargest);
+  if (movable < 2) return;
+  std::mt19937_64 rng(0x5eed);
+  std::uniform_int_distribution<size_t> pick(0, movable - 1), count(1, 4);
+  const auto good_enough = static_cast<size_t>(kSearchUntil * static_cast<double>(best.lower_bound));
+  for (int round = 0; round < kSearchRounds && best.arena_bytes > good_enough; ++round) {
+    std::vector<size_t> trial = order;
+    for (size_t k = count(rng); k > 0; --k) std::swap(trial[pick(rng)], trial[pick(rng)]);
+    ArenaPlan p = place_in_order(lifetimes, trial);
+    if (p.arena_bytes < best.arena_bytes) {
+      p.lower_bound = best.lower_bound;
+      best = std::move(p);
+      order = std::move(trial);
+    }
+  }
+}
+
 }  // namespace
 
 ArenaPlan plan_arena(const std::vector<Lifetime>& lifetimes) {
@@ -98,6 +128,12 @@ ArenaPlan plan_arena(const std::vector<Lifetime>& lifetimes) {
   ArenaPlan plan =
       by_area.arena_bytes < by_size.arena_bytes ? std::move(by_area) : std::move(by_size);
   plan.lower_bound = peak_live_bytes(lifetimes);
+  if (static_cast<double>(plan.arena_bytes) > kSearchAbove * static_cast<double>(plan.lower_bound)) {
+    search_orders(lifetimes, sorted_by([](const Lifetime& l) {
+                    return static_cast<double>(arena_rounded(l.bytes));
+                  }),
+                  plan);
+  }
   return plan;
 }
 
