@@ -38,6 +38,7 @@ namespace {
 constexpr double kSearchAbove = 1.01;  // search only when greedy is over 1% above the bound
 constexpr double kSearchUntil = 1.001;  // stop within 0.1% of the bound
 constexpr int kSearchRounds = 400;
+constexpr int kSearchPatience = 100;  // packings without a smaller arena before giving up
 constexpr size_t kSearchLargest = 96;  // the allocations whose places the search swaps
 
 // Places the lifetimes in `order`, each in the smallest gap that holds it among the placed ones it
@@ -91,7 +92,10 @@ void search_orders(const std::vector<Lifetime>& lifetimes, std::vector<size_t> o
   std::mt19937_64 rng(0x5eed);
   std::uniform_int_distribution<size_t> pick(0, movable - 1), count(1, 4);
   const auto good_enough = static_cast<size_t>(kSearchUntil * static_cast<double>(best.lower_bound));
-  for (int round = 0; round < kSearchRounds && best.arena_bytes > good_enough; ++round) {
+  int since_better = 0;
+  for (int round = 0; round < kSearchRounds && best.arena_bytes > good_enough &&
+                      since_better < kSearchPatience;
+       ++round, ++since_better) {
     std::vector<size_t> trial = order;
     for (size_t k = count(rng); k > 0; --k) std::swap(trial[pick(rng)], trial[pick(rng)]);
     ArenaPlan p = place_in_order(lifetimes, trial);
@@ -99,6 +103,7 @@ void search_orders(const std::vector<Lifetime>& lifetimes, std::vector<size_t> o
       p.lower_bound = best.lower_bound;
       best = std::move(p);
       order = std::move(trial);
+      since_better = 0;
     }
   }
 }

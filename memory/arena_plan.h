@@ -11,7 +11,8 @@
 //     "greedy by size"), and by size times lifetime, largest first (ties: the earlier first);
 //   - when that is still more than 1% above the bound, a local search swaps the places of a few
 //     of the 96 largest allocations in the size order and keeps what packs smaller, for at most
-//     400 packings or until within 0.1% of the bound (fixed seed: the same plan every time).
+//     400 packings (100 without progress) or until within 0.1% of the bound (fixed seed: the
+//     same plan every time).
 //     Checkpointed EfficientNet-B0 needs it: 8.7% above the bound by either order, at the bound
 //     after about 80 swaps;
 //   - two allocations overlap in time when begin_a < end_b and begin_b < end_a (an allocation made

@@ -72,7 +72,7 @@ int print_max_batches(const std::string& model_name, const models::ModelConfig& 
     const int64_t best = train::largest_batch(
         [&](int64_t n) {
           return train::estimate_memory(model_name, mc, Shape{n, in.h, in.w, in.c}, precision,
-                                        optimizer)
+                                        optimizer, 1, true, /*with_arena=*/false)
               .peak_allocated_bytes;
         },
         budget, granularity);

@@ -50,7 +50,8 @@ BudgetChoice choose_for_budget(const std::string& name, const models::ModelConfi
     config.checkpoint = policy;
     int64_t peak = 0;
     try {
-      peak = estimate_memory(name, config, input_nhwc, precision, optimizer, micro, for_cuda)
+      peak = estimate_memory(name, config, input_nhwc, precision, optimizer, micro, for_cuda,
+                             /*with_arena=*/false)
                  .peak_allocated_bytes;
     } catch (const Error&) {
       return false;  // a way that cannot run at all (BatchNorm on slices of one image, say)

@@ -104,7 +104,7 @@ memory::StepTrace trace_step(nn::Module& model, optim::Optimizer& opt, const Sha
 
 MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
                                int64_t classes, DType precision, bool for_cuda,
-                               int64_t micro_batches) {
+                               int64_t micro_batches, bool with_arena) {
   const bool device_rounding = for_cuda;
   const Device device = opt.params().empty() ? Device::meta() : opt.params()[0].device();
   memory::StepTrace trace;
@@ -164,16 +164,18 @@ MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const S
       e.module = a.module ? *a.module : "";
     }
   }
-  const memory::StepPlan plan = memory::plan_step(trace);
-  e.arena_bytes = plan.arena_bytes;
-  e.arena_lower_bound = plan.lower_bound;
+  if (with_arena) {
+    const memory::StepPlan plan = memory::plan_step(trace);
+    e.arena_bytes = plan.arena_bytes;
+    e.arena_lower_bound = plan.lower_bound;
+  }
   return e;
 }
 
 MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfig& config,
                                const Shape& input_nhwc, DType precision,
                                const std::string& optimizer, int64_t micro_batches,
-                               bool for_cuda) {
+                               bool for_cuda, bool with_arena) {
   FRUGAL_CHECK(optimizer == "sgd" || optimizer == "adamw",
                "estimate_memory: optimizer must be sgd or adamw, got '", optimizer, "'");
   // Building a model draws its initial weights, the steps dropout masks: the caller's random
@@ -188,7 +190,7 @@ MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfi
     opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{});
   }
   return estimate_memory(*model, *opt, input_nhwc, config.num_classes, precision, for_cuda,
-                         micro_batches);
+                         micro_batches, with_arena);
 }
 
 int64_t largest_batch(const std::function<int64_t(int64_t batch)>& peak, int64_t budget,

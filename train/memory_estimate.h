@@ -70,16 +70,17 @@ struct MemoryEstimate {
 // on batches of `input_nhwc`; `for_cuda` counts what a CUDA device adds (Note [What the estimate
 // counts]).
 // `micro_batches` > 1: the step accumulates gradients over that many slices (train_step).
+// `with_arena` false leaves arena_bytes 0: searches over many estimates need only the peak.
 MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
                                int64_t classes, DType precision, bool for_cuda,
-                               int64_t micro_batches = 1);
+                               int64_t micro_batches = 1, bool with_arena = true);
 
 // The same for zoo model `name` built with `config` on meta, trained by "sgd" (momentum 0.9) or
 // "adamw", predicted for CUDA (or, with for_cuda false, for the CPU).
 MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfig& config,
                                const Shape& input_nhwc, DType precision,
                                const std::string& optimizer = "sgd", int64_t micro_batches = 1,
-                               bool for_cuda = true);
+                               bool for_cuda = true, bool with_arena = true);
 
 // The largest multiple of `granularity` (up to `limit`) whose peak(batch) is at most `budget`,
 // searched as doubling then bisection (peak grows with the batch); 0 when even `granularity` does
