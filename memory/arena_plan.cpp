@@ -10,17 +10,12 @@
 
 namespace frugal::memory {
 
-size_t arena_rounded(size_t bytes) {
-  if (bytes == 0) return kArenaAlignBytes;
-  return (bytes + kArenaAlignBytes - 1) / kArenaAlignBytes * kArenaAlignBytes;
-}
-
 size_t peak_live_bytes(const std::vector<Lifetime>& lifetimes) {
   // Sweep: at equal moments frees come first, the same rule as the overlap test.
   std::vector<std::pair<int64_t, int64_t>> events;  // (moment, +bytes | -bytes)
   events.reserve(2 * lifetimes.size());
   for (const Lifetime& l : lifetimes) {
-    const auto b = static_cast<int64_t>(arena_rounded(l.bytes));
+    const auto b = static_cast<int64_t>(round_request(l.bytes));
     events.emplace_back(l.begin, b);
     events.emplace_back(l.end, -b);
   }
@@ -54,12 +49,12 @@ ArenaPlan place_in_order(const std::vector<Lifetime>& lifetimes, const std::vect
   placed.reserve(lifetimes.size());
   for (size_t i : order) {
     const Lifetime& l = lifetimes[i];
-    const size_t bytes = arena_rounded(l.bytes);
+    const size_t bytes = round_request(l.bytes);
     overlapping.clear();
     for (size_t j : placed) {
       const Lifetime& o = lifetimes[j];
       if (l.begin < o.end && o.begin < l.end) {
-        overlapping.push_back({plan.offsets[j], arena_rounded(o.bytes)});
+        overlapping.push_back({plan.offsets[j], round_request(o.bytes)});
       }
     }
     std::sort(overlapping.begin(), overlapping.end(),
@@ -124,10 +119,10 @@ ArenaPlan plan_arena(const std::vector<Lifetime>& lifetimes) {
     return order;
   };
   ArenaPlan by_size = place_in_order(lifetimes, sorted_by([](const Lifetime& l) {
-                                       return static_cast<double>(arena_rounded(l.bytes));
+                                       return static_cast<double>(round_request(l.bytes));
                                      }));
   ArenaPlan by_area = place_in_order(lifetimes, sorted_by([](const Lifetime& l) {
-                                       return static_cast<double>(arena_rounded(l.bytes)) *
+                                       return static_cast<double>(round_request(l.bytes)) *
                                               static_cast<double>(l.end - l.begin);
                                      }));
   ArenaPlan plan =
@@ -135,7 +130,7 @@ ArenaPlan plan_arena(const std::vector<Lifetime>& lifetimes) {
   plan.lower_bound = peak_live_bytes(lifetimes);
   if (static_cast<double>(plan.arena_bytes) > kSearchAbove * static_cast<double>(plan.lower_bound)) {
     search_orders(lifetimes, sorted_by([](const Lifetime& l) {
-                    return static_cast<double>(arena_rounded(l.bytes));
+                    return static_cast<double>(round_request(l.bytes));
                   }),
                   plan);
   }

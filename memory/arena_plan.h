@@ -2,8 +2,8 @@
 // bound it is measured against.
 //
 // Policy (the whole of it):
-//   - every size is rounded up to kArenaAlignBytes (512 B, the caching allocator's rounding), so
-//     every offset is 512-byte aligned;
+//   - every size is rounded as the caching allocator rounds it (round_request in rounding.h:
+//     512 B), so every offset is 512-byte aligned;
 //   - greedy (Pisarchyk and Lee, "Efficient Memory Management for Deep Neural Net Inference",
 //     2020): allocations are placed one by one, each into the smallest gap, among the already
 //     placed allocations whose lifetimes overlap its own, that holds it, or above them all when no
@@ -32,9 +32,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace frugal::memory {
+#include "memory/rounding.h"
 
-constexpr size_t kArenaAlignBytes = 512;
+namespace frugal::memory {
 
 // One allocation: its bytes, and the moments (any increasing clock, e.g. event indices) it was
 // made and released. begin < end.
@@ -55,7 +55,5 @@ ArenaPlan plan_arena(const std::vector<Lifetime>& lifetimes);
 
 // The largest sum of rounded bytes live at one moment.
 size_t peak_live_bytes(const std::vector<Lifetime>& lifetimes);
-
-size_t arena_rounded(size_t bytes);
 
 }  // namespace frugal::memory

@@ -14,10 +14,6 @@ namespace {
 constexpr size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 }  // namespace
 
-size_t round_request(size_t bytes) {
-  return bytes < kRoundBytes ? kRoundBytes : round_up(bytes, kRoundBytes);
-}
-
 size_t segment_bytes_for(size_t rounded) {
   if (rounded <= kSmallRequestMax) return kSmallSegmentBytes;
   if (rounded < kMidRequestMax) return kMidSegmentBytes;

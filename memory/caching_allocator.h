@@ -46,12 +46,12 @@
 
 #include "memory/allocator.h"
 #include "memory/device_memory_source.h"
+#include "memory/rounding.h"
 #include "memory/step_trace.h"
 
 namespace frugal::memory {
 
 constexpr size_t kMiB = size_t{1} << 20;
-constexpr size_t kRoundBytes = 512;
 constexpr size_t kSmallRequestMax = 1 * kMiB;
 constexpr size_t kSmallSegmentBytes = 2 * kMiB;
 constexpr size_t kMidRequestMax = 10 * kMiB;  // exclusive: a 10 MiB request gets its own segment
@@ -63,8 +63,6 @@ constexpr size_t kLargeSplitMin = 1 * kMiB;  // split when remainder > this (lar
 using StreamId = uint64_t;
 constexpr StreamId kDefaultStream = 0;
 
-// Bytes a request occupies (>= 512, a multiple of 512).
-size_t round_request(size_t bytes);
 // Bytes of the segment a new block of `rounded` bytes is carved from.
 size_t segment_bytes_for(size_t rounded);
 

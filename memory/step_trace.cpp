@@ -62,7 +62,7 @@ StepPlan plan_step(const StepTrace& trace) {
   for (const StepTrace::Allocation& a : trace.allocations) {
     if (!plannable(a.category)) continue;
     StepPlan::Entry e;
-    e.bytes = arena_rounded(a.bytes);
+    e.bytes = round_request(a.bytes);
     e.in_arena = a.end != kStillLive;
     if (e.in_arena) {
       arena_entry.push_back(plan.entries.size());

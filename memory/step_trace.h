@@ -92,7 +92,7 @@ class StepRecorder : public AllocationObserver {
 
 struct StepPlan {
   struct Entry {
-    size_t bytes = 0;       // rounded to kArenaAlignBytes, as the caching allocator rounds
+    size_t bytes = 0;       // rounded as the caching allocator rounds (round_request)
     size_t offset = 0;      // in the arena, when in_arena
     bool in_arena = false;  // false: outlives the step, served by the caching allocator
   };

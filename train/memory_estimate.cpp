@@ -19,7 +19,7 @@ namespace frugal::train {
 namespace {
 
 int64_t counted(size_t bytes, bool rounding) {
-  return static_cast<int64_t>(rounding ? memory::arena_rounded(bytes) : bytes);
+  return static_cast<int64_t>(rounding ? memory::round_request(bytes) : bytes);
 }
 
 // Where the trace's live bytes peak: the event index (-1: before any event) and the bytes.

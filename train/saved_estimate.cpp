@@ -2,14 +2,10 @@
 #include "train/saved_estimate.h"
 
 #include <cstdio>
-#include <functional>
 
 #include "core/autocast.h"
 #include "core/factory.h"
 #include "core/ops.h"
-#include "memory/allocator.h"
-#include "optim/grad_scaler.h"
-#include "train/trainer.h"
 
 namespace frugal::train {
 

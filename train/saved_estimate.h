@@ -15,9 +15,7 @@
 #include "base/dtype.h"
 #include "base/shape.h"
 #include "core/autograd.h"
-#include "memory/events.h"
 #include "nn/module.h"
-#include "optim/optimizer.h"
 
 namespace frugal::train {
 

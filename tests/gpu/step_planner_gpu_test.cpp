@@ -162,7 +162,7 @@ TEST(StepPlannerGpu, TheFirstDeviceStepAsksForTheDryRunsSizes) {
     std::map<size_t, std::vector<bool>> out;
     for (const auto& a : t.allocations) {
       if (memory::plannable(a.category)) {
-        out[memory::arena_rounded(a.bytes)].push_back(a.end == memory::kStillLive);
+        out[memory::round_request(a.bytes)].push_back(a.end == memory::kStillLive);
       }
     }
     return out;

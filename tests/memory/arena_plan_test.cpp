@@ -15,12 +15,12 @@ namespace {
 void expect_no_overlap(const std::vector<Lifetime>& l, const ArenaPlan& p) {
   ASSERT_EQ(p.offsets.size(), l.size());
   for (size_t i = 0; i < l.size(); ++i) {
-    EXPECT_EQ(p.offsets[i] % kArenaAlignBytes, 0u);
-    EXPECT_LE(p.offsets[i] + arena_rounded(l[i].bytes), p.arena_bytes);
+    EXPECT_EQ(p.offsets[i] % kRoundBytes, 0u);
+    EXPECT_LE(p.offsets[i] + round_request(l[i].bytes), p.arena_bytes);
     for (size_t j = i + 1; j < l.size(); ++j) {
       const bool in_time = l[i].begin < l[j].end && l[j].begin < l[i].end;
-      const bool in_space = p.offsets[i] < p.offsets[j] + arena_rounded(l[j].bytes) &&
-                            p.offsets[j] < p.offsets[i] + arena_rounded(l[i].bytes);
+      const bool in_space = p.offsets[i] < p.offsets[j] + round_request(l[j].bytes) &&
+                            p.offsets[j] < p.offsets[i] + round_request(l[i].bytes);
       ASSERT_FALSE(in_time && in_space) << "allocations " << i << " and " << j << " collide";
     }
   }
