@@ -105,9 +105,10 @@ memory::StepTrace trace_step(nn::Module& model, optim::Optimizer& opt, const Sha
 MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
                                int64_t classes, DType precision, bool for_cuda,
                                int64_t micro_batches, bool with_arena) {
-  const bool device_rounding = for_cuda;
   const Device device = opt.params().empty() ? Device::meta() : opt.params()[0].device();
   memory::StepTrace trace;
+  MemoryEstimate e;
+  MemoryBreakdown& b = e.at_peak;
   int64_t live_before = 0;
   run_steps(model, opt, input_nhwc, classes, precision, 2, micro_batches,
             [&](int s, const std::function<void()>& step, const StepInputs& in) {
@@ -116,41 +117,36 @@ MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const S
               // rather than from the allocator (which may hold other tensors of the caller's):
               // parameters, their gradients, buffers, optimizer state, the batch, the last loss.
               for (const Tensor* t : {&in.images, &in.labels, &in.loss}) {
-                live_before += counted(t->nbytes(), device_rounding);
+                live_before += counted(t->nbytes(), for_cuda);
               }
               for (const Tensor& p : opt.params()) {
-                live_before += counted(p.nbytes(), device_rounding);
-                if (p.grad().defined()) live_before += counted(p.grad().nbytes(), device_rounding);
+                b.parameters += counted(p.nbytes(), for_cuda);
+                if (p.grad().defined()) live_before += counted(p.grad().nbytes(), for_cuda);
               }
               for (const auto& [name, t] : model.named_buffers()) {
-                if (t.device() == device) live_before += counted(t.nbytes(), device_rounding);
+                if (t.device() == device) live_before += counted(t.nbytes(), for_cuda);
               }
               for (const Tensor& t : opt.state_tensors()) {
-                if (t.device() == device) live_before += counted(t.nbytes(), device_rounding);
+                if (t.device() == device) b.optimizer_state += counted(t.nbytes(), for_cuda);
               }
+              live_before += b.parameters + b.optimizer_state;
               memory::StepRecorder recorder(device, live_before);
               step();
               trace = recorder.finish();
             });
 
-  MemoryEstimate e;
-  const Peak peak = find_peak(trace, device_rounding);
+  const Peak peak = find_peak(trace, for_cuda);
   // cuBLAS's workspace is live throughout on CUDA (made by the first product, kept).
   const int64_t cublas = for_cuda ? static_cast<int64_t>(kernels::kCublasWorkspaceBytes) : 0;
   e.peak_allocated_bytes = peak.bytes + cublas;
   e.before_bytes = live_before + cublas;
-  MemoryBreakdown& b = e.at_peak;
   b.workspace = cublas;
-  for (const Tensor& p : opt.params()) b.parameters += counted(p.nbytes(), device_rounding);
-  for (const Tensor& t : opt.state_tensors()) {
-    if (t.device() == device) b.optimizer_state += counted(t.nbytes(), device_rounding);
-  }
   // What was live before the step and still is: parameters, optimizer state, and the rest.
   b.other = std::max<int64_t>(0, trace.live_before - peak.released_before - b.parameters -
                                      b.optimizer_state);
   for (const auto& a : trace.allocations) {
     if (a.begin > peak.event || a.end <= peak.event) continue;
-    const int64_t n = counted(a.bytes, device_rounding);
+    const int64_t n = counted(a.bytes, for_cuda);
     const bool kept = a.end == memory::kStillLive;
     switch (a.category) {
       case memory::Category::workspace: b.workspace += n; break;
