@@ -98,22 +98,34 @@ CachingAllocator::Block* CachingAllocator::find_free(size_t rounded, StreamId st
   return *it;
 }
 
+void* CachingAllocator::reserve_segment(size_t bytes) {
+  const auto reserved = static_cast<size_t>(stats_.reserved_bytes.current);
+  if (cap_bytes_ != 0 && reserved + bytes > cap_bytes_) return nullptr;
+  void* ptr = source_->raw_alloc(bytes);  // may throw on a driver error: nothing changed yet
+  if (ptr == nullptr) return nullptr;
+  stats_.reserved_bytes.add(static_cast<int64_t>(bytes));
+  stats_.segment.add(1);
+  return ptr;
+}
+
+void CachingAllocator::return_segment(void* ptr, size_t bytes) {
+  stats_.reserved_bytes.sub(static_cast<int64_t>(bytes));
+  stats_.segment.sub(1);
+  source_->raw_free(ptr);
+}
+
 bool CachingAllocator::try_new_segment(size_t seg_bytes, StreamId stream, bool small_pool,
                                        Block** out) {
-  const auto reserved = static_cast<size_t>(stats_.reserved_bytes.current);
-  if (cap_bytes_ != 0 && reserved + seg_bytes > cap_bytes_) return false;
-  auto head = std::make_unique<Block>();  // before raw_alloc, so bad_alloc cannot leak a segment
+  auto head = std::make_unique<Block>();  // before the segment, so bad_alloc cannot leak one
   head->size = seg_bytes;
   head->stream = stream;
   head->small_pool = small_pool;
-  void* ptr = source_->raw_alloc(seg_bytes);  // may throw on a driver error: nothing changed yet
+  void* ptr = reserve_segment(seg_bytes);
   if (ptr == nullptr) return false;
   head->addr = reinterpret_cast<uintptr_t>(ptr);
   *out = head.release();
   segments_.emplace((*out)->addr, *out);
   insert_free(*out);
-  stats_.reserved_bytes.add(static_cast<int64_t>(seg_bytes));
-  stats_.segment.add(1);
   return true;
 }
 
@@ -245,11 +257,10 @@ void CachingAllocator::release_private_pool(StreamId pool) {
 void CachingAllocator::free_segment(Block* head) {
   erase_free(head);
   segments_.erase(head->addr);
-  stats_.reserved_bytes.sub(static_cast<int64_t>(head->size));
-  stats_.segment.sub(1);
   void* ptr = reinterpret_cast<void*>(head->addr);
+  const size_t bytes = head->size;
   delete head;
-  source_->raw_free(ptr);
+  return_segment(ptr, bytes);
 }
 
 size_t CachingAllocator::release_free_segments() {

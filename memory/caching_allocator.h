@@ -162,6 +162,10 @@ class CachingAllocator final : public Allocator {
 
   Pool& pool_of(bool small_pool) { return small_pool ? small_free_ : large_free_; }
   Block* find_free(size_t rounded, StreamId stream, bool small_pool);
+  // `bytes` from the source under the cap, counted as one reserved segment; null when the cap or
+  // the device refuses. return_segment gives one back.
+  void* reserve_segment(size_t bytes);
+  void return_segment(void* ptr, size_t bytes);
   bool try_new_segment(size_t seg_bytes, StreamId stream, bool small_pool, Block** out);
   void take(Block* b, size_t rounded, size_t requested);
   void insert_free(Block* b);

@@ -26,24 +26,18 @@ bool CachingAllocator::install_plan(StepPlan plan) {
   // One much larger than needed is given back when it is empty.
   const bool reuse = arena_ != nullptr && plan.arena_bytes <= arena_->bytes &&
                      (!arena_->live.empty() || plan.arena_bytes >= arena_->bytes / 10 * 9);
+  if (!reuse) retire_arena();
+  // The plan replaces the cached blocks the step used to take from: give them back first.
+  release_free_segments();
   if (!reuse) {
-    retire_arena();
-    // The plan replaces the cached blocks the step used to take from: give them back first.
-    release_free_segments();
     auto arena = std::make_unique<Arena>();
     arena->bytes = plan.arena_bytes;
     if (arena->bytes > 0) {
-      const auto reserved = static_cast<size_t>(stats_.reserved_bytes.current);
-      if (cap_bytes_ != 0 && reserved + arena->bytes > cap_bytes_) return false;
-      void* ptr = source_->raw_alloc(arena->bytes);  // may throw on a driver error: no plan then
+      void* ptr = reserve_segment(arena->bytes);  // may throw on a driver error: no plan then
       if (ptr == nullptr) return false;
       arena->base = reinterpret_cast<uintptr_t>(ptr);
-      stats_.reserved_bytes.add(static_cast<int64_t>(arena->bytes));
-      stats_.segment.add(1);
     }
     arena_ = std::move(arena);
-  } else {
-    release_free_segments();
   }
   plan_ = std::move(plan);
   by_size_.clear();
@@ -84,10 +78,7 @@ void CachingAllocator::retire_arena() {
 }
 
 void CachingAllocator::free_arena(std::unique_ptr<Arena> arena) {
-  if (arena->bytes == 0) return;
-  stats_.reserved_bytes.sub(static_cast<int64_t>(arena->bytes));
-  stats_.segment.sub(1);
-  source_->raw_free(reinterpret_cast<void*>(arena->base));
+  if (arena->bytes > 0) return_segment(reinterpret_cast<void*>(arena->base), arena->bytes);
 }
 
 void CachingAllocator::begin_planned_step() {
