@@ -124,10 +124,11 @@ int run(int argc, char** argv) {
     memory::cuda_caching_allocator(device.index)
         .set_memory_cap_bytes(static_cast<size_t>(cap_mib) << 20);
   }
-  auto model = models::create(model_name, {.num_classes = classes,
-                                           .in_channels = chw[0],
-                                           .checkpoint = checkpoint,
-                                           .recompute_depthwise = recompute_depthwise});
+  const models::ModelConfig config{.num_classes = classes,
+                                   .in_channels = chw[0],
+                                   .checkpoint = checkpoint,
+                                   .recompute_depthwise = recompute_depthwise};
+  auto model = models::create(model_name, config);
   model->to(device);
   model->train();
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
@@ -151,14 +152,8 @@ int run(int argc, char** argv) {
   if (planner_flag != "on" && planner_flag != "off")
     throw std::invalid_argument("--planner expects on or off, got '" + planner_flag + "'");
   train::StepPlanner planner(planner_flag == "on" ? device : Device::cpu());
-  if (planner.active()) {
-    train::plan_before_first_step(planner, model_name,
-                                  {.num_classes = classes,
-                                   .in_channels = chw[0],
-                                   .checkpoint = checkpoint,
-                                   .recompute_depthwise = recompute_depthwise},
-                                  Shape{batch, chw[1], chw[2], chw[0]}, amp_dtype);
-  }
+  train::plan_before_first_step(planner, model_name, config, Shape{batch, chw[1], chw[2], chw[0]},
+                                amp_dtype);  // nothing when the planner is off
   auto eager_step = [&]() -> Tensor {
     Tensor out;
     planner.run(

@@ -191,12 +191,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   // Note [Planned steps]: the step's memory planned before the first step, from a dry run on meta.
   const bool planned = parse_planner("train", args.str("planner", "on")) && !graph;
   train::StepPlanner planner(planned ? device : Device::cpu());
-  if (planner.active()) {
-    // The loader's batches after the transforms: resized to --image-size, --channels repeated.
-    train::plan_before_first_step(planner, model_name, mc,
-                                  Shape{batch, dc.image_size, dc.image_size, dc.channels},
-                                  precision, micro_batches);
-  }
+  // The loader's batches after the transforms: resized to --image-size, --channels repeated.
+  train::plan_before_first_step(planner, model_name, mc,
+                                Shape{batch, dc.image_size, dc.image_size, dc.channels}, precision,
+                                micro_batches);
 
   std::printf("training %s (%.2fM parameters, width %.2f) on %s: %lld samples, batch %lld, %s, "
               "device %s, %s\n",

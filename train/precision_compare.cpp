@@ -60,11 +60,12 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
 
   // The same weights for every precision: the default generator seeds the initialisers.
   manual_seed(o.seed);
-  auto model = models::create(o.model, {.num_classes = o.classes,
-                                        .in_channels = o.channels,
-                                        .width = o.width_multiplier,
-                                        .checkpoint = o.checkpoint,
-                                        .recompute_depthwise = o.recompute_depthwise});
+  const models::ModelConfig config{.num_classes = o.classes,
+                                   .in_channels = o.channels,
+                                   .width = o.width_multiplier,
+                                   .checkpoint = o.checkpoint,
+                                   .recompute_depthwise = o.recompute_depthwise};
+  auto model = models::create(o.model, config);
   model->to(device);
   model->train();
   device_sync(device);
@@ -85,15 +86,8 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
 
   StepPlanner planner(o.planner && !o.graph ? device : Device::cpu());
-  if (planner.active()) {
-    plan_before_first_step(planner, o.model,
-                           {.num_classes = o.classes,
-                            .in_channels = o.channels,
-                            .width = o.width_multiplier,
-                            .checkpoint = o.checkpoint,
-                            .recompute_depthwise = o.recompute_depthwise},
-                           Shape{o.batch, o.height, o.width, o.channels}, precision);
-  }
+  plan_before_first_step(planner, o.model, config, Shape{o.batch, o.height, o.width, o.channels},
+                         precision);  // nothing when the planner is off
   auto eager_step = [&]() -> Tensor {
     Tensor out;
     planner.run(
