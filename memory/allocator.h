@@ -103,6 +103,10 @@ class Allocator {
   // Returns cached, unused memory to the system; a no-op for allocators that cache nothing.
   virtual void empty_cache() {}
   virtual Device device() const = 0;
+  // Refuse (OutOfMemoryError) allocations that would take reserved bytes over `bytes`; 0 means
+  // no cap. The CPU and CUDA allocators have one; others refuse to be capped.
+  virtual void set_memory_cap_bytes(size_t bytes);
+  virtual size_t memory_cap_bytes() const { return 0; }
 
  protected:
   friend class DataPtr;

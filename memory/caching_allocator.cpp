@@ -3,10 +3,12 @@
 // caching_allocator_debug.cpp.
 #include "memory/caching_allocator.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <tuple>
 
 #include "base/error.h"
+#include "memory/oom_injection.h"
 
 namespace frugal::memory {
 
@@ -58,6 +60,7 @@ CachingAllocator::~CachingAllocator() {
 
 DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   if (bytes == 0) return {};
+  detail::check_injected_oom(device_, bytes);
   std::lock_guard<std::mutex> lock(mu_);
   if (open_pool_ != kDefaultStream && stream == kDefaultStream &&
       std::this_thread::get_id() == pool_thread_) {
@@ -141,6 +144,7 @@ void CachingAllocator::take(Block* b, size_t rounded, size_t requested) {
     rest->size = remainder;
     rest->stream = b->stream;
     rest->small_pool = b->small_pool;
+    rest->last_use = b->last_use;
     rest->prev = b;
     rest->next = b->next;
     if (b->next != nullptr) b->next->prev = rest;
@@ -150,6 +154,7 @@ void CachingAllocator::take(Block* b, size_t rounded, size_t requested) {
   }
   b->allocated = true;
   b->requested = requested;
+  b->last_use = static_cast<uint64_t>(stats_.allocation.allocated) + 1;  // this allocation's number
   allocated_.emplace(b->addr, b);
   const auto n = static_cast<int64_t>(b->size);
   stats_.allocated_bytes.add(n);
@@ -201,6 +206,7 @@ void CachingAllocator::free_block(Block* b) {
   if (Block* next = b->next; next != nullptr && !next->allocated) {  // absorb the next block
     erase_free(next);
     b->size += next->size;
+    b->last_use = std::max(b->last_use, next->last_use);
     b->next = next->next;
     if (b->next != nullptr) b->next->prev = b;
     delete next;
@@ -208,6 +214,7 @@ void CachingAllocator::free_block(Block* b) {
   if (Block* prev = b->prev; prev != nullptr && !prev->allocated) {  // the previous absorbs b
     erase_free(prev);
     prev->size += b->size;
+    prev->last_use = std::max(prev->last_use, b->last_use);
     prev->next = b->next;
     if (prev->next != nullptr) prev->next->prev = prev;
     delete b;
@@ -224,6 +231,7 @@ void CachingAllocator::open_private_pool(StreamId pool) {
                open_pool_, " is still open; captures into private pools do not nest");
   open_pool_ = pool;
   pool_thread_ = std::this_thread::get_id();
+  live_pools_.insert(pool);
 }
 
 void CachingAllocator::close_private_pool() {
@@ -235,6 +243,7 @@ void CachingAllocator::release_private_pool(StreamId pool) {
   std::lock_guard<std::mutex> lock(mu_);
   FRUGAL_CHECK(pool != open_pool_, "release_private_pool(", device_.str(), "): pool ", pool,
                " is still open");
+  live_pools_.erase(pool);
   if (auto it = held_.find(pool); it != held_.end()) {
     std::vector<Block*> held = std::move(it->second);
     held_.erase(it);
@@ -268,12 +277,39 @@ size_t CachingAllocator::release_free_segments() {
   for (auto it = segments_.begin(); it != segments_.end();) {
     Block* head = it->second;
     ++it;  // free_segment erases head's entry
-    if (!head->allocated && head->next == nullptr) {
+    if (!head->allocated && head->next == nullptr && live_pools_.count(head->stream) == 0) {
       freed += head->size;
       free_segment(head);
     }
   }
   return freed;
+}
+
+size_t CachingAllocator::trim_cache(size_t target_reserved, int64_t unused_since) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Block*> free_segments;
+  for (const auto& [addr, head] : segments_) {
+    if (!head->allocated && head->next == nullptr && live_pools_.count(head->stream) == 0 &&
+        head->last_use < static_cast<uint64_t>(unused_since)) {
+      free_segments.push_back(head);
+    }
+  }
+  // Largest first: the fewest segments given back, and the small ones that serve most requests
+  // stay.
+  std::sort(free_segments.begin(), free_segments.end(),
+            [](const Block* a, const Block* b) { return a->size > b->size; });
+  size_t freed = 0;
+  for (Block* head : free_segments) {
+    if (static_cast<size_t>(stats_.reserved_bytes.current) <= target_reserved) break;
+    freed += head->size;
+    free_segment(head);
+  }
+  return freed;
+}
+
+bool CachingAllocator::capturing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_pool_ != kDefaultStream;
 }
 
 void CachingAllocator::empty_cache() {

@@ -97,10 +97,10 @@ class CachingAllocator final : public Allocator {
   Device device() const override { return device_; }
 
   // 0 means no cap. A cap below the current reserved bytes only affects later segments.
-  void set_memory_cap_bytes(size_t bytes);
+  void set_memory_cap_bytes(size_t bytes) override;
   // Cap at `fraction` (0, 1] of the source's total bytes, like set_per_process_memory_fraction.
   void set_memory_fraction(double fraction);
-  size_t memory_cap_bytes() const;
+  size_t memory_cap_bytes() const override;
 
   // Note [Private pools for captured graphs]
   // A captured CUDA graph replays its kernels at the addresses they had during capture, so the
@@ -116,9 +116,19 @@ class CachingAllocator final : public Allocator {
   //   - release_private_pool (the graph is gone) frees the held blocks and retags the pool's
   //     segments to the default stream, so their memory serves everyone again.
   // PyTorch's caching allocator keeps a private pool per graph for the same reason.
+  // empty_cache and trim_cache keep the free segments of a pool until it is released (a replay
+  // writes to them), as PyTorch's empty_cache keeps a live graph's pool.
   void open_private_pool(StreamId pool);
   void close_private_pool();
   void release_private_pool(StreamId pool);
+  bool capturing() const;  // a private pool is open: a graph is being captured
+
+  // Gives whole free segments back, largest first, until reserved is at most `target_reserved`
+  // (or nothing free is left); returns the bytes given back. empty_cache() gives back all.
+  // With `unused_since`, only segments no allocation numbered from it on (MemoryStats::allocation
+  // .allocated counts them: the n-th allocation is number n) has used: those the steps since
+  // have not needed, so giving them back makes no later step grow again.
+  size_t trim_cache(size_t target_reserved, int64_t unused_since = INT64_MAX);
 
   // Note [Planned steps]: install_plan makes `plan` current, with its arena as one new segment
   // (counted in reserved and under the cap; cached free segments are released first, since the
@@ -151,6 +161,7 @@ class CachingAllocator final : public Allocator {
     StreamId stream = kDefaultStream;
     bool small_pool = false;
     bool allocated = false;
+    uint64_t last_use = 0;  // the number of the last allocation any part of it served
     Block* prev = nullptr;  // neighbours in the same segment, by address
     Block* next = nullptr;
     bool is_split() const { return prev != nullptr || next != nullptr; }
@@ -203,6 +214,7 @@ class CachingAllocator final : public Allocator {
   StreamId open_pool_ = kDefaultStream;
   std::thread::id pool_thread_;
   std::map<StreamId, std::vector<Block*>> held_;  // blocks freed into a pool's keeping
+  std::set<StreamId> live_pools_;                 // opened and not released yet
   // The step plan in force and its replay (Note [Planned steps]).
   StepPlan plan_;
   bool has_plan_ = false;

@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "memory/caching_allocator.h"
+#include "memory/oom_report.h"
 
 namespace frugal::memory {
 
@@ -44,7 +45,7 @@ void CachingAllocator::throw_oom(size_t bytes, size_t rounded, size_t seg_bytes,
      << mib_and_bytes(static_cast<size_t>(stats_.inactive_split_bytes.current)) << ")"
      << "\n  allocations: " << stats_.allocation.current << ", segments: " << stats_.segment.current
      << ", retries: " << stats_.num_alloc_retries << ", OOMs: " << stats_.num_ooms
-     << "\n  try a smaller batch, --precision f16, checkpointing, or empty_cache()";
+     << oom_report(device_);
   throw OutOfMemoryError(os.str());
 }
 

@@ -6,6 +6,8 @@
 
 #include "base/error.h"
 #include "memory/allocator.h"
+#include "memory/oom_injection.h"
+#include "memory/oom_report.h"
 #ifdef FRUGAL_WITH_CUDA
 #include "memory/cuda_allocators.h"
 #endif
@@ -55,22 +57,48 @@ class CountingAllocator : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.num_ooms++;
   }
+  // True when `bytes` more would pass the cap (set_memory_cap_bytes); counts the refusal.
+  bool over_cap(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t cap = cap_bytes_;
+    if (cap == 0 || static_cast<size_t>(stats_.reserved_bytes.current) + bytes <= cap) return false;
+    stats_.num_ooms++;
+    return true;
+  }
+
+ public:
+  void set_memory_cap_bytes(size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cap_bytes_ = bytes;
+  }
+  size_t memory_cap_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cap_bytes_;
+  }
 
  private:
   mutable std::mutex mu_;
   MemoryStats stats_;
+  size_t cap_bytes_ = 0;
 };
 
 class CpuAllocator final : public CountingAllocator {
  public:
   DataPtr allocate(size_t bytes) override {
     if (bytes == 0) return {};
+    detail::check_injected_oom(device(), bytes);
     size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    void* p = std::aligned_alloc(kCpuAlignment, rounded);
+    const bool capped = over_cap(bytes);
+    void* p = capped ? nullptr : std::aligned_alloc(kCpuAlignment, rounded);
     if (p == nullptr) {
-      count_oom();
+      if (!capped) count_oom();
       std::ostringstream os;
-      os << "CPU out of memory: tried to allocate " << bytes << " bytes\n" << stats().summary();
+      os << "CPU out of memory: tried to allocate " << bytes << " bytes"
+         << (capped ? "; this would exceed the memory cap of " +
+                          std::to_string(memory_cap_bytes()) + " bytes"
+                    : std::string())
+         << "\n"
+         << stats().summary() << oom_report(device());
       throw OutOfMemoryError(os.str());
     }
     count_alloc(bytes);
@@ -89,6 +117,11 @@ class MetaAllocator final : public CountingAllocator {
  public:
   DataPtr allocate(size_t bytes) override {
     if (bytes == 0) return {};
+    if (over_cap(bytes)) {
+      throw OutOfMemoryError("meta out of memory: tried to allocate " + std::to_string(bytes) +
+                             " bytes; this would exceed the memory cap of " +
+                             std::to_string(memory_cap_bytes()) + " bytes\n" + stats().summary());
+    }
     count_alloc(bytes);
     return DataPtr(nullptr, bytes, this);
   }
@@ -112,6 +145,11 @@ Allocator& cpu_allocator() {
 Allocator& meta_allocator() {
   static MetaAllocator a;
   return a;
+}
+
+void Allocator::set_memory_cap_bytes(size_t bytes) {
+  FRUGAL_CHECK(bytes == 0, "set_memory_cap_bytes: the allocator of ", device().str(),
+               " cannot be capped");
 }
 
 void register_device_allocator(Device device, Allocator* allocator) {

@@ -16,12 +16,29 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions opt)
   steps_.resize(params_.size());
 }
 
-void AdamW::update(size_t i, const Tensor& param, const Tensor& grad) {
-  if (!exp_avg_[i].defined()) {
-    exp_avg_[i] = zeros(param.shape(), param.options());
-    exp_avg_sq_[i] = zeros(param.shape(), param.options());
-    steps_[i] = zeros({}, param.options());
+void AdamW::update_all(const std::vector<size_t>& indices) {
+  // All missing state is made before any parameter is updated: an allocation that fails (out of
+  // memory) leaves weights and state as they were (Note [Recovering from out of memory]).
+  struct Made {
+    size_t index;
+    Tensor exp_avg, exp_avg_sq, steps;
+  };
+  std::vector<Made> made;
+  for (size_t i : indices) {
+    if (exp_avg_[i].defined()) continue;
+    const Tensor& p = params_[i];
+    made.push_back(
+        {i, zeros(p.shape(), p.options()), zeros(p.shape(), p.options()), zeros({}, p.options())});
   }
+  for (Made& m : made) {
+    exp_avg_[m.index] = std::move(m.exp_avg);
+    exp_avg_sq_[m.index] = std::move(m.exp_avg_sq);
+    steps_[m.index] = std::move(m.steps);
+  }
+  Optimizer::update_all(indices);
+}
+
+void AdamW::update(size_t i, const Tensor& param, const Tensor& grad) {
   kernels::AdamWParams k;
   k.lr = lr_, k.beta1 = opt_.beta1, k.beta2 = opt_.beta2, k.eps = opt_.eps;
   k.weight_decay = opt_.weight_decay;

@@ -32,11 +32,16 @@ void GradScaler::init_on(Device device) {
     return;
   }
   // State for the whole run, whichever phase of the first step makes it (Note [Planned steps]).
+  // All three are made before any is kept, so an allocation that fails leaves none.
   memory::CategoryScope tag(memory::Category::resident);
-  scale_ = full({}, opt_.init_scale, {.device = device});
-  growth_tracker_ = full({}, pending_tracker_, {.device = device});
-  found_inf_ = zeros({}, {.device = device});
+  Tensor scale = full({}, opt_.init_scale, {.device = device});
+  Tensor tracker = full({}, pending_tracker_, {.device = device});
+  Tensor found_inf = zeros({}, {.device = device});
+  scale_ = std::move(scale), growth_tracker_ = std::move(tracker),
+  found_inf_ = std::move(found_inf);
 }
+
+void GradScaler::abandon_step() { stage_.clear(); }
 
 Tensor GradScaler::scale(const Tensor& loss) {
   if (!opt_.enabled) return loss;

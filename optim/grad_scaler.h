@@ -55,6 +55,10 @@ class GradScaler {
   // Backs the scale off after an overflow, grows it after growth_interval clean steps. Throws if
   // no optimizer was unscaled since the last update.
   void update();
+  // Forgets the unscale_/step calls since the last update() without changing the scale: for a
+  // step that failed part-way (train/oom_recovery.h) and is tried again. The gradients it
+  // unscaled are the failed step's, which the retry drops.
+  void abandon_step();
 
   // The current scale, read back from the device: a synchronisation, for logging and tests.
   // 1.0 when disabled.

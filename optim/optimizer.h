@@ -101,6 +101,7 @@ class AdamW : public Optimizer {
   std::vector<Tensor> state_tensors() const override;
 
  protected:
+  void update_all(const std::vector<size_t>& indices) override;
   void update(size_t index, const Tensor& param, const Tensor& grad) override;
 
  private:

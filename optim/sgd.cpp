@@ -37,16 +37,26 @@ void SGD::update_all(const std::vector<size_t>& indices) {
   };
   std::vector<Batch> batches;
   const bool momentum = opt_.momentum != 0;
+  // Every missing momentum buffer is made before any is stored: an allocation that fails (out of
+  // memory) leaves the state as it was (Note [Recovering from out of memory]).
+  std::vector<char> first(params_.size(), 0);
+  std::vector<Tensor> made(params_.size());
+  for (size_t i : indices) {
+    first[i] = momentum_[i].defined() ? 0 : 1;
+    if (momentum && first[i] != 0) made[i] = zeros(params_[i].shape(), params_[i].options());
+  }
+  for (size_t i : indices) {
+    if (made[i].defined()) momentum_[i] = std::move(made[i]);
+  }
   for (size_t i : indices) {
     const Tensor& p = params_[i];
-    const bool first = !momentum_[i].defined();
-    if (momentum && first) momentum_[i] = zeros(p.shape(), p.options());
     if (p.device().is_meta()) continue;
     auto it = std::find_if(batches.begin(), batches.end(), [&](const Batch& b) {
-      return b.device == p.device() && b.first_step == first;
+      return b.device == p.device() && b.first_step == (first[i] != 0);
     });
     if (it == batches.end()) {
-      batches.push_back({p.device(), first, {}, {}, {}, {}, found_inf_ptr(p), lr_device_ptr(p)});
+      batches.push_back(
+          {p.device(), first[i] != 0, {}, {}, {}, {}, found_inf_ptr(p), lr_device_ptr(p)});
       it = batches.end() - 1;
     }
     it->params.push_back(p.data<float>());

@@ -8,6 +8,7 @@
 #include "kernels/context.h"
 #include "memory/allocator.h"
 #include "memory/caching_allocator.h"
+#include "memory/live_tags.h"
 #include "models/registry.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
@@ -17,6 +18,9 @@
 #include "train/checkpoint.h"
 #include "train/datasets.h"
 #include "train/memory_budget.h"
+#include "train/memory_monitor.h"
+#include "train/oom_recovery.h"
+#include "train/release_scheduler.h"
 #include "train/trainer.h"
 
 namespace frugal::tools {
@@ -59,7 +63,43 @@ constexpr const char* kHelp =
     "                        checkpointed blocks, else micro-batches with gradient accumulation,\n"
     "                        chosen by the predicted peak; the allocator is capped at SIZE\n"
     "  --planner on|off      plan each step's memory before the first step and replay it from\n"
-    "                        one arena (on, the default, on CUDA; train/step_planner.h)\n";
+    "                        one arena (on, the default, on CUDA; train/step_planner.h)\n"
+    "  --memory-log PATH     record allocated, reserved and the device's used memory at every\n"
+    "                        point of every step: CSV, or JSON when PATH ends in .json; warns\n"
+    "                        when allocated memory keeps growing and names what grew\n"
+    "  --memory-svg PATH     draw memory at each step's end over the run (PATH) and over the\n"
+    "                        run's fourth step with its phases (PATH with -step before .svg)\n"
+    "  --release off|epoch|threshold[:F]|adaptive   give cached memory back at safe points: at\n"
+    "                        epoch ends, when reserved passes F (0.85) of the cap or device, or\n"
+    "                        down to what recent steps needed (train/release_scheduler.h)\n"
+    "  --oom-recover         retry a step that runs out of memory as micro-batches with gradient\n"
+    "                        accumulation (weights and optimizer state untouched); the choice\n"
+    "                        sticks for later steps\n";
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// --memory-log (CSV, or JSON for .json) and --memory-svg (the run, and "-step" for one step).
+void write_memory_files(const train::MemoryMonitor& monitor, const Args& args) {
+  if (args.has("memory-log")) {
+    const std::string path = args.str("memory-log", "");
+    if (ends_with(path, ".json")) {
+      monitor.write_json(path);
+    } else {
+      monitor.write_csv(path);
+    }
+    std::printf("memory log: %s (%zu samples)\n", path.c_str(), monitor.samples().size());
+  }
+  if (args.has("memory-svg")) {
+    const std::string path = args.str("memory-svg", "");
+    const std::string stem = ends_with(path, ".svg") ? path.substr(0, path.size() - 4) : path;
+    monitor.write_run_svg(path);
+    monitor.write_step_svg(stem + "-step.svg");
+    std::printf("memory pictures: %s, %s-step.svg\n", path.c_str(), stem.c_str());
+  }
+  if (monitor.growth()) std::printf("memory monitor: %s\n", monitor.growth()->str().c_str());
+}
 
 }  // namespace
 
@@ -69,14 +109,14 @@ std::string resolve_device(const std::string& flag) {
 }
 
 int cmd_train(const std::vector<std::string>& argv) {
-  Args args(
-      "train", argv,
-      {"model",     "data",       "data-dir",     "epochs",     "batch",         "lr",
-       "optimizer", "momentum",   "weight-decay", "schedule",   "warmup-epochs", "label-smoothing",
-       "width",     "image-size", "limit",        "test-limit", "device",        "workers",
-       "seed",      "save",       "resume",       "precision",  "checkpoint",    "planner",
-       "memory-budget"},
-      {"help", "no-augment", "graph", "recompute-depthwise"});
+  Args args("train", argv, {"model",         "data",       "data-dir",      "epochs",
+                            "batch",         "lr",         "optimizer",     "momentum",
+                            "weight-decay",  "schedule",   "warmup-epochs", "label-smoothing",
+                            "width",         "image-size", "limit",         "test-limit",
+                            "device",        "workers",    "seed",          "save",
+                            "resume",        "precision",  "checkpoint",    "planner",
+                            "memory-budget", "memory-log", "memory-svg",    "release"},
+            {"help", "no-augment", "graph", "recompute-depthwise", "oom-recover"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -130,9 +170,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     }
     mc.checkpoint = choice.checkpoint;
     micro_batches = choice.micro_batches;
-    if (auto* caching = dynamic_cast<memory::CachingAllocator*>(&memory::allocator_for(device))) {
-      caching->set_memory_cap_bytes(static_cast<size_t>(budget));
-    }
+    memory::allocator_for(device).set_memory_cap_bytes(static_cast<size_t>(budget));
   }
   auto model = models::create(model_name, mc);
   model->to(device);
@@ -196,6 +234,24 @@ int cmd_train(const std::vector<std::string>& argv) {
                                 Shape{batch, dc.image_size, dc.image_size, dc.channels}, precision,
                                 micro_batches);
 
+  // The memory tools (issue: memory monitor, release scheduler, OOM recovery), on callbacks.
+  train::StepCallbacks callbacks;
+  std::unique_ptr<train::MemoryMonitor> monitor;
+  if (args.has("memory-log") || args.has("memory-svg")) {
+    monitor = std::make_unique<train::MemoryMonitor>(device, train::MemoryMonitorOptions{});
+    monitor->attach(callbacks);
+  }
+  const train::ReleasePolicy release_policy =
+      train::ReleasePolicy::parse(args.str("release", "off"));
+  train::ReleaseScheduler release(memory::allocator_for(device), release_policy);
+  release.attach(callbacks);
+  std::unique_ptr<train::OomRecovery> recovery;
+  std::unique_ptr<memory::LiveTags> live_tags;  // for the OOM report's largest allocations
+  if (args.flag("oom-recover")) {
+    recovery = std::make_unique<train::OomRecovery>(train::OomRecoveryOptions{}, micro_batches);
+    if (!monitor) live_tags = std::make_unique<memory::LiveTags>(device);
+  }
+
   std::printf("training %s (%.2fM parameters, width %.2f) on %s: %lld samples, batch %lld, %s, "
               "device %s, %s\n",
               model_name.c_str(), static_cast<double>(model->num_parameters()) / 1e6, mc.width,
@@ -212,7 +268,9 @@ int cmd_train(const std::vector<std::string>& argv) {
                             .scaler = scaler.get(),
                             .graph = graph,
                             .planner = &planner,
-                            .micro_batches = micro_batches});
+                            .micro_batches = micro_batches,
+                            .callbacks = &callbacks,
+                            .oom_recovery = recovery.get()});
     accuracy = train::evaluate(*model, test_loader);
     std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
                 "peak allocated %.1f MiB, peak reserved %.1f MiB\n",
@@ -229,6 +287,18 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   std::printf("test accuracy: %.2f%%\n", 100.0 * accuracy);
   if (planner.active()) std::printf("%s\n", planner.report().str().c_str());
+  if (recovery && recovery->recoveries() > 0) {
+    std::printf("out-of-memory recovery: %lld steps recovered; now %lld micro-batches%s\n",
+                static_cast<long long>(recovery->recoveries()),
+                static_cast<long long>(recovery->micro_batches()),
+                recovery->checkpointing() ? " with checkpointing" : "");
+  }
+  if (release_policy.kind != train::ReleasePolicy::Kind::off) {
+    std::printf("release %s: %zu releases, %.1f MiB given back\n", release_policy.str().c_str(),
+                release.releases().size(),
+                static_cast<double>(release.released_bytes()) / 1048576.0);
+  }
+  if (monitor) write_memory_files(*monitor, args);
   std::printf("memory on %s:\n%s\n", device.str().c_str(),
               memory::allocator_for(device).stats().summary().c_str());
   return 0;

@@ -60,7 +60,8 @@ namespace {
 // the unweighted loss.
 Tensor forward_backward(nn::Module& model, const Tensor& images, const Tensor& labels,
                         int64_t start, int64_t rows, DType precision, optim::GradScaler* scaler,
-                        double label_smoothing, double weight) {
+                        double label_smoothing, double weight, const StepCallbacks* callbacks,
+                        int64_t micro_batch) {
   namespace hp = kernels::host_profile;  // phases of the step (FRUGAL_HOST_PROFILE=1)
   Tensor loss;
   {
@@ -75,10 +76,14 @@ Tensor forward_backward(nn::Module& model, const Tensor& images, const Tensor& l
     Tensor logits = model(x);  // [N, classes]
     loss = nn::functional::cross_entropy(logits, y, {.label_smoothing = label_smoothing});
   }
-  hp::Scope phase("phase backward");
-  memory::PhaseScope tag(memory::Phase::backward);
-  Tensor objective = weight == 1.0 ? loss : mul(loss, weight);
-  (scaler != nullptr ? scaler->scale(objective) : objective).backward();
+  if (callbacks != nullptr) callbacks->fire(StepPoint::after_forward, loss, micro_batch);
+  {
+    hp::Scope phase("phase backward");
+    memory::PhaseScope tag(memory::Phase::backward);
+    Tensor objective = weight == 1.0 ? loss : mul(loss, weight);
+    (scaler != nullptr ? scaler->scale(objective) : objective).backward();
+  }
+  if (callbacks != nullptr) callbacks->fire(StepPoint::after_backward, loss, micro_batch);
   return loss;
 }
 
@@ -98,15 +103,16 @@ void optimizer_step(optim::Optimizer& opt, optim::GradScaler* scaler) {
 
 Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images,
                   const Tensor& labels, DType precision, optim::GradScaler* scaler,
-                  double label_smoothing, int64_t micro_batches) {
+                  double label_smoothing, int64_t micro_batches, const StepCallbacks* callbacks) {
   const int64_t n = images.size(0);
   FRUGAL_CHECK(micro_batches >= 1 && micro_batches <= n, "train_step: micro_batches must be in [1, ",
                n, "] for a batch of ", n, ", got ", micro_batches);
   opt.zero_grad();
   if (micro_batches == 1) {
-    Tensor loss =
-        forward_backward(model, images, labels, 0, n, precision, scaler, label_smoothing, 1.0);
+    Tensor loss = forward_backward(model, images, labels, 0, n, precision, scaler, label_smoothing,
+                                   1.0, callbacks, 0);
     optimizer_step(opt, scaler);
+    if (callbacks != nullptr) callbacks->fire(StepPoint::after_optimizer, loss);
     return loss;
   }
   // Note [Micro-batches]: slices of n / m rows (the first n % m one more), each loss weighted by
@@ -118,13 +124,14 @@ Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images
     const int64_t rows = n / micro_batches + (i < n % micro_batches ? 1 : 0);
     const double weight = static_cast<double>(rows) / static_cast<double>(n);
     Tensor loss = forward_backward(model, images, labels, start, rows, precision, scaler,
-                                   label_smoothing, weight);
+                                   label_smoothing, weight, callbacks, i);
     autograd::NoGradGuard ng;
     Tensor part = mul(loss.detach(), weight);
     total = total.defined() ? add(total, part) : part;
     start += rows;
   }
   optimizer_step(opt, scaler);
+  if (callbacks != nullptr) callbacks->fire(StepPoint::after_optimizer, total);
   return total;
 }
 
@@ -154,9 +161,11 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   Tensor loss_sum = zeros({}, {.device = device});  // device-side running sums
   int64_t step = 0, since_log = 0;
   auto t0 = Clock::now(), t_log = t0;
+  StepCallbacks* callbacks = options.callbacks;
   loader.begin_epoch(epoch);
   while (auto batch = loader.next()) {
     Tensor loss;
+    if (callbacks != nullptr) callbacks->set_position(epoch, step, device);
     if (options.graph && (captured == nullptr || batch->images.shape() == graph_images.shape())) {
       if (captured == nullptr) {
         graph_images = Tensor::empty(batch->images.shape(), batch->images.options());
@@ -174,10 +183,16 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
       loss = (*captured)();
     } else {
       if (planned_shape.ndim() == 0) planned_shape = batch->images.shape();
+      if (callbacks != nullptr) callbacks->fire(StepPoint::step_begin);
+      const int64_t rows = batch->images.size(0);
+      auto step_of = [&](int64_t micro_batches) {
+        return train_step(model, opt, batch->images, batch->labels, precision, scaler,
+                          options.label_smoothing, std::min(micro_batches, rows), callbacks);
+      };
       auto run_step = [&] {
-        loss = train_step(model, opt, batch->images, batch->labels, precision, scaler,
-                          options.label_smoothing,
-                          std::min(options.micro_batches, batch->images.size(0)));
+        loss = options.oom_recovery != nullptr
+                   ? options.oom_recovery->run(model, opt, scaler, rows, step_of)
+                   : step_of(options.micro_batches);
       };
       if (options.planner != nullptr && batch->images.shape() == planned_shape) {
         options.planner->run(run_step);
@@ -186,6 +201,7 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
       }
     }
     if (schedule != nullptr) schedule->step();
+    if (callbacks != nullptr) callbacks->fire(StepPoint::step_end, loss);
     {
       autograd::NoGradGuard ng;
       loss_sum = add(loss_sum, mul(loss.detach(), static_cast<double>(batch->images.size(0))));
@@ -203,6 +219,7 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
       since_log = 0;
     }
   }
+  if (callbacks != nullptr) callbacks->fire(StepPoint::epoch_end);
   stats.seconds = seconds_since(t0);
   stats.loss = stats.samples > 0 ? loss_sum.item() / static_cast<double>(stats.samples) : 0;
   stats.images_per_second = stats.seconds > 0 ? static_cast<double>(stats.samples) / stats.seconds : 0;

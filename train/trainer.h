@@ -14,6 +14,8 @@
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "train/oom_recovery.h"
+#include "train/step_callbacks.h"
 #include "train/step_planner.h"
 
 namespace frugal::train {
@@ -58,6 +60,13 @@ struct EpochOptions {
   StepPlanner* planner = nullptr;
   // Gradient accumulation over this many slices of each batch (train_step's micro_batches).
   int64_t micro_batches = 1;
+  // Called at the points of every step and at the epoch's end (Note [Step points] in
+  // step_callbacks.h); the caller owns them, so their step count runs across epochs.
+  StepCallbacks* callbacks = nullptr;
+  // Steps that run out of memory are undone and retried smaller (Note [Recovering from out of
+  // memory] in oom_recovery.h); its micro-batches replace `micro_batches`. The caller owns it so
+  // its choice sticks across epochs. Not used for steps replayed from a graph.
+  OomRecovery* oom_recovery = nullptr;
 };
 
 // One optimisation step on a batch (zero_grad, forward and loss, backward, step): forward and
@@ -67,10 +76,11 @@ struct EpochOptions {
 // `micro_batches` > 1 accumulates gradients over that many slices of the batch (Note
 // [Micro-batches] in trainer.cpp): the peak memory of a smaller batch, one optimizer step with
 // the whole batch's mean loss gradient, but for BatchNorm's per-slice statistics.
+// `callbacks` fire at the step's inner points (Note [Step points] in step_callbacks.h).
 Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images,
                   const Tensor& labels, DType precision = DType::f32,
                   optim::GradScaler* scaler = nullptr, double label_smoothing = 0.0,
-                  int64_t micro_batches = 1);
+                  int64_t micro_batches = 1, const StepCallbacks* callbacks = nullptr);
 
 // Trains `model` for one pass over `loader` (begin_epoch(epoch) is called here). `schedule`
 // (nullable) is stepped after each optimizer step. Loss values are read back only every

@@ -114,3 +114,21 @@ TEST(PrivatePool, MisuseIsNamed) {
   dev.alloc.close_private_pool();
   dev.alloc.release_private_pool(kPool);
 }
+
+TEST(PrivatePool, EmptyCacheAndTrimKeepALivePoolsFreeSegments) {
+  FakeDevice dev;
+  dev.alloc.open_private_pool(kPool);
+  DataPtr temp = dev.alloc.allocate(8192);  // the capture's temporary: a replay writes there
+  temp.reset();
+  dev.alloc.close_private_pool();
+  DataPtr cached = dev.alloc.allocate(4096);
+  cached.reset();  // a free default-stream segment beside the pool's
+  EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, static_cast<int64_t>(4 * kMiB));
+  EXPECT_EQ(dev.alloc.trim_cache(0), 2 * kMiB);  // the default stream's only
+  dev.alloc.empty_cache();
+  EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, static_cast<int64_t>(2 * kMiB));
+  dev.alloc.release_private_pool(kPool);  // the graph is gone: its memory may go too
+  dev.alloc.empty_cache();
+  EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, 0);
+  dev.alloc.check_invariants();
+}

@@ -1,0 +1,60 @@
+// Live bytes by tag on one device: what the out-of-memory report lists as the largest live
+// allocations and what the memory monitor compares across steps to name what grew.
+//
+//   memory::LiveTags live(Device::cuda());   // observes while alive
+//   ... run steps ...
+//   for (const auto& e : live.largest(5)) std::printf("%s: %lld bytes\n", e.tag.c_str(), ...);
+//
+// A tag is the module path of the allocation and its category ("features.3 (forward)"; the top
+// level shows the category alone), read from the thread's scopes when the allocation is made
+// (Note [Allocation events]). Allocations made before the tracker was made are not counted.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/device.h"
+#include "memory/events.h"
+
+namespace frugal::memory {
+
+// The tag of an allocation made now on this thread under `category`.
+std::string current_tag(Category category);
+
+class LiveTags : public AllocationObserver {
+ public:
+  explicit LiveTags(Device device);
+  ~LiveTags() override;
+  LiveTags(const LiveTags&) = delete;
+  LiveTags& operator=(const LiveTags&) = delete;
+  void on_event(const AllocationEvent& e) override;
+
+  struct Entry {
+    std::string tag;
+    int64_t bytes = 0;
+    int64_t count = 0;  // live allocations
+  };
+  std::vector<Entry> largest(size_t n) const;  // by bytes, largest first
+  std::map<std::string, int64_t> bytes_by_tag() const;
+  int64_t live_bytes() const;
+
+  // The newest tracker alive on `device` (the out-of-memory report asks it), or null.
+  static const LiveTags* for_device(Device device);
+
+ private:
+  Device device_;
+  mutable std::mutex mu_;
+  struct Live {
+    int64_t bytes;
+    const std::string* tag;  // a key of by_tag_ (std::map keys do not move)
+  };
+  std::unordered_map<uint64_t, Live> live_;  // by event id
+  std::map<std::string, Entry> by_tag_;
+  int64_t live_bytes_ = 0;
+};
+
+}  // namespace frugal::memory
