@@ -276,9 +276,9 @@ size_t CachingAllocator::release_free_segments() {
   return freed;
 }
 
-void CachingAllocator::empty_cache() {
+int64_t CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
-  release_free_segments();
+  return static_cast<int64_t>(release_free_segments());
 }
 
 MemoryStats CachingAllocator::stats() const {
