@@ -24,15 +24,24 @@ namespace frugal::memory {
 
 namespace {
 
-bool is_default_dir() { return std::getenv("FRUGAL_STATS_DIR") == nullptr; }
+const char* dir_from_env() {
+  const char* dir = std::getenv("FRUGAL_STATS_DIR");
+  return dir != nullptr && dir[0] != '\0' ? dir : nullptr;
+}
 
-// Makes `dir` (one level) unless it exists as a directory. The shared /tmp default must be ours:
-// another user could have made it to read or plant our files.
-bool ensure_dir(const std::string& dir, bool must_own) {
+// The shared /tmp default must be ours: another user could have made it to read our files or
+// plant others. A directory the user named is theirs to choose.
+bool trusted(const std::string& dir, const struct stat& st) {
+  return S_ISDIR(st.st_mode) &&
+         (dir_from_env() != nullptr || dir != published_stats_dir() || st.st_uid == getuid());
+}
+
+// Makes `dir` (one level) unless it exists; false, errno set, when it is not a trusted directory.
+bool ensure_dir(const std::string& dir) {
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return false;
   struct stat st {};
   if (lstat(dir.c_str(), &st) != 0) return false;
-  if (!S_ISDIR(st.st_mode) || (must_own && st.st_uid != getuid())) {
+  if (!trusted(dir, st)) {
     errno = EACCES;
     return false;
   }
@@ -81,9 +90,7 @@ bool process_gone(int64_t pid) { return kill(static_cast<pid_t>(pid), 0) != 0 &&
 }  // namespace
 
 std::string published_stats_dir() {
-  if (const char* dir = std::getenv("FRUGAL_STATS_DIR"); dir != nullptr && dir[0] != '\0') {
-    return dir;
-  }
+  if (const char* dir = dir_from_env()) return dir;
   return "/tmp/frugal-" + std::to_string(getuid());
 }
 
@@ -128,7 +135,7 @@ std::optional<PublishedStats> parse_published_stats(const std::string& text) {
 }
 
 bool write_published_stats(const std::string& dir, const PublishedStats& s) {
-  if (!ensure_dir(dir, is_default_dir() && dir == published_stats_dir())) return false;
+  if (!ensure_dir(dir)) return false;
   const std::string tmp = dir + "/" + std::to_string(s.pid) + ".tmp";
   const std::string path = dir + "/" + std::to_string(s.pid) + ".stats";
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -185,6 +192,8 @@ void publish_stats(Device device, int64_t step, bool force) {
 
 std::vector<PublishedStats> read_published_stats(const std::string& dir) {
   std::vector<PublishedStats> out;
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 || !trusted(dir, st)) return out;
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return out;
   while (const dirent* e = readdir(d)) {
