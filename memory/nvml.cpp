@@ -92,7 +92,7 @@ const Nvml::Api* Nvml::api() const {
     need(a.get_memory, "nvmlDeviceGetMemoryInfo");
     need(a.get_utilization, "nvmlDeviceGetUtilizationRates");
     need(a.error_string, "nvmlErrorString");
-    // _v3 since CUDA 11.x drivers, _v2 before it, both with the 24-byte layout above.
+    // _v3 in current drivers, _v2 in older ones (R450 on), both with the 24-byte layout above.
     need(a.get_processes, "nvmlDeviceGetComputeRunningProcesses_v3");
     if (a.get_processes == nullptr && missing == "nvmlDeviceGetComputeRunningProcesses_v3") {
       missing.clear();
