@@ -51,8 +51,10 @@ struct MemoryStats {
   int64_t num_alloc_retries = 0;
   int64_t num_ooms = 0;
 
-  // A human-readable multi-line summary (used in OOM messages and by the memory monitor).
-  std::string summary() const;
+  // A table of every statistic (current, peak, total allocated, total freed) in
+  // torch.cuda.memory_summary's layout, under `title`; used in OOM messages and by
+  // memory::summary(Device) (memory/views.h).
+  std::string summary(const std::string& title = "memory summary") const;
 };
 
 class Allocator;
@@ -100,8 +102,9 @@ class Allocator {
   virtual DataPtr allocate(size_t bytes) = 0;
   virtual MemoryStats stats() const = 0;
   virtual void reset_peak_stats() = 0;
-  // Returns cached, unused memory to the system; a no-op for allocators that cache nothing.
-  virtual void empty_cache() {}
+  // Returns cached, unused memory to the system and the bytes given back (reserved drops by as
+  // much); 0 for allocators that cache nothing.
+  virtual int64_t empty_cache() { return 0; }
   virtual Device device() const = 0;
   // Refuse (OutOfMemoryError) allocations that would take reserved bytes over `bytes`; 0 means
   // no cap. The CPU and CUDA allocators have one; others refuse to be capped.

@@ -312,9 +312,9 @@ bool CachingAllocator::capturing() const {
   return open_pool_ != kDefaultStream;
 }
 
-void CachingAllocator::empty_cache() {
+int64_t CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
-  release_free_segments();
+  return static_cast<int64_t>(release_free_segments());
 }
 
 MemoryStats CachingAllocator::stats() const {

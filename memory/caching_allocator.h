@@ -14,7 +14,7 @@
 //     is handed out (allocated counts it, requested does not);
 //   - merge: a freed block absorbs its free neighbours in the same segment;
 //   - cache: freed blocks stay with their stream's pool; empty_cache() returns whole free
-//     segments to the source, never part of a segment;
+//     segments to the source, never part of a segment, and says how many bytes it gave back;
 //   - cap: a segment that would push reserved over memory_cap_bytes() counts as a failed raw_alloc;
 //   - retry: on a failed raw_alloc or cap hit, release every cached whole segment
 //     (num_alloc_retries++), try once more, then throw frugal::OutOfMemoryError (num_ooms++)
@@ -30,8 +30,8 @@
 //
 //   CachingAllocator a(make_cuda_memory_source(0), Device::cuda(0));
 //   DataPtr p = a.allocate(3000);           // 3072 B block in a new 2 MiB segment
-//   p.reset();                              // cached: the next 3000 B request gets the same
-//   address a.empty_cache();                        // the 2 MiB segment goes back to cudaFree
+//   p.reset();                              // cached: the next 3000 B request gets it again
+//   int64_t freed = a.empty_cache();        // 2 MiB: the segment goes back to cudaFree
 #pragma once
 
 #include <cstddef>
@@ -93,7 +93,7 @@ class CachingAllocator final : public Allocator {
   DataPtr allocate(size_t bytes, StreamId stream);
   MemoryStats stats() const override;
   void reset_peak_stats() override;
-  void empty_cache() override;
+  int64_t empty_cache() override;
   Device device() const override { return device_; }
 
   // 0 means no cap. A cap below the current reserved bytes only affects later segments.

@@ -180,27 +180,4 @@ Allocator& allocator_for(Device device) {
   FRUGAL_FAIL("allocator_for: bad device");
 }
 
-static std::string mib(int64_t b) {
-  std::ostringstream os;
-  os.setf(std::ios::fixed);
-  os.precision(1);
-  os << static_cast<double>(b) / (1024.0 * 1024.0) << " MiB";
-  return os.str();
-}
-
-std::string MemoryStats::summary() const {
-  std::ostringstream os;
-  os << "  allocated: " << mib(allocated_bytes.current) << " (peak " << mib(allocated_bytes.peak)
-     << ")\n"
-     << "  reserved:  " << mib(reserved_bytes.current) << " (peak " << mib(reserved_bytes.peak)
-     << ")\n"
-     << "  reserved but unallocated: " << mib(reserved_bytes.current - allocated_bytes.current)
-     << "\n"
-     << "  requested: " << mib(requested_bytes.current) << "\n"
-     << "  inactive split: " << mib(inactive_split_bytes.current) << "\n"
-     << "  allocations: " << allocation.current << ", segments: " << segment.current
-     << ", retries: " << num_alloc_retries << ", OOMs: " << num_ooms;
-  return os.str();
-}
-
 }  // namespace frugal::memory

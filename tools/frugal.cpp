@@ -1,4 +1,4 @@
-// The `frugal` command line: train, eval, models, compare, estimate.
+// The `frugal` command line: train, eval, models, compare, estimate, smi.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -16,7 +16,8 @@ constexpr const char* kUsage =
     "  eval     evaluate saved weights (frugal eval --help)\n"
     "  models   list the model registry with parameter counts\n"
     "  compare  train in f32, f16 and bf16 and compare memory and speed (frugal compare --help)\n"
-    "  estimate what a training forward keeps for backward, per module (frugal estimate --help)\n";
+    "  estimate what a training forward keeps for backward, per module (frugal estimate --help)\n"
+    "  smi      GPUs, their processes and frugal's own memory statistics (frugal smi --help)\n";
 
 }  // namespace
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     if (cmd == "models") return frugal::tools::cmd_models(rest);
     if (cmd == "compare") return frugal::tools::cmd_compare(rest);
     if (cmd == "estimate") return frugal::tools::cmd_estimate(rest);
+    if (cmd == "smi") return frugal::tools::cmd_smi(rest);
     std::fprintf(stderr, "frugal: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const frugal::tools::UsageError& e) {

@@ -249,7 +249,7 @@ TEST(CachingAllocator, EmptyCacheReturnsOnlyWholeFreeSegments) {
   b.reset();
   big.reset();
   EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, static_cast<int64_t>(34 * kMiB));
-  dev.alloc.empty_cache();
+  EXPECT_EQ(dev.alloc.empty_cache(), static_cast<int64_t>(32 * kMiB));
   MemoryStats s = dev.alloc.stats();
   EXPECT_EQ(s.reserved_bytes.current, static_cast<int64_t>(2 * kMiB));
   EXPECT_EQ(s.reserved_bytes.peak, static_cast<int64_t>(34 * kMiB));
@@ -260,7 +260,7 @@ TEST(CachingAllocator, EmptyCacheReturnsOnlyWholeFreeSegments) {
   EXPECT_EQ(dev.source->live.begin()->first, addr_of(c));
   dev.alloc.check_invariants();
   c.reset();
-  dev.alloc.empty_cache();
+  EXPECT_EQ(dev.alloc.empty_cache(), static_cast<int64_t>(2 * kMiB));
   EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, 0);
   EXPECT_TRUE(dev.source->live.empty());
   dev.alloc.check_invariants();
