@@ -40,7 +40,8 @@ enum class AutocastPolicy : uint8_t {
 enum class AutocastOp : uint8_t {
   conv2d, linear, matmul,                                   // lower
   cross_entropy, batch_norm, sum, mean,                     // f32
-  add, sub, mul, div,                                       // promote
+  softmax, log_softmax, exp, log, rsqrt, pow,
+  add, sub, mul, div, maximum, minimum,                     // promote
   relu, relu6, hardswish, silu, sigmoid,                    // pass
   max_pool2d, avg_pool2d, global_avg_pool, dropout, reshape,
   kCount

@@ -1,6 +1,8 @@
 // Shared checks and raw (history-free) building blocks of the core ops.
 #include "core/op_util.h"
 
+#include <algorithm>
+
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
 
@@ -29,6 +31,16 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> ts) 
 
 void check_floating(const char* op, const Tensor& t) {
   FRUGAL_CHECK(is_floating(t.dtype()), op, ": expected a floating tensor, got ", describe(t));
+}
+
+Shape broadcast_of(const char* op, const Tensor& a, const Tensor& b) {
+  const Shape &sa = a.shape(), &sb = b.shape();
+  for (int64_t i = 1; i <= std::min(sa.ndim(), sb.ndim()); ++i) {
+    int64_t da = sa[sa.ndim() - i], db = sb[sb.ndim() - i];
+    FRUGAL_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", sa, " and ", sb,
+                 " cannot be broadcast (", describe(a), " and ", describe(b), ")");
+  }
+  return broadcast_shapes(sa, sb, op);
 }
 
 Tensor cast_raw(const Tensor& t, DType dtype) {

@@ -5,9 +5,11 @@
 
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/context.h"
+#include "kernels/math.h"
 
 namespace frugal::detail {
 
@@ -27,5 +29,29 @@ Tensor cast_raw(const Tensor& t, DType dtype);
 Tensor expand_raw(const Tensor& t, const Shape& shape);
 // Sum `t` down to `shape` without autograd (shape broadcastable to t.shape()).
 Tensor sum_to_raw(const Tensor& t, const Shape& shape);
+
+// The new ops of core/ops_math.cpp, ops_compare.cpp, ops_dim.cpp and ops_layout.cpp share these.
+
+// Dimension d of a rank-`ndim` tensor (negative counts from the end); throws naming op and shape.
+int64_t wrap_dim(const char* op, int64_t d, const Shape& shape, bool allow_end = false);
+
+// The broadcast of a's and b's shapes; throws "op: shapes [2, 3] and [4, 3] cannot be broadcast
+// ([2, 3] f32 cpu and [4, 3] f16 cpu)" otherwise.
+Shape broadcast_of(const char* op, const Tensor& a, const Tensor& b);
+
+// out = a op b with broadcasting and promotion (u8 for comparisons); no autograd.
+Tensor binary_math_raw(kernels::MathOp op, const char* name, const Tensor& a, const Tensor& b);
+
+// Copies the elements of `src` laid out with `src_strides` (elements, 0 to broadcast) from
+// element `src_offset` into `dst` from `dst_offset` with `dst_strides`, over `dims`. Any dtype
+// (by element size), both on one device; nothing happens on meta.
+void strided_copy_raw(const Tensor& src, int64_t src_offset,
+                      const std::vector<int64_t>& src_strides, const Tensor& dst,
+                      int64_t dst_offset, const std::vector<int64_t>& dst_strides,
+                      const Shape& dims);
+// `t` broadcast to `shape` as a copy, any dtype; t itself when already that shape.
+Tensor expand_copy_raw(const Tensor& t, const Shape& shape);
+// `t` with its dimensions in the order `perm` (a permutation), as a copy; no autograd.
+Tensor permute_raw(const Tensor& t, const std::vector<int64_t>& perm);
 
 }  // namespace frugal::detail

@@ -1,5 +1,6 @@
 // A user-defined differentiable op and layer, written outside frugal's sources: this is the
-// extension path the README describes. squared_relu(x) = relu(x)^2 with a hand-written backward;
+// extension path the README describes. hard_swish composed from ops (autograd's gradient);
+// squared_relu(x) = relu(x)^2 with a hand-written backward;
 // SquaredReLUScale multiplies it by a learnable per-channel scale.
 #pragma once
 
@@ -12,6 +13,11 @@
 namespace custom {
 
 using namespace frugal;
+
+// Composed from differentiable ops: autograd gives the gradient, no backward to write.
+inline Tensor hard_swish(const Tensor& x) {
+  return x * clamp(x + 3.0, 0.0, 6.0) / 6.0;  // x * relu6(x + 3) / 6
+}
 
 // Forward runs on detached tensors (no history); autograd::record attaches one node with the
 // tensors it saves (here relu(x) only) and its backward, which gets them back unpacked.

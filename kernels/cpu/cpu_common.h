@@ -1,8 +1,10 @@
 // Shared pieces of the CPU kernels: the one dtype switch and a parallel loop over both cores.
 //
-// Note [CPU dtypes]: CPU compute kernels run in f32 and f64 (gradient checks). f16 and bf16
-// tensors on the CPU are computed by the core in f32 and rounded back (core/cpu_half.h), so
-// only cast, fill and copies see 16-bit types here.
+// Note [CPU dtypes]: CPU compute kernels run in f32 and f64 (gradient checks). Most see f16 and
+// bf16 tensors only through the core, which computes them in f32 and rounds back
+// (detail::cpu_half in core/op_util.h); the kernels of kernels/math.h and dim_reduce.h take
+// 16-bit storage themselves and convert one element at a time (cpu/typed.h), with no f32 copy of
+// the tensor, and strided copies move elements of any dtype by size.
 #pragma once
 
 #include <omp.h>

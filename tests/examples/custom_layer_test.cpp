@@ -14,6 +14,15 @@ TEST(CustomLayer, HandWrittenBackwardPassesGradientCheck) {
             frugal::testing::kGradTolerance);
 }
 
+TEST(CustomLayer, HardSwishFromOpsMatchesTheBuiltInOne) {
+  Tensor x = frugal::testing::rand64({3, 4, 5}, 22, true, -5, 5);
+  EXPECT_LT(
+      frugal::testing::max_gradient_error([](auto& v) { return custom::hard_swish(v[0]); }, {x}),
+      frugal::testing::kGradTolerance);
+  Tensor xf = x.detach().to(DType::f32);
+  EXPECT_TRUE(allclose(custom::hard_swish(xf), nn::functional::hardswish(xf), 1e-6, 1e-6));
+}
+
 TEST(CustomLayer, ItsParameterIsRegisteredAndTrains) {
   manual_seed(4);
   Generator gen(2);
