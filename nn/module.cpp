@@ -190,6 +190,25 @@ Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) {
   for (auto& m : modules) push_back(std::move(m));
 }
 
+void Module::replace_child(const std::string& name, std::shared_ptr<Module> m) {
+  FRUGAL_CHECK(m != nullptr, type_name(), ": replace_child('", name, "') with a null module");
+  for (auto& [child_name, child] : children_) {
+    if (child_name != name) continue;
+    if (!m->named_) m->name_ = name, m->named_ = true;
+    child = std::move(m);
+    return;
+  }
+  FRUGAL_FAIL(type_name(), ": no child named '", name, "' to replace");
+}
+
+void Sequential::wrap(size_t i,
+                      const std::function<std::shared_ptr<Module>(std::shared_ptr<Module>)>& fn) {
+  FRUGAL_CHECK(i < layers_.size(), "Sequential::wrap: layer ", i, " of ", layers_.size());
+  std::shared_ptr<Module> wrapped = fn(layers_[i]);
+  replace_child(std::to_string(i), wrapped);
+  layers_[i] = std::move(wrapped);
+}
+
 void Sequential::push_back(std::shared_ptr<Module> m) {
   FRUGAL_CHECK(m != nullptr, "Sequential: null module at index ", layers_.size());
   register_module(std::to_string(layers_.size()), m);

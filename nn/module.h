@@ -106,6 +106,8 @@ class Module {
   }
   // Extra text after the type name when printing, e.g. "3, 16, kernel_size=3".
   virtual std::string extra_repr() const { return ""; }
+  // Puts `m` where the child registered as `name` was, under the same name.
+  void replace_child(const std::string& name, std::shared_ptr<Module> m);
 
  private:
   void collect(const std::string& prefix, bool params, NamedTensors& out) const;
@@ -138,6 +140,9 @@ class Sequential : public Module {
   const Sequential* as_plain_sequential() const override { return this; }
   size_t size() const { return layers_.size(); }
   const std::shared_ptr<Module>& operator[](size_t i) const { return layers_[i]; }
+  // Replaces layer i by fn(layer i) under the same name: wrapping it (in nn::Checkpoint, say)
+  // keeps its parameters and their names.
+  void wrap(size_t i, const std::function<std::shared_ptr<Module>(std::shared_ptr<Module>)>& fn);
 
  private:
   // Runs layers [begin, end) on h in place, descending into plain Sequential children.

@@ -9,6 +9,9 @@
 #include "memory/allocator.h"
 #include "memory/caching_allocator.h"
 #include "memory/live_tags.h"
+#include "memory/nvml.h"
+#include "memory/published_stats.h"
+#include "models/checkpoint_in_place.h"
 #include "models/registry.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
@@ -73,8 +76,8 @@ constexpr const char* kHelp =
     "                        epoch ends, when reserved passes F (0.85) of the cap or device, or\n"
     "                        down to what recent steps needed (train/release_scheduler.h)\n"
     "  --oom-recover         retry a step that runs out of memory as micro-batches with gradient\n"
-    "                        accumulation (weights and optimizer state untouched); the choice\n"
-    "                        sticks for later steps\n";
+    "                        accumulation, then with every block checkpointed (weights and\n"
+    "                        optimizer state untouched); the choice sticks for later steps\n";
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -236,9 +239,26 @@ int cmd_train(const std::vector<std::string>& argv) {
 
   // The memory tools (issue: memory monitor, release scheduler, OOM recovery), on callbacks.
   train::StepCallbacks callbacks;
+  // Allocator stats for `frugal smi`, at most every half second (memory/published_stats.h).
+  callbacks.add(train::StepPoint::step_end, [device](const train::StepInfo& info) {
+    memory::publish_stats(device, info.global_step + 1);
+  });
   std::unique_ptr<train::MemoryMonitor> monitor;
+  memory::Nvml nvml;  // opened on first use: only the monitor asks it, on CUDA
   if (args.has("memory-log") || args.has("memory-svg")) {
-    monitor = std::make_unique<train::MemoryMonitor>(device, train::MemoryMonitorOptions{});
+    train::MemoryMonitorOptions mo;
+    if (device.is_cuda()) {
+      if (nvml.available()) {
+        mo.device_used = [&nvml, index = device.index]() -> int64_t {
+          std::optional<memory::GpuDeviceInfo> d = nvml.device(index);
+          return d ? d->used_bytes : -1;
+        };
+      } else {
+        std::printf("memory monitor: no NVML (%s); the device's used memory is not recorded\n",
+                    nvml.why_not().c_str());
+      }
+    }
+    monitor = std::make_unique<train::MemoryMonitor>(device, mo);
     monitor->attach(callbacks);
   }
   const train::ReleasePolicy release_policy =
@@ -248,7 +268,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::unique_ptr<train::OomRecovery> recovery;
   std::unique_ptr<memory::LiveTags> live_tags;  // for the OOM report's largest allocations
   if (args.flag("oom-recover")) {
-    recovery = std::make_unique<train::OomRecovery>(train::OomRecoveryOptions{}, micro_batches);
+    // The last rung: checkpoint every block of the model as it stands (its state carries over).
+    train::OomRecoveryOptions ro;
+    ro.enable_checkpointing = [&model] { return models::checkpoint_blocks_in_place(*model) > 0; };
+    recovery = std::make_unique<train::OomRecovery>(ro, micro_batches);
     if (!monitor) live_tags = std::make_unique<memory::LiveTags>(device);
   }
 
@@ -299,6 +322,7 @@ int cmd_train(const std::vector<std::string>& argv) {
                 static_cast<double>(release.released_bytes()) / 1048576.0);
   }
   if (monitor) write_memory_files(*monitor, args);
+  memory::publish_stats(device, callbacks.steps_finished(), /*force=*/true);
   std::printf("memory on %s:\n%s\n", device.str().c_str(),
               memory::allocator_for(device).stats().summary().c_str());
   return 0;
