@@ -69,6 +69,7 @@ class CpuAllocator final : public CountingAllocator {
     void* p = std::aligned_alloc(kCpuAlignment, rounded);
     if (p == nullptr) {
       count_oom();
+      notify_memory_event(EventKind::oom, Device::cpu(), bytes);  // Note [Allocation events]
       std::ostringstream os;
       os << "CPU out of memory: tried to allocate " << bytes << " bytes\n" << stats().summary();
       throw OutOfMemoryError(os.str());
