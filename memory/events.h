@@ -10,7 +10,8 @@
 //   - an explicit category (kernel workspace); a category not set explicitly follows the phase;
 //   - the module path (nn::Module's call operator opens a ModuleScope);
 //   - the op (each op entry in core/ and nn/functional opens an OpScope; the outermost op wins,
-//     so linear's matmul counts as linear; the autograd engine runs each node as
+//     so linear's matmul counts as linear and autocast's casts as the op that lowered its
+//     inputs; the autograd engine runs each node, and the gradient sums it passes on, as
 //     "<op> backward" under the module path the node was recorded in).
 // An allocation's tag is an interned AllocationTag: one record per distinct (op, module,
 // category, phase), made on first use and never freed, so a DataPtr keeps one pointer to it and
@@ -19,7 +20,7 @@
 // an out-of-memory failure (before OutOfMemoryError is thrown). Observers that count live bytes
 // look at alloc and free only. One stream of events serves the peak tracker below, the step
 // recorder (step_trace.h), the allocation trace (allocation_trace.h), the leak check
-// (leak_check.h) and the monitor.
+// (leak_check.h) and, later, the memory monitor.
 //
 //   memory::PeakTracker peak(Device::meta());            // observes while alive
 //   { memory::PhaseScope fw(memory::Phase::forward); ... }

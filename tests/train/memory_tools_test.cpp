@@ -76,6 +76,10 @@ TEST(MemoryTools, AConvForwardIsTaggedWithItsOpAndModule) {
   // Backward runs each node under the module its forward was recorded in.
   nn::functional::cross_entropy(out, b.y).backward();
   EXPECT_TRUE(rec.has("0.0/conv2d backward"));
+  // The optimizer's state, made in its first step, is tagged "<optimizer> step".
+  optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
+  opt.step();
+  EXPECT_TRUE(rec.has("sgd step"));
 }
 
 TEST(MemoryTools, TheTraceOfATrainingStepAgreesWithTheAllocator) {
