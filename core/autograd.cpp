@@ -258,6 +258,12 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
+    // What the node allocates, and the sums of the gradients it passes on, are tagged
+    // "<op> backward" under the module it was recorded in (Note [Allocation events]); the name is
+    // only looked up when someone observes.
+    const std::string name = memory::observing() ? node->name() : std::string();
+    memory::OpScope op(name.empty() ? nullptr : name.c_str(), /*backward=*/true);
+    memory::ModuleScope module(node->module);
     std::vector<Tensor> in;
     if (auto it = buffers.find(node); it != buffers.end()) {
       in = std::move(it->second);

@@ -78,6 +78,7 @@ void recipe_if_inputs_recomputable(BinaryOp op, const Tensor& out, const Tensor&
 }
 
 Tensor affine(const char* name, const Tensor& a, double alpha, double beta) {
+  memory::OpScope op_scope(name);  // Note [Allocation events]
   detail::check_defined(name, {&a});
   Tensor out = affine_raw(a, alpha, beta);
   return autograd::record(name, {a}, out, [alpha](const std::vector<Tensor>& g) {
@@ -88,6 +89,7 @@ Tensor affine(const char* name, const Tensor& a, double alpha, double beta) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  memory::OpScope op_scope("add");  // Note [Allocation events]
   Tensor out = binary_raw(BinaryOp::add, a, b);
   recipe_if_inputs_recomputable(BinaryOp::add, out, a, b);
   return autograd::record(
@@ -99,6 +101,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  memory::OpScope op_scope("sub");  // Note [Allocation events]
   Tensor out = binary_raw(BinaryOp::sub, a, b);
   return autograd::record(
       "sub", {a, b}, out,
@@ -109,6 +112,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  memory::OpScope op_scope("mul");  // Note [Allocation events]
   Tensor out = binary_raw(BinaryOp::mul, a, b);
   recipe_if_inputs_recomputable(BinaryOp::mul, out, a, b);
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -126,6 +130,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  memory::OpScope op_scope("div");  // Note [Allocation events]
   Tensor out = binary_raw(BinaryOp::div, a, b);
   bool need_b = b.requires_grad();
   return autograd::record(

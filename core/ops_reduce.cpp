@@ -28,6 +28,7 @@ Shape keepdim_shape(const Shape& in, std::vector<int64_t>& dims, const char* op)
 
 Tensor reduce(const char* op, AutocastOp ac_op, const Tensor& a_in, std::vector<int64_t> dims,
               bool keepdim, bool average) {
+  memory::OpScope op_scope(op);  // Note [Allocation events]
   detail::check_defined(op, {&a_in});
   const Tensor a = autocast::apply(ac_op, a_in);  // f32 policy: 16-bit inputs reduce to f32
   detail::check_floating(op, a);
@@ -84,6 +85,7 @@ Tensor mean(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
 }
 
 Tensor sum_to(const Tensor& a, const Shape& shape) {
+  memory::OpScope op_scope("sum_to");  // Note [Allocation events]
   detail::check_defined("sum_to", {&a});
   Tensor out = detail::sum_to_raw(a, shape);
   if (out.same(a)) return a;
@@ -93,6 +95,7 @@ Tensor sum_to(const Tensor& a, const Shape& shape) {
 }
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
+  memory::OpScope op_scope("matmul");  // Note [Allocation events]
   detail::check_same_device("matmul", {&a_in, &b_in});
   const Tensor a = autocast::apply(AutocastOp::matmul, a_in);
   const Tensor b = autocast::apply(AutocastOp::matmul, b_in);
@@ -118,6 +121,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
 }
 
 Tensor argmax(const Tensor& a) {
+  memory::OpScope op_scope("argmax");  // Note [Allocation events]
   FRUGAL_CHECK(a.ndim() == 2, "argmax: expected a [rows, cols] tensor, got ", describe(a));
   Tensor src = detail::cpu_half(a) ? detail::cast_raw(a, DType::f32) : a;
   Tensor out = Tensor::empty(Shape{a.size(0)}, {DType::i64, a.device()});

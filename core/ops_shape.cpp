@@ -36,6 +36,7 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
 }
 
 Tensor cast(const Tensor& a, DType dtype) {
+  memory::OpScope op_scope("cast");  // Note [Allocation events]
   detail::check_defined("cast", {&a});
   if (a.dtype() == dtype) return a;
   Tensor out = detail::cast_raw(a, dtype);
@@ -46,6 +47,7 @@ Tensor cast(const Tensor& a, DType dtype) {
 }
 
 Tensor slice_rows(const Tensor& a, int64_t start, int64_t count) {
+  memory::OpScope op_scope("slice_rows");  // Note [Allocation events]
   detail::check_defined("slice_rows", {&a});
   FRUGAL_CHECK(a.ndim() >= 1 && start >= 0 && count >= 1 && start + count <= a.size(0),
                "slice_rows: rows [", start, ", ", start + count, ") of ", describe(a));
@@ -69,6 +71,7 @@ void fill_(const Tensor& t, double value) {
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
+  memory::OpScope op_scope("copy_");  // Note [Allocation events]
   detail::check_defined("copy_", {&dst, &src});
   FRUGAL_CHECK(dst.shape() == src.shape(), "copy_: shapes differ: destination ", describe(dst),
                ", source ", describe(src));

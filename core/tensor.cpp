@@ -75,6 +75,7 @@ static Tensor move_raw(const Tensor& t, Device device) {
 }
 
 Tensor Tensor::to(Device device) const {
+  memory::OpScope op_scope("to");  // Note [Allocation events]
   if (device == this->device()) return *this;
   Tensor out = move_raw(*this, device);
   Device from = this->device();
@@ -85,6 +86,7 @@ Tensor Tensor::to(Device device) const {
 }
 
 Tensor Tensor::clone() const {
+  memory::OpScope op_scope("clone");  // Note [Allocation events]
   Tensor out = move_raw(*this, device());
   return autograd::record("clone", {*this}, out,
                           [](const std::vector<Tensor>& g) -> std::vector<Tensor> {

@@ -78,6 +78,9 @@ class DataPtr {
   void* get() const { return ptr_; }
   size_t size() const { return size_; }
   Allocator* owner() const { return owner_; }
+  // The tags it was allocated under; null when nobody observed its allocation.
+  const AllocationTag* tag() const { return tag_; }
+  uint64_t event_id() const { return event_id_; }
   void reset();
 
  private:
@@ -85,13 +88,13 @@ class DataPtr {
     std::swap(ptr_, o.ptr_);
     std::swap(size_, o.size_);
     std::swap(owner_, o.owner_);
-    std::swap(category_, o.category_);
+    std::swap(tag_, o.tag_);
     std::swap(event_id_, o.event_id_);
   }
   void* ptr_ = nullptr;
   size_t size_ = 0;
   Allocator* owner_ = nullptr;
-  Category category_ = Category::resident;  // the tag it was allocated under, when observed
+  const AllocationTag* tag_ = nullptr;  // interned (Note [Allocation events]); null: unobserved
   uint64_t event_id_ = 0;  // names it in events; 0 when nobody observed its allocation
 };
 
@@ -119,20 +122,26 @@ class Allocator {
 inline DataPtr::DataPtr(void* ptr, size_t size, Allocator* owner)
     : ptr_(ptr), size_(size), owner_(owner) {
   if (owner_ != nullptr && size_ != 0 && observing()) {
-    category_ = current_category();
+    tag_ = current_tag();
     event_id_ = next_event_id();
-    notify_allocation({true, owner_->device(), size_, category_, event_id_});
+    notify_allocation({EventKind::alloc, owner_->device(), size_, event_id_, tag_,
+                       reinterpret_cast<uintptr_t>(ptr_)});
   }
 }
 
 inline void DataPtr::reset() {
   if (owner_ != nullptr && (ptr_ != nullptr || size_ != 0)) {
-    if (observing()) notify_allocation({false, owner_->device(), size_, category_, event_id_});
+    if (observing()) {
+      notify_allocation({EventKind::free, owner_->device(), size_, event_id_,
+                         tag_ != nullptr ? tag_ : untagged(), reinterpret_cast<uintptr_t>(ptr_)});
+    }
     owner_->release(ptr_, size_);
   }
   ptr_ = nullptr;
   size_ = 0;
   owner_ = nullptr;
+  tag_ = nullptr;
+  event_id_ = 0;
 }
 
 // Host memory, 64-byte aligned, counted. Thread-safe.

@@ -108,12 +108,14 @@ void* CachingAllocator::reserve_segment(size_t bytes) {
   if (ptr == nullptr) return nullptr;
   stats_.reserved_bytes.add(static_cast<int64_t>(bytes));
   stats_.segment.add(1);
+  notify_memory_event(EventKind::segment_map, device_, bytes, reinterpret_cast<uintptr_t>(ptr));
   return ptr;
 }
 
 void CachingAllocator::return_segment(void* ptr, size_t bytes) {
   stats_.reserved_bytes.sub(static_cast<int64_t>(bytes));
   stats_.segment.sub(1);
+  notify_memory_event(EventKind::segment_unmap, device_, bytes, reinterpret_cast<uintptr_t>(ptr));
   source_->raw_free(ptr);
 }
 

@@ -21,6 +21,7 @@ std::string mib_and_bytes(size_t bytes) {
 }  // namespace
 
 void CachingAllocator::throw_oom(size_t bytes, size_t rounded, size_t seg_bytes, StreamId stream) {
+  notify_memory_event(EventKind::oom, device_, bytes);  // Note [Allocation events]
   const auto allocated = static_cast<size_t>(stats_.allocated_bytes.current);
   const auto reserved = static_cast<size_t>(stats_.reserved_bytes.current);
   const bool cap_hit = cap_bytes_ != 0 && reserved + seg_bytes > cap_bytes_;

@@ -11,6 +11,8 @@ namespace {
 thread_local Phase t_phase = Phase::outside;
 thread_local int t_category = -1;  // -1: follow the phase
 thread_local std::shared_ptr<const std::string> t_module;
+thread_local const char* t_op = nullptr;
+thread_local bool t_op_backward = false;
 
 std::atomic<int> g_observer_count{0};
 std::mutex g_observers_mu;
@@ -60,7 +62,23 @@ ModuleScope::ModuleScope(const std::string& name) : prev_(t_module) {
   if (name.empty()) return;
   t_module = std::make_shared<const std::string>(prev_ ? *prev_ + "." + name : name);
 }
+ModuleScope::ModuleScope(std::shared_ptr<const std::string> path) : prev_(t_module) {
+  t_module = std::move(path);
+}
 ModuleScope::~ModuleScope() { t_module = std::move(prev_); }
+
+OpScope::OpScope(const char* op, bool backward) : prev_op_(t_op), prev_backward_(t_op_backward) {
+  if (t_op != nullptr && !backward) return;  // the outermost forward op names the allocation
+  t_op = op;
+  t_op_backward = backward;
+}
+OpScope::~OpScope() {
+  t_op = prev_op_;
+  t_op_backward = prev_backward_;
+}
+
+const char* current_op() { return t_op; }
+bool current_op_is_backward() { return t_op_backward; }
 
 Phase current_phase() { return t_phase; }
 const std::shared_ptr<const std::string>& current_module_path() { return t_module; }
@@ -95,6 +113,26 @@ void remove_allocation_observer(AllocationObserver* o) {
   g_observer_count.fetch_sub(1, std::memory_order_relaxed);
 }
 
+const char* event_kind_name(EventKind k) {
+  switch (k) {
+    case EventKind::alloc:
+      return "alloc";
+    case EventKind::free:
+      return "free";
+    case EventKind::segment_map:
+      return "segment map";
+    case EventKind::segment_unmap:
+      return "segment unmap";
+    case EventKind::oom:
+      return "out of memory";
+  }
+  return "?";
+}
+
+const std::string& tag_name(const AllocationEvent& e) {
+  return (e.tag != nullptr ? e.tag : untagged())->name;
+}
+
 bool observing() { return g_observer_count.load(std::memory_order_relaxed) > 0; }
 
 uint64_t next_event_id() {
@@ -117,11 +155,11 @@ PeakTracker::PeakTracker(Device device, int64_t baseline) : device_(device) {
 PeakTracker::~PeakTracker() { remove_allocation_observer(this); }
 
 void PeakTracker::on_event(const AllocationEvent& e) {
-  if (e.device != device_) return;
+  if (e.device != device_ || (!e.is_alloc() && !e.is_free())) return;
   std::lock_guard<std::mutex> lock(mu_);
   const auto n = static_cast<int64_t>(e.bytes);
-  live_[static_cast<size_t>(e.category)] += e.allocated ? n : -n;
-  if (!e.allocated) return;
+  live_[static_cast<size_t>(e.category())] += e.is_alloc() ? n : -n;
+  if (!e.is_alloc()) return;
   int64_t total = 0;
   for (int64_t v : live_) total += v;
   if (total <= peak_.bytes) return;

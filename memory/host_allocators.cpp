@@ -92,6 +92,7 @@ class CpuAllocator final : public CountingAllocator {
     void* p = capped ? nullptr : std::aligned_alloc(kCpuAlignment, rounded);
     if (p == nullptr) {
       if (!capped) count_oom();
+      notify_memory_event(EventKind::oom, Device::cpu(), bytes);  // Note [Allocation events]
       std::ostringstream os;
       os << "CPU out of memory: tried to allocate " << bytes << " bytes"
          << (capped ? "; this would exceed the memory cap of " +

@@ -34,10 +34,9 @@ const char* short_name(Category c) {
 
 }  // namespace
 
-std::string current_tag(Category category) {
-  const auto& path = current_module_path();
-  std::string tag = path != nullptr && !path->empty() ? *path + " " : std::string();
-  return tag + "(" + short_name(category) + ")";
+std::string live_tag_name(const AllocationEvent& e) {
+  const std::string& name = tag_name(e);
+  return (name.empty() ? name : name + " ") + "(" + short_name(e.category()) + ")";
 }
 
 LiveTags::LiveTags(Device device) : device_(device) {
@@ -65,10 +64,10 @@ const LiveTags* LiveTags::for_device(Device device) {
 }
 
 void LiveTags::on_event(const AllocationEvent& e) {
-  if (e.device != device_ || e.id == 0) return;
+  if (e.device != device_ || e.id == 0 || !(e.is_alloc() || e.is_free())) return;
   const auto bytes = static_cast<int64_t>(e.bytes);
-  if (e.allocated) {
-    std::string tag = current_tag(e.category);  // outside the lock: it allocates host memory
+  if (e.is_alloc()) {
+    std::string tag = live_tag_name(e);  // outside the lock: it allocates host memory
     std::lock_guard<std::mutex> lock(mu_);
     auto it = by_tag_.try_emplace(std::move(tag)).first;
     it->second.tag = it->first;

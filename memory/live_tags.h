@@ -5,9 +5,9 @@
 //   ... run steps ...
 //   for (const auto& e : live.largest(5)) std::printf("%s: %lld bytes\n", e.tag.c_str(), ...);
 //
-// A tag is the module path of the allocation and its category ("features.3 (forward)"; the top
-// level shows the category alone), read from the thread's scopes when the allocation is made
-// (Note [Allocation events]). Allocations made before the tracker was made are not counted.
+// A tag is the allocation's tag_name (module path and op, Note [Allocation events]) and its
+// category: "features.3/conv2d (forward)"; "(resident)" outside any module and op. Allocations
+// made before the tracker was made are not counted.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +22,8 @@
 
 namespace frugal::memory {
 
-// The tag of an allocation made now on this thread under `category`.
-std::string current_tag(Category category);
+// The tag LiveTags files an allocation event under.
+std::string live_tag_name(const AllocationEvent& e);
 
 class LiveTags : public AllocationObserver {
  public:

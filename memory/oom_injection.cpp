@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "memory/events.h"
 #include "memory/oom_report.h"
 
 namespace frugal::memory {
@@ -59,6 +60,7 @@ void check_injected_oom(Device device, size_t bytes) {
     if (index != in.nth) return;
     in.fired = true;
   }
+  notify_memory_event(EventKind::oom, device, bytes);  // Note [Allocation events]
   throw OutOfMemoryError(frugal::detail::str(
       device.str(), " out of memory (injected by memory::InjectOom at ", "allocation ", index,
       "): tried to allocate ", bytes, " bytes", oom_report(device)));

@@ -16,17 +16,17 @@ StepRecorder::StepRecorder(Device device, int64_t live_before)
 StepRecorder::~StepRecorder() { finish(); }
 
 void StepRecorder::on_event(const AllocationEvent& e) {
-  if (e.device != device_) return;
+  if (e.device != device_ || (!e.is_alloc() && !e.is_free())) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!observing_) return;
-  if (e.allocated) {
+  if (e.is_alloc()) {
     if (std::this_thread::get_id() != thread_) {
       foreign_.insert(e.id);
       return;
     }
     open_.emplace(e.id, trace_.allocations.size());
-    trace_.allocations.push_back(
-        {e.bytes, e.category, trace_.events++, kStillLive, current_phase(), current_module_path()});
+    trace_.allocations.push_back({e.bytes, e.category(), trace_.events++, kStillLive,
+                                  current_phase(), current_module_path()});
     return;
   }
   auto it = open_.find(e.id);

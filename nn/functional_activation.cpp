@@ -52,6 +52,7 @@ bool backward_from_output(Activation act) {
 
 Tensor activation(Activation act, const Tensor& x) {
   const char* name = kActivationNames[static_cast<int>(act)];
+  memory::OpScope op_scope(name);  // Note [Allocation events]
   detail::check_defined(name, {&x});
   detail::check_floating(name, x);
   if (act == Activation::identity) return x;

@@ -80,6 +80,7 @@ std::vector<Tensor> conv_backward_raw(const Tensor& g, Tensor&& x, const Tensor&
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, Conv2dOptions opt) {
+  memory::OpScope op_scope("conv2d");  // Note [Allocation events]
   detail::check_same_device("conv2d", {&x_in, &w_in});
   const Tensor x = autocast::apply(AutocastOp::conv2d, x_in);
   const Tensor weight = autocast::apply(AutocastOp::conv2d, w_in);
@@ -115,6 +116,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, Conv2d
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
+  memory::OpScope op_scope("linear");  // Note [Allocation events]
   // Lowered here (not only in matmul) so the bias add stays in the low-precision dtype.
   const Tensor x = autocast::apply(AutocastOp::linear, x_in);
   const Tensor weight = autocast::apply(AutocastOp::linear, w_in);

@@ -12,6 +12,7 @@ namespace frugal::nn::functional {
 using detail::cast_raw;
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  memory::OpScope op_scope("dropout");  // Note [Allocation events]
   detail::check_defined("dropout", {&x});
   FRUGAL_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
   if (!training || p == 0.0) return x;
@@ -44,6 +45,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
 }
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropyOptions opt) {
+  memory::OpScope op_scope("cross_entropy");  // Note [Allocation events]
   detail::check_same_device("cross_entropy", {&logits_in, &labels});
   const Tensor logits = autocast::apply(AutocastOp::cross_entropy, logits_in);
   FRUGAL_CHECK(logits.ndim() == 2, "cross_entropy: expected logits [N, C], got ", describe(logits));

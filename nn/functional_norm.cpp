@@ -118,6 +118,7 @@ Tensor eval_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
 
 Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
                   const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt) {
+  memory::OpScope op_scope("batch_norm");  // Note [Allocation events]
   detail::check_defined("batch_norm", {&x, &w_in, &b_in});
   // Autocast's f32 policy reaches the parameters only: x keeps its (low-precision) dtype.
   const Tensor weight = autocast::apply(AutocastOp::batch_norm, w_in);

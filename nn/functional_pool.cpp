@@ -36,6 +36,7 @@ Tensor in_compute_dtype(const Tensor& x, Body body) {
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, Pool2dOptions opt) {
+  memory::OpScope op_scope("max_pool2d");  // Note [Allocation events]
   detail::check_defined("max_pool2d", {&x});
   kernels::Pool2dShape s = pool_shape("max_pool2d", x, opt);
   Tensor y = in_compute_dtype(x, [&](const Tensor& xc) {
@@ -64,6 +65,7 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions opt) {
 }
 
 Tensor avg_pool2d(const Tensor& x, Pool2dOptions opt) {
+  memory::OpScope op_scope("avg_pool2d");  // Note [Allocation events]
   detail::check_defined("avg_pool2d", {&x});
   kernels::Pool2dShape s = pool_shape("avg_pool2d", x, opt);
   Tensor y = in_compute_dtype(x, [&](const Tensor& xc) {
@@ -87,6 +89,7 @@ Tensor avg_pool2d(const Tensor& x, Pool2dOptions opt) {
 }
 
 Tensor global_avg_pool(const Tensor& x) {
+  memory::OpScope op_scope("global_avg_pool");  // Note [Allocation events]
   detail::check_defined("global_avg_pool", {&x});
   FRUGAL_CHECK(x.ndim() == 4, "global_avg_pool: expected x [N, H, W, C], got ", describe(x));
   const int64_t n = x.size(0), hw = x.size(1) * x.size(2), c = x.size(3);

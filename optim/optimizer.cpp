@@ -35,6 +35,8 @@ void Optimizer::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].grad().defined()) indices.push_back(i);
   }
+  const std::string op = name() + " step";  // tags the state made lazily (Note [Allocation events])
+  memory::OpScope op_scope(op.c_str());
   update_all(indices);
   for (size_t i : indices) params_[i].bump_version();
 }

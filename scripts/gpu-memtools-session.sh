@@ -25,7 +25,8 @@ if [ -d .data ] && [ "${SKIP_TRAIN:-0}" != 1 ]; then
   FRUGAL_STATS_DIR="$OUTDIR/stats" timeout 300 build-gpu/frugal train --model mobilenet_v2 --device cuda \
     --data-dir .data --epochs "${EPOCHS:-3}" --image-size "${IMAGE:-64}" --batch 128 --workers 4 --seed 0 \
     --precision f16 --lr 0.1 --release adaptive --memory-log "$OUTDIR/monitor.csv" \
-    --memory-svg "$OUTDIR/monitor.svg" > "$OUTDIR/train.log" 2>&1 &
+    --memory-svg "$OUTDIR/monitor.svg" \
+    ${TRACE:+--memory-trace "$OUTDIR/trace.json"} > "$OUTDIR/train.log" 2>&1 &
   train_pid=$!
   sleep "${SMI_AFTER:-8}"
   FRUGAL_STATS_DIR="$OUTDIR/stats" build-gpu/frugal smi -l 5 --count 2 > "$OUTDIR/smi.txt" 2>&1

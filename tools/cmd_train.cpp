@@ -8,6 +8,7 @@
 #include "kernels/context.h"
 #include "memory/allocator.h"
 #include "memory/caching_allocator.h"
+#include "memory/allocation_trace.h"
 #include "memory/live_tags.h"
 #include "memory/nvml.h"
 #include "memory/published_stats.h"
@@ -72,6 +73,9 @@ constexpr const char* kHelp =
     "                        when allocated memory keeps growing and names what grew\n"
     "  --memory-svg PATH     draw memory at each step's end over the run (PATH) and over the\n"
     "                        run's fourth step with its phases (PATH with -step before .svg)\n"
+    "  --memory-trace PATH   every allocation, release, segment and OOM of the device with its\n"
+    "                        tag (module path, op), as Chrome trace-event JSON for Perfetto\n"
+    "                        (ui.perfetto.dev) or chrome://tracing\n"
     "  --release off|epoch|threshold[:F]|adaptive   give cached memory back at safe points: at\n"
     "                        epoch ends, when reserved passes F (0.85) of the cap or device, or\n"
     "                        down to what recent steps needed (train/release_scheduler.h)\n"
@@ -118,7 +122,8 @@ int cmd_train(const std::vector<std::string>& argv) {
                             "width",         "image-size", "limit",         "test-limit",
                             "device",        "workers",    "seed",          "save",
                             "resume",        "precision",  "checkpoint",    "planner",
-                            "memory-budget", "memory-log", "memory-svg",    "release"},
+                            "memory-budget", "memory-log", "memory-svg",    "release",
+                            "memory-trace"},
             {"help", "no-augment", "graph", "recompute-depthwise", "oom-recover"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
@@ -265,6 +270,11 @@ int cmd_train(const std::vector<std::string>& argv) {
       train::ReleasePolicy::parse(args.str("release", "off"));
   train::ReleaseScheduler release(memory::allocator_for(device), release_policy);
   release.attach(callbacks);
+  std::unique_ptr<memory::AllocationTrace> trace;
+  if (args.has("memory-trace")) {
+    trace = std::make_unique<memory::AllocationTrace>(
+        device, memory::AllocationTrace::kDefaultMaxEvents, &memory::allocator_for(device));
+  }
   std::unique_ptr<train::OomRecovery> recovery;
   std::unique_ptr<memory::LiveTags> live_tags;  // for the OOM report's largest allocations
   if (args.flag("oom-recover")) {
@@ -322,6 +332,12 @@ int cmd_train(const std::vector<std::string>& argv) {
                 static_cast<double>(release.released_bytes()) / 1048576.0);
   }
   if (monitor) write_memory_files(*monitor, args);
+  if (trace) {
+    trace->stop();
+    trace->write_json(args.str("memory-trace", ""));
+    std::printf("memory trace: %s (%zu events, %zu dropped over the cap)\n",
+                args.str("memory-trace", "").c_str(), trace->recorded(), trace->dropped());
+  }
   memory::publish_stats(device, callbacks.steps_finished(), /*force=*/true);
   std::printf("memory on %s:\n%s\n", device.str().c_str(),
               memory::allocator_for(device).stats().summary().c_str());

@@ -78,10 +78,10 @@ void ReleaseScheduler::attach(StepCallbacks& callbacks) {
 }
 
 void ReleaseScheduler::on_event(const memory::AllocationEvent& e) {
-  if (e.device != allocator_.device()) return;
+  if (e.device != allocator_.device() || !(e.is_alloc() || e.is_free())) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!in_step_) return;
-  step_delta_ += e.allocated ? static_cast<int64_t>(e.bytes) : -static_cast<int64_t>(e.bytes);
+  step_delta_ += e.is_alloc() ? static_cast<int64_t>(e.bytes) : -static_cast<int64_t>(e.bytes);
   step_peak_ = std::max(step_peak_, step_base_ + step_delta_);
 }
 

@@ -53,6 +53,7 @@ class PinnedHostAllocator final : public Allocator {
            << static_cast<double>(bytes) / static_cast<double>(kMiB) << " MiB)\n"
            << stats_.summary() << "\n  try fewer loader workers or a smaller batch";
       }
+      notify_memory_event(EventKind::oom, device(), bytes);  // Note [Allocation events]
       throw OutOfMemoryError(os.str());
     }
     FRUGAL_MEMORY_CUDA_CHECK(err);

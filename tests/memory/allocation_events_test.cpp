@@ -29,17 +29,17 @@ TEST(AllocationEvents, EveryAllocationAndReleaseIsReportedWithItsTags) {
     DataPtr c = cpu_allocator().allocate(3000);
   }
   ASSERT_EQ(rec.events.size(), 6u);
-  EXPECT_TRUE(rec.events[0].allocated);
+  EXPECT_TRUE(rec.events[0].is_alloc());
   EXPECT_EQ(rec.events[0].bytes, 1000u);
-  EXPECT_EQ(rec.events[0].category, Category::resident);
+  EXPECT_EQ(rec.events[0].category(), Category::resident);
   EXPECT_EQ(rec.events[1].device, Device::meta());
-  EXPECT_EQ(rec.events[1].category, Category::forward);
-  EXPECT_EQ(rec.events[2].category, Category::workspace);
+  EXPECT_EQ(rec.events[1].category(), Category::forward);
+  EXPECT_EQ(rec.events[2].category(), Category::workspace);
   // Released in reverse order, each with the category it was allocated under.
-  EXPECT_FALSE(rec.events[3].allocated);
-  EXPECT_EQ(rec.events[3].category, Category::workspace);
-  EXPECT_EQ(rec.events[4].category, Category::forward);
-  EXPECT_EQ(rec.events[5].category, Category::resident);
+  EXPECT_TRUE(rec.events[3].is_free());
+  EXPECT_EQ(rec.events[3].category(), Category::workspace);
+  EXPECT_EQ(rec.events[4].category(), Category::forward);
+  EXPECT_EQ(rec.events[5].category(), Category::resident);
 }
 
 TEST(AllocationEvents, NothingIsReportedWithoutObservers) {
