@@ -25,8 +25,7 @@ if [ -d .data ] && [ "${SKIP_TRAIN:-0}" != 1 ]; then
   FRUGAL_STATS_DIR="$OUTDIR/stats" timeout 300 build-gpu/frugal train --model mobilenet_v2 --device cuda \
     --data-dir .data --epochs "${EPOCHS:-3}" --image-size "${IMAGE:-64}" --batch 128 --workers 4 --seed 0 \
     --precision f16 --lr 0.1 --release adaptive --memory-log "$OUTDIR/monitor.csv" \
-    --memory-svg "$OUTDIR/monitor.svg" \
-    ${TRACE:+--memory-trace "$OUTDIR/trace.json"} > "$OUTDIR/train.log" 2>&1 &
+    --memory-svg "$OUTDIR/monitor.svg" > "$OUTDIR/train.log" 2>&1 &
   train_pid=$!
   sleep "${SMI_AFTER:-8}"
   FRUGAL_STATS_DIR="$OUTDIR/stats" build-gpu/frugal smi -l 5 --count 2 > "$OUTDIR/smi.txt" 2>&1
@@ -34,5 +33,9 @@ if [ -d .data ] && [ "${SKIP_TRAIN:-0}" != 1 ]; then
   wait $train_pid
   tr '\r' '\n' < "$OUTDIR/train.log" | grep -v '^epoch.*\[' | tail -30
   cat "$OUTDIR/smi.txt"
+  # Ten steps into a Chrome trace (ui.perfetto.dev): every allocation with its module path and op.
+  build-gpu/frugal train --model mobilenet_v2 --device cuda --data-dir .data --epochs 1 --limit 1280 \
+    --test-limit 256 --image-size "${IMAGE:-64}" --batch 128 --workers 2 --precision f16 \
+    --memory-trace "$OUTDIR/trace.json" 2>&1 | grep -E "memory trace|error"
 fi
 echo "== done at $(( $(date +%s) - start )) s"
