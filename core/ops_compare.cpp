@@ -4,6 +4,7 @@
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"
+#include "memory/events.h"
 #include "kernels/math.h"
 
 namespace frugal {
@@ -12,11 +13,13 @@ namespace {
 using kernels::MathOp;
 
 Tensor compare(MathOp op, const char* name, const Tensor& a, const Tensor& b) {
+  memory::OpScope op_scope(name);  // Note [Allocation events]
   detail::check_defined(name, {&a, &b});
   return detail::binary_math_raw(op, name, a, b);
 }
 
 Tensor compare(MathOp op, const char* name, const Tensor& a, double s) {
+  memory::OpScope op_scope(name);  // Note [Allocation events]
   detail::check_defined(name, {&a});
   detail::check_floating(name, a);
   Tensor sb = Tensor::empty(Shape{1}, a.options());
@@ -50,6 +53,7 @@ Tensor gt(const Tensor& a, double s) { return compare(MathOp::gt, "gt", a, s); }
 Tensor ge(const Tensor& a, double s) { return compare(MathOp::ge, "ge", a, s); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  memory::OpScope op_scope("where");  // Note [Allocation events]
   detail::check_same_device("where", {&cond, &a, &b});
   FRUGAL_CHECK(cond.dtype() == DType::u8, "where: the condition must be u8, got ", describe(cond));
   FRUGAL_CHECK(a.dtype() == b.dtype() || (is_floating(a.dtype()) && is_floating(b.dtype())),

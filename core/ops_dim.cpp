@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"
+#include "memory/events.h"
 #include "kernels/dim_reduce.h"
 
 namespace frugal {
@@ -26,6 +27,7 @@ DimView view_of(const Shape& shape, int64_t first, int64_t last) {
 }
 
 Tensor softmax_op(const char* name, DimOp op, AutocastOp ac_op, const Tensor& a_in, int64_t dim) {
+  memory::OpScope op_scope(name);  // Note [Allocation events]
   detail::check_defined(name, {&a_in});
   const Tensor a = autocast::apply(ac_op, a_in);
   detail::check_floating(name, a);
@@ -72,6 +74,7 @@ Tensor log_softmax(const Tensor& a, int64_t dim) {
 }
 
 Tensor amax(const Tensor& a, std::vector<int64_t> dims_in, bool keepdim) {
+  memory::OpScope op_scope("amax");  // Note [Allocation events]
   detail::check_defined("amax", {&a});
   detail::check_floating("amax", a);
   const std::vector<int64_t> dims = reduced_dims("amax", a.shape(), std::move(dims_in));
@@ -126,6 +129,7 @@ Tensor amax(const Tensor& a, std::vector<int64_t> dims_in, bool keepdim) {
 }
 
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
+  memory::OpScope op_scope("argmax");  // Note [Allocation events]
   detail::check_defined("argmax", {&a});
   detail::check_floating("argmax", a);
   const int64_t d = detail::wrap_dim("argmax", dim, a.shape());

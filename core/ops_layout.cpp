@@ -8,6 +8,7 @@
 #include "core/factory.h"
 #include "core/op_util.h"
 #include "core/ops.h"
+#include "memory/events.h"
 #include "kernels/layout.h"
 
 namespace frugal {
@@ -102,6 +103,7 @@ Tensor unnarrow_raw(const Tensor& g, const Shape& in_shape, int64_t dim, int64_t
 
 Tensor slice_impl(const char* op, const Tensor& a, int64_t dim, int64_t start, int64_t length,
                   int64_t step) {
+  memory::OpScope op_scope(op);  // Note [Allocation events]
   Tensor out = narrow_raw(a, dim, start, length, step);
   return autograd::record(
       op, {a}, out, [in_shape = a.shape(), dim, start, step](const std::vector<Tensor>& g) {
@@ -134,6 +136,7 @@ Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t s
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  memory::OpScope op_scope("cat");  // Note [Allocation events]
   FRUGAL_CHECK(!tensors.empty(), "cat: expected at least one tensor");
   const Tensor& first = tensors[0];
   detail::check_defined("cat", {&first});
@@ -182,6 +185,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  memory::OpScope op_scope("stack");  // Note [Allocation events]
   FRUGAL_CHECK(!tensors.empty(), "stack: expected at least one tensor");
   detail::check_defined("stack", {&tensors[0]});
   const int64_t d = detail::wrap_dim("stack", dim, tensors[0].shape(), /*allow_end=*/true);
@@ -198,6 +202,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor permute(const Tensor& a, const std::vector<int64_t>& dims) {
+  memory::OpScope op_scope("permute");  // Note [Allocation events]
   detail::check_defined("permute", {&a});
   std::vector<int64_t> perm;
   std::vector<bool> seen(static_cast<size_t>(a.ndim()), false);
@@ -220,6 +225,7 @@ Tensor permute(const Tensor& a, const std::vector<int64_t>& dims) {
 }
 
 Tensor transpose(const Tensor& a, int64_t d0, int64_t d1) {
+  memory::OpScope op_scope("transpose");  // Note [Allocation events]
   detail::check_defined("transpose", {&a});
   std::vector<int64_t> perm(static_cast<size_t>(a.ndim()));
   std::iota(perm.begin(), perm.end(), 0);

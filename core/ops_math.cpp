@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"
+#include "memory/events.h"
 #include "kernels/math.h"
 
 namespace frugal {
@@ -28,6 +29,7 @@ Tensor unary_raw(UnaryOp op, const Tensor& a, double p0, double p1) {
 // forward, and a node that saves x or y.
 Tensor unary_op(const char* name, UnaryOp op, const Tensor& a_in, double p0 = 0, double p1 = 0,
                 AutocastOp ac_op = AutocastOp::kCount) {
+  memory::OpScope op_scope(name);  // Note [Allocation events]
   detail::check_defined(name, {&a_in});
   const Tensor a = ac_op == AutocastOp::kCount ? a_in : autocast::apply(ac_op, a_in);
   detail::check_floating(name, a);
@@ -54,6 +56,7 @@ Tensor reduce_grad(const Tensor& g, const Shape& shape, DType dtype) {
 
 Tensor binary_op(MathOp op, const char* name, const Tensor& a_in, const Tensor& b_in,
                  AutocastOp ac_op) {
+  memory::OpScope op_scope(name);  // Note [Allocation events]
   detail::check_defined(name, {&a_in, &b_in});
   const Tensor a = autocast::apply(ac_op, a_in), b = autocast::apply(ac_op, b_in);
   Tensor out = detail::binary_math_raw(op, name, a, b);

@@ -45,8 +45,8 @@ void CachingAllocator::throw_oom(size_t bytes, size_t rounded, size_t seg_bytes,
      << mib_and_bytes(reserved) << ", inactive split "
      << mib_and_bytes(static_cast<size_t>(stats_.inactive_split_bytes.current)) << ")"
      << "\n  allocations: " << stats_.allocation.current << ", segments: " << stats_.segment.current
-     << ", retries: " << stats_.num_alloc_retries << ", OOMs: " << stats_.num_ooms
-     << oom_report(device_);
+     << ", retries: " << stats_.num_alloc_retries << ", OOMs: " << stats_.num_ooms << "\n"
+     << stats_.summary(device_.str() + " memory at the failed request") << oom_report(device_);
   throw OutOfMemoryError(os.str());
 }
 

@@ -244,14 +244,20 @@ std::string MemoryMonitor::run_svg() const {
   c.y_label = "MiB";
   ChartSeries alloc{"allocated", "#1f77b4", {}}, peak{"step peak allocated", "#2ca02c", {}},
       reserved{"reserved", "#ff7f0e", {}}, used{"device used (NVML)", "#8c564b", {}};
+  // Epochs as bands of alternating colour, each from its first step's end to the next epoch's.
   int64_t epoch = -1;
-  double epoch_start = 0;
+  double epoch_start = 0, last_x = 0;
+  auto close_epoch = [&](double end) {
+    if (epoch < 0) return;
+    c.bands.push_back({epoch_start, end, "epoch " + std::to_string(epoch + 1),
+                       c.bands.size() % 2 == 0 ? "#7f7f7f" : "#17becf"});
+  };
   for (const MemorySample& s : samples_) {
     if (s.point != StepPoint::step_end) continue;
     const auto x = static_cast<double>(s.global_step);
+    last_x = x;
     if (s.epoch != epoch) {
-      if (epoch >= 0)
-        c.bands.push_back({epoch_start, x, "epoch " + std::to_string(epoch + 1), "#7f7f7f"});
+      close_epoch(x);
       epoch = s.epoch, epoch_start = x;
     }
     alloc.points.emplace_back(x, mib(s.allocated));
@@ -259,6 +265,7 @@ std::string MemoryMonitor::run_svg() const {
     if (s.step_peak >= 0) peak.points.emplace_back(x, mib(s.step_peak));
     if (s.device_used >= 0) used.points.emplace_back(x, mib(s.device_used));
   }
+  close_epoch(last_x + 1);
   c.series = {peak, alloc, reserved, used};
   return render_svg(c);
 }

@@ -50,6 +50,8 @@ TEST(CachingAllocatorOom, CapHitThrowsWithTheNumbersAndStaysUsable) {
                   "device total: 100.0 MiB (104857600 bytes), free: 80.0 MiB (83886080 bytes)");
   expect_contains(msg, "allocated: 5.0 MiB (5242880 bytes)");
   expect_contains(msg, "reserved but unallocated: 15.0 MiB (15728640 bytes)");
+  expect_contains(msg, "cuda:0 memory at the failed request");  // the summary table
+  expect_contains(msg, "| Reserved memory");
   expect_contains(msg, "try: --precision f16");
   expect_contains(msg, "--memory-budget");
   EXPECT_EQ(dev.source->alloc_calls, 1);  // the cap refused before the device was asked
