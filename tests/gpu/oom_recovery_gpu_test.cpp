@@ -4,6 +4,7 @@
 // allocator's cap a step is retried as micro-batches, then with checkpointing, and goes through.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -95,7 +96,14 @@ TEST(OomRecoveryGpu, AnOomAtEveryAllocationOfAStepLeavesTheStateBitIdentical) {
 TEST(OomRecoveryGpu, UnderTheAllocatorsCapEveryRungIsTriedThenCheckpointingFits) {
   SKIP_WITHOUT_GPU();
   memory::CachingAllocator& alloc = memory::cuda_caching_allocator(0);
-  GpuSetup s(256, 64);  // 32 MiB a 16-channel f16 activation: the whole step cannot fit
+  // Free space left inside partly used segments (earlier tests of this process may leave some)
+  // could serve the step without a new segment: make one 16-channel f16 activation of the batch
+  // (128 KiB a 64x64 row) larger than all of it, so the whole step cannot fit.
+  alloc.empty_cache();
+  const int64_t slack =
+      alloc.stats().reserved_bytes.current - alloc.stats().allocated_bytes.current;
+  const int64_t rows = std::max<int64_t>(256, (slack / (128 << 10) + 64) / 64 * 64);
+  GpuSetup s(rows, 64);
   s.step();
   const Snapshot before = s.state();
   alloc.empty_cache();
@@ -114,7 +122,7 @@ TEST(OomRecoveryGpu, UnderTheAllocatorsCapEveryRungIsTriedThenCheckpointingFits)
                                .log = [&](const std::string& l) { log.push_back(l); }});
   Tensor loss;
   try {
-    loss = recovery.run(*s.net, *s.opt, &s.scaler, 256, [&](int64_t m) {
+    loss = recovery.run(*s.net, *s.opt, &s.scaler, rows, [&](int64_t m) {
       EXPECT_EQ(s.state(), before) << "an attempt before " << m << " micro-batches changed state";
       return s.step(m);
     });
@@ -123,7 +131,9 @@ TEST(OomRecoveryGpu, UnderTheAllocatorsCapEveryRungIsTriedThenCheckpointingFits)
     throw;
   }
   alloc.set_memory_cap_bytes(0);
-  std::printf("[oom] under a cap at reserved: %zu recoveries, last: %s\n", log.size(),
+  std::printf("[oom] %lld rows under a cap at reserved (%.1f MiB free inside segments): %zu "
+              "recoveries, last: %s\n",
+              static_cast<long long>(rows), static_cast<double>(slack) / 1048576.0, log.size(),
               log.empty() ? "-" : log.back().c_str());
   // Some micro-batch size fits in what free space the resident segments have, or none does and
   // checkpointing is asked; either way the step went through after at least one failure.
