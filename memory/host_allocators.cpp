@@ -33,8 +33,14 @@ class CountingAllocator : public Allocator {
   }
 
  protected:
-  void count_alloc(size_t bytes) {
+  // Counts `bytes` as allocated unless they would pass the cap (set_memory_cap_bytes): then
+  // counts the refusal and returns false. One lock for both, so two threads cannot both pass.
+  bool count_alloc_under_cap(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (cap_bytes_ != 0 && static_cast<size_t>(stats_.reserved_bytes.current) + bytes > cap_bytes_) {
+      stats_.num_ooms++;
+      return false;
+    }
     auto n = static_cast<int64_t>(bytes);
     for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
                     &stats_.active_bytes}) {
@@ -42,6 +48,7 @@ class CountingAllocator : public Allocator {
     }
     stats_.allocation.add(1);
     stats_.segment.add(1);
+    return true;
   }
   void count_free(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -56,14 +63,6 @@ class CountingAllocator : public Allocator {
   void count_oom() {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.num_ooms++;
-  }
-  // True when `bytes` more would pass the cap (set_memory_cap_bytes); counts the refusal.
-  bool over_cap(size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const size_t cap = cap_bytes_;
-    if (cap == 0 || static_cast<size_t>(stats_.reserved_bytes.current) + bytes <= cap) return false;
-    stats_.num_ooms++;
-    return true;
   }
 
  public:
@@ -88,10 +87,13 @@ class CpuAllocator final : public CountingAllocator {
     if (bytes == 0) return {};
     detail::check_injected_oom(device(), bytes);
     size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    const bool capped = over_cap(bytes);
+    const bool capped = !count_alloc_under_cap(bytes);
     void* p = capped ? nullptr : std::aligned_alloc(kCpuAlignment, rounded);
     if (p == nullptr) {
-      if (!capped) count_oom();
+      if (!capped) {  // counted as allocated a moment ago: take it back
+        count_free(bytes);
+        count_oom();
+      }
       notify_memory_event(EventKind::oom, Device::cpu(), bytes);  // Note [Allocation events]
       std::ostringstream os;
       os << "CPU out of memory: tried to allocate " << bytes << " bytes"
@@ -102,7 +104,6 @@ class CpuAllocator final : public CountingAllocator {
          << stats().summary() << oom_report(device());
       throw OutOfMemoryError(os.str());
     }
-    count_alloc(bytes);
     return DataPtr(p, bytes, this);
   }
   Device device() const override { return Device::cpu(); }
@@ -118,12 +119,11 @@ class MetaAllocator final : public CountingAllocator {
  public:
   DataPtr allocate(size_t bytes) override {
     if (bytes == 0) return {};
-    if (over_cap(bytes)) {
+    if (!count_alloc_under_cap(bytes)) {
       throw OutOfMemoryError("meta out of memory: tried to allocate " + std::to_string(bytes) +
                              " bytes; this would exceed the memory cap of " +
                              std::to_string(memory_cap_bytes()) + " bytes\n" + stats().summary());
     }
-    count_alloc(bytes);
     return DataPtr(nullptr, bytes, this);
   }
   Device device() const override { return Device::meta(); }

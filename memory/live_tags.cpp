@@ -34,9 +34,8 @@ const char* short_name(Category c) {
 
 }  // namespace
 
-std::string live_tag_name(const AllocationEvent& e) {
-  const std::string& name = tag_name(e);
-  return (name.empty() ? name : name + " ") + "(" + short_name(e.category()) + ")";
+std::string live_tag_name(const AllocationTag& tag) {
+  return (tag.name.empty() ? tag.name : tag.name + " ") + "(" + short_name(tag.category) + ")";
 }
 
 LiveTags::LiveTags(Device device) : device_(device) {
@@ -54,47 +53,58 @@ LiveTags::~LiveTags() {
   r.erase(std::remove(r.begin(), r.end(), this), r.end());
 }
 
-const LiveTags* LiveTags::for_device(Device device) {
+bool LiveTags::largest_on(Device device, size_t n, std::vector<Entry>* out) {
   std::lock_guard<std::mutex> lock(registry_mu());
   const auto& r = registry();
   for (auto it = r.rbegin(); it != r.rend(); ++it) {
-    if ((*it)->device_ == device) return *it;
+    if ((*it)->device_ != device) continue;
+    *out = (*it)->largest(n);
+    return true;
   }
-  return nullptr;
+  return false;
 }
 
+// Two hash-map updates an event, no strings: tags are interned, so their pointers are the keys,
+// and names are made only when someone asks.
 void LiveTags::on_event(const AllocationEvent& e) {
-  if (e.device != device_ || e.id == 0 || !(e.is_alloc() || e.is_free())) return;
+  if (e.device != device_ || e.id == 0 || e.tag == nullptr || !(e.is_alloc() || e.is_free())) {
+    return;
+  }
   const auto bytes = static_cast<int64_t>(e.bytes);
+  std::lock_guard<std::mutex> lock(mu_);
   if (e.is_alloc()) {
-    std::string tag = live_tag_name(e);  // outside the lock: it allocates host memory
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = by_tag_.try_emplace(std::move(tag)).first;
-    it->second.tag = it->first;
-    it->second.bytes += bytes;
-    it->second.count += 1;
-    live_[e.id] = {bytes, &it->first};
+    Counts& c = by_tag_[e.tag];
+    c.bytes += bytes;
+    c.count += 1;
+    live_[e.id] = {bytes, e.tag};
     live_bytes_ += bytes;
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(e.id);
   if (it == live_.end()) return;  // made before this tracker
-  Entry& entry = by_tag_.at(*it->second.tag);
-  entry.bytes -= it->second.bytes;
-  entry.count -= 1;
+  Counts& c = by_tag_[it->second.tag];
+  c.bytes -= it->second.bytes;
+  c.count -= 1;
   live_bytes_ -= it->second.bytes;
   live_.erase(it);
 }
 
+std::map<std::string, LiveTags::Entry> LiveTags::by_name() const {
+  std::map<std::string, Entry> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [tag, c] : by_tag_) {
+    if (c.count == 0) continue;
+    Entry& e = out[live_tag_name(*tag)];  // tags of different phases may share a name
+    e.bytes += c.bytes;
+    e.count += c.count;
+  }
+  for (auto& [name, e] : out) e.tag = name;
+  return out;
+}
+
 std::vector<LiveTags::Entry> LiveTags::largest(size_t n) const {
   std::vector<Entry> out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [tag, entry] : by_tag_) {
-      if (entry.count > 0) out.push_back(entry);
-    }
-  }
+  for (auto& [name, e] : by_name()) out.push_back(std::move(e));
   std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.tag < b.tag;
   });
@@ -103,11 +113,8 @@ std::vector<LiveTags::Entry> LiveTags::largest(size_t n) const {
 }
 
 std::map<std::string, int64_t> LiveTags::bytes_by_tag() const {
-  std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, int64_t> out;
-  for (const auto& [tag, entry] : by_tag_) {
-    if (entry.count > 0) out[tag] = entry.bytes;
-  }
+  for (const auto& [name, e] : by_name()) out[name] = e.bytes;
   return out;
 }
 

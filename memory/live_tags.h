@@ -22,8 +22,8 @@
 
 namespace frugal::memory {
 
-// The tag LiveTags files an allocation event under.
-std::string live_tag_name(const AllocationEvent& e);
+// The name LiveTags gives an allocation's tag: its tag_name and category.
+std::string live_tag_name(const AllocationTag& tag);
 
 class LiveTags : public AllocationObserver {
  public:
@@ -42,18 +42,24 @@ class LiveTags : public AllocationObserver {
   std::map<std::string, int64_t> bytes_by_tag() const;
   int64_t live_bytes() const;
 
-  // The newest tracker alive on `device` (the out-of-memory report asks it), or null.
-  static const LiveTags* for_device(Device device);
+  // The largest live tags of the newest tracker alive on `device`, asked while no tracker can
+  // go away; false when none observes the device (the out-of-memory report's question).
+  static bool largest_on(Device device, size_t n, std::vector<Entry>* out);
 
  private:
   Device device_;
   mutable std::mutex mu_;
+  std::map<std::string, Entry> by_name() const;  // the live tags' counts summed by name
+
   struct Live {
     int64_t bytes;
-    const std::string* tag;  // a key of by_tag_ (std::map keys do not move)
+    const AllocationTag* tag;
+  };
+  struct Counts {
+    int64_t bytes = 0, count = 0;
   };
   std::unordered_map<uint64_t, Live> live_;  // by event id
-  std::map<std::string, Entry> by_tag_;
+  std::unordered_map<const AllocationTag*, Counts> by_tag_;
   int64_t live_bytes_ = 0;
 };
 

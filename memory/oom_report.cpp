@@ -8,9 +8,10 @@ namespace frugal::memory {
 
 std::string oom_report(Device device) {
   std::string out;
-  if (const LiveTags* live = LiveTags::for_device(device)) {
-    out += "\n  largest live allocations by tag (module path, category):";
-    for (const LiveTags::Entry& e : live->largest(8)) {
+  std::vector<LiveTags::Entry> largest;
+  if (LiveTags::largest_on(device, 8, &largest)) {
+    out += "\n  largest live allocations by tag (module path/op, category):";
+    for (const LiveTags::Entry& e : largest) {
       char line[96];
       std::snprintf(line, sizeof line, "\n    %10.1f MiB in %5lld allocations  ",
                     static_cast<double>(e.bytes) / 1048576.0, static_cast<long long>(e.count));

@@ -178,7 +178,11 @@ int cmd_train(const std::vector<std::string>& argv) {
     }
     mc.checkpoint = choice.checkpoint;
     micro_batches = choice.micro_batches;
-    memory::allocator_for(device).set_memory_cap_bytes(static_cast<size_t>(budget));
+    // The device's allocator only: on the CPU the loader's batches and the data set share the
+    // host allocator, and the budget is about the step.
+    if (device.is_cuda()) {
+      memory::allocator_for(device).set_memory_cap_bytes(static_cast<size_t>(budget));
+    }
   }
   auto model = models::create(model_name, mc);
   model->to(device);
@@ -248,8 +252,8 @@ int cmd_train(const std::vector<std::string>& argv) {
   callbacks.add(train::StepPoint::step_end, [device](const train::StepInfo& info) {
     memory::publish_stats(device, info.global_step + 1);
   });
-  std::unique_ptr<train::MemoryMonitor> monitor;
   memory::Nvml nvml;  // opened on first use: only the monitor asks it, on CUDA
+  std::unique_ptr<train::MemoryMonitor> monitor;
   if (args.has("memory-log") || args.has("memory-svg")) {
     train::MemoryMonitorOptions mo;
     if (device.is_cuda()) {
@@ -278,6 +282,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::unique_ptr<train::OomRecovery> recovery;
   std::unique_ptr<memory::LiveTags> live_tags;  // for the OOM report's largest allocations
   if (args.flag("oom-recover")) {
+    if (graph) {
+      throw UsageError("train: --oom-recover cannot undo a step replayed from a CUDA graph; "
+                       "leave out --graph or --oom-recover");
+    }
     // The last rung: checkpoint every block of the model as it stands (its state carries over).
     train::OomRecoveryOptions ro;
     ro.enable_checkpointing = [&model] { return models::checkpoint_blocks_in_place(*model) > 0; };
@@ -321,7 +329,8 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::printf("test accuracy: %.2f%%\n", 100.0 * accuracy);
   if (planner.active()) std::printf("%s\n", planner.report().str().c_str());
   if (recovery && recovery->recoveries() > 0) {
-    std::printf("out-of-memory recovery: %lld steps recovered; now %lld micro-batches%s\n",
+    std::printf("out-of-memory recovery: %lld out-of-memory errors recovered from; now %lld "
+                "micro-batches%s\n",
                 static_cast<long long>(recovery->recoveries()),
                 static_cast<long long>(recovery->micro_batches()),
                 recovery->checkpointing() ? " with checkpointing" : "");

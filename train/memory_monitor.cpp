@@ -124,9 +124,11 @@ void MemoryMonitor::check_growth(const MemorySample& s) {
     return;
   }
   if (growth_ || baseline_ < 0) return;
-  const bool above = s.allocated > baseline_ + options_.tolerance_bytes &&
-                     (above_ == 0 || s.allocated > last_above_);
-  above_ = above ? above_ + 1 : 0;
+  // A run of step ends above the baseline, each higher than the one before; one that is above
+  // but not higher starts a new run.
+  const bool over = s.allocated > baseline_ + options_.tolerance_bytes;
+  const bool higher = above_ > 0 && s.allocated > last_above_;
+  above_ = over ? (higher ? above_ + 1 : 1) : 0;
   last_above_ = s.allocated;
   if (above_ < options_.growth_steps) return;
   MemoryGrowth g;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "memory/caching_allocator.h"
@@ -10,6 +11,15 @@ namespace frugal::train {
 namespace {
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
+
+// The device's total bytes: the CUDA driver's figure for a caching allocator, the host's
+// physical memory otherwise.
+int64_t device_total(memory::Allocator& allocator) {
+  if (auto* caching = dynamic_cast<memory::CachingAllocator*>(&allocator)) {
+    return static_cast<int64_t>(caching->source().total_bytes());
+  }
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
 
 }  // namespace
 
@@ -122,7 +132,7 @@ void ReleaseScheduler::on_point(const StepInfo& info) {
     case ReleasePolicy::Kind::threshold: {
       if (info.point != StepPoint::step_end) return;
       int64_t capacity = static_cast<int64_t>(allocator_.memory_cap_bytes());
-      if (capacity == 0 && capacity_) capacity = capacity_();
+      if (capacity == 0) capacity = capacity_ ? capacity_() : device_total(allocator_);
       if (capacity <= 0) return;
       const auto limit = static_cast<int64_t>(policy_.fraction * static_cast<double>(capacity));
       const bool cooling =

@@ -59,7 +59,8 @@ struct ReleaseRecord {
 
 class ReleaseScheduler : public memory::AllocationObserver {
  public:
-  // `capacity`: the device's total bytes, for threshold without a cap (null: the cap only).
+  // `capacity`: what threshold measures against when the allocator has no cap (null: the
+  // device's total, from the CUDA driver, or the host's physical memory).
   // `log`: one line per release; null prints to stderr.
   ReleaseScheduler(memory::Allocator& allocator, ReleasePolicy policy,
                    std::function<int64_t()> capacity = nullptr,

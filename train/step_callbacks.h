@@ -10,9 +10,11 @@
 //   train::train_epoch(model, opt, nullptr, loader, 0, {.callbacks = &cb});
 //
 // Note [Step points]
-// - step_begin, after_forward (forward and loss), after_backward, after_optimizer run inside the
-//   step: inside a planned step (train/step_planner.h) too, so a callback there must not
-//   allocate device memory (a planned step would count it as a departure from its plan).
+// - step_begin runs just before the step. after_forward (forward and loss), after_backward and
+//   after_optimizer run inside it: inside a planned step (train/step_planner.h) too, so a
+//   callback there must not allocate device memory (a planned step would count it as a
+//   departure from its plan). An out-of-memory error thrown at after_optimizer is not retried by
+//   OomRecovery: the step it would repeat has been taken.
 //   With micro-batches, after_forward and after_backward run once per slice
 //   (StepInfo::micro_batch).
 // - step_end and epoch_end are safe points: the step is over, nothing of it is in flight on the

@@ -87,6 +87,18 @@ Tensor forward_backward(nn::Module& model, const Tensor& images, const Tensor& l
   return loss;
 }
 
+// after_optimizer runs once the step is taken: an out-of-memory error there must not reach
+// OomRecovery, which would take the step again (Note [Recovering from out of memory]).
+void fire_after_optimizer(const StepCallbacks* callbacks, const Tensor& loss) {
+  if (callbacks == nullptr) return;
+  try {
+    callbacks->fire(StepPoint::after_optimizer, loss);
+  } catch (const OutOfMemoryError& e) {
+    FRUGAL_FAIL("train_step: a callback at after_optimizer ran out of memory after the optimizer ",
+                "step was taken, which cannot be undone: ", e.what());
+  }
+}
+
 void optimizer_step(optim::Optimizer& opt, optim::GradScaler* scaler) {
   namespace hp = kernels::host_profile;
   hp::Scope phase("phase optimizer");
@@ -112,7 +124,7 @@ Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images
     Tensor loss = forward_backward(model, images, labels, 0, n, precision, scaler, label_smoothing,
                                    1.0, callbacks, 0);
     optimizer_step(opt, scaler);
-    if (callbacks != nullptr) callbacks->fire(StepPoint::after_optimizer, loss);
+    fire_after_optimizer(callbacks, loss);
     return loss;
   }
   // Note [Micro-batches]: slices of n / m rows (the first n % m one more), each loss weighted by
@@ -131,7 +143,7 @@ Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images
     start += rows;
   }
   optimizer_step(opt, scaler);
-  if (callbacks != nullptr) callbacks->fire(StepPoint::after_optimizer, total);
+  fire_after_optimizer(callbacks, total);
   return total;
 }
 

@@ -164,3 +164,25 @@ TEST(MemoryMonitor, WritingToAMissingFolderNamesThePath) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent-folder/run.csv"), std::string::npos);
   }
 }
+
+TEST(MemoryMonitor, AStepAboveTheBaselineButNotHigherStartsANewRun) {
+  // Step ends driven by hand: baseline 100 (steps 2-4), then 110, 110, 120, 130: the run of
+  // rising step ends starts again at the second 110 and flags at 130 (three in a row).
+  train::MemoryMonitor monitor(Device::cpu(), {.tolerance_bytes = 1, .warn = [](const std::string&) {}});
+  train::StepCallbacks cb;
+  monitor.attach(cb);
+  std::vector<memory::DataPtr> held;
+  int64_t held_bytes = 0;
+  auto step_to = [&](int64_t extra) {
+    if (extra > held_bytes) {
+      held.push_back(memory::cpu_allocator().allocate(static_cast<size_t>(extra - held_bytes)));
+      held_bytes = extra;
+    }
+    cb.fire(train::StepPoint::step_end);
+  };
+  for (int64_t e : {0, 0, 0, 0, 0, 1000, 1000, 2000}) step_to(e);
+  EXPECT_FALSE(monitor.growth().has_value());
+  step_to(3000);
+  ASSERT_TRUE(monitor.growth().has_value());
+  EXPECT_EQ(monitor.growth()->at_step, 8);
+}

@@ -204,3 +204,26 @@ TEST(OomRecovery, TrainEpochRecoversAndGoesOn) {
   EXPECT_GE(recovery.micro_batches(), 2);
   EXPECT_LE(st.peak_allocated, base + (peak - base) * 7 / 10);
 }
+
+TEST(OomRecovery, AnOomAfterTheOptimizerStepIsNotRetried) {
+  TrainSetup s(false, DType::f32);
+  train::StepCallbacks cb;
+  int calls = 0;
+  cb.add(train::StepPoint::after_optimizer, [&](const train::StepInfo&) {
+    ++calls;
+    throw OutOfMemoryError("a callback ran out of memory");
+  });
+  train::OomRecovery recovery({.log = [](const std::string&) {}});
+  try {
+    recovery.run(*s.net, *s.opt, nullptr, 16, [&](int64_t m) {
+      return train::train_step(*s.net, *s.opt, s.x, s.y, DType::f32, nullptr, 0.0, m, &cb);
+    });
+    FAIL() << "expected an error";
+  } catch (const OutOfMemoryError&) {
+    FAIL() << "an OOM after the step was taken must not look retryable";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("after_optimizer"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(calls, 1);  // the step was taken once
+  EXPECT_EQ(recovery.recoveries(), 0);
+}

@@ -149,3 +149,13 @@ TEST(ReleaseScheduler, NeverReleasesInsideAStepsPhaseOrACapture) {
   t.cb.fire(StepPoint::step_end);
   EXPECT_EQ(t.reserved(), 0);
 }
+
+TEST(ReleaseScheduler, ThresholdWithoutACapMeasuresAgainstTheDevicesTotal) {
+  Driver d("threshold:0.5");  // no cap, no capacity given: the fake device's 1 GiB
+  d.step({400 * kMiB});
+  EXPECT_TRUE(d.sched->releases().empty());
+  d.step({600 * kMiB});  // a second segment: 1000 MiB reserved, past half of 1024
+  ASSERT_EQ(d.sched->releases().size(), 1u);
+  EXPECT_NE(d.sched->releases()[0].reason.find("of 1024.0 MiB"), std::string::npos)
+      << d.sched->releases()[0].reason;
+}
