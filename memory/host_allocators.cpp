@@ -37,7 +37,8 @@ class CountingAllocator : public Allocator {
   // counts the refusal and returns false. One lock for both, so two threads cannot both pass.
   bool count_alloc_under_cap(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (cap_bytes_ != 0 && static_cast<size_t>(stats_.reserved_bytes.current) + bytes > cap_bytes_) {
+    if (cap_bytes_ != 0 &&
+        static_cast<size_t>(stats_.reserved_bytes.current) + bytes > cap_bytes_) {
       stats_.num_ooms++;
       return false;
     }

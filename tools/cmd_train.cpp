@@ -6,9 +6,9 @@
 #include "core/factory.h"
 #include "data/loader.h"
 #include "kernels/context.h"
+#include "memory/allocation_trace.h"
 #include "memory/allocator.h"
 #include "memory/caching_allocator.h"
-#include "memory/allocation_trace.h"
 #include "memory/live_tags.h"
 #include "memory/nvml.h"
 #include "memory/published_stats.h"
@@ -283,8 +283,9 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::unique_ptr<memory::LiveTags> live_tags;  // for the OOM report's largest allocations
   if (args.flag("oom-recover")) {
     if (graph) {
-      throw UsageError("train: --oom-recover cannot undo a step replayed from a CUDA graph; "
-                       "leave out --graph or --oom-recover");
+      throw UsageError(
+          "train: --oom-recover cannot undo a step replayed from a CUDA graph; "
+          "leave out --graph or --oom-recover");
     }
     // The last rung: checkpoint every block of the model as it stands (its state carries over).
     train::OomRecoveryOptions ro;
@@ -329,11 +330,12 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::printf("test accuracy: %.2f%%\n", 100.0 * accuracy);
   if (planner.active()) std::printf("%s\n", planner.report().str().c_str());
   if (recovery && recovery->recoveries() > 0) {
-    std::printf("out-of-memory recovery: %lld out-of-memory errors recovered from; now %lld "
-                "micro-batches%s\n",
-                static_cast<long long>(recovery->recoveries()),
-                static_cast<long long>(recovery->micro_batches()),
-                recovery->checkpointing() ? " with checkpointing" : "");
+    std::printf(
+        "out-of-memory recovery: %lld out-of-memory errors recovered from; now %lld "
+        "micro-batches%s\n",
+        static_cast<long long>(recovery->recoveries()),
+        static_cast<long long>(recovery->micro_batches()),
+        recovery->checkpointing() ? " with checkpointing" : "");
   }
   if (release_policy.kind != train::ReleasePolicy::Kind::off) {
     std::printf("release %s: %zu releases, %.1f MiB given back\n", release_policy.str().c_str(),

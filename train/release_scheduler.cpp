@@ -1,8 +1,9 @@
 #include "train/release_scheduler.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
-#include <unistd.h>
 
 #include "base/error.h"
 #include "memory/caching_allocator.h"
@@ -18,7 +19,8 @@ int64_t device_total(memory::Allocator& allocator) {
   if (auto* caching = dynamic_cast<memory::CachingAllocator*>(&allocator)) {
     return static_cast<int64_t>(caching->source().total_bytes());
   }
-  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
+         static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
 }  // namespace

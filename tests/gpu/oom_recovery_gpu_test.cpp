@@ -34,7 +34,8 @@ struct GpuSetup {
     manual_seed(11);
     net = train_test::tiny_cnn(16);
     net->to(Device::cuda(0));
-    opt = std::make_unique<optim::SGD>(net->parameters(), optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+    opt = std::make_unique<optim::SGD>(net->parameters(),
+                                       optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
     Generator gen(5);
     x = randn({rows, side, side, 1}, gen).to(Device::cuda(0));
     std::vector<double> labels;
@@ -131,10 +132,11 @@ TEST(OomRecoveryGpu, UnderTheAllocatorsCapEveryRungIsTriedThenCheckpointingFits)
     throw;
   }
   alloc.set_memory_cap_bytes(0);
-  std::printf("[oom] %lld rows under a cap at reserved (%.1f MiB free inside segments): %zu "
-              "recoveries, last: %s\n",
-              static_cast<long long>(rows), static_cast<double>(slack) / 1048576.0, log.size(),
-              log.empty() ? "-" : log.back().c_str());
+  std::printf(
+      "[oom] %lld rows under a cap at reserved (%.1f MiB free inside segments): %zu "
+      "recoveries, last: %s\n",
+      static_cast<long long>(rows), static_cast<double>(slack) / 1048576.0, log.size(),
+      log.empty() ? "-" : log.back().c_str());
   // Some micro-batch size fits in what free space the resident segments have, or none does and
   // checkpointing is asked; either way the step went through after at least one failure.
   EXPECT_GE(recovery.recoveries(), 1);

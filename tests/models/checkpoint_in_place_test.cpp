@@ -1,12 +1,13 @@
 // checkpoint_blocks_in_place: every block of a built model is wrapped in nn::Checkpoint where it
 // stands; parameter names and tensors stay (the optimizer's state carries over), gradients are
 // those of the plain model, and a second call wraps nothing.
+#include "models/checkpoint_in_place.h"
+
 #include <gtest/gtest.h>
 
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
-#include "models/checkpoint_in_place.h"
 #include "models/registry.h"
 #include "nn/functional.h"
 
@@ -26,7 +27,8 @@ std::vector<Tensor> gradients_of(nn::Module& model, const Tensor& x, const Tenso
 
 TEST(CheckpointInPlace, WrapsEveryBlockKeepingNamesTensorsAndGradients) {
   manual_seed(4);
-  auto model = models::create("mobilenet_v2", {.num_classes = 4, .in_channels = 1, .width = 0.25, .dropout = 0.0});
+  auto model = models::create("mobilenet_v2",
+                              {.num_classes = 4, .in_channels = 1, .width = 0.25, .dropout = 0.0});
   Generator gen(2);
   Tensor x = randn({2, 32, 32, 1}, gen);
   Tensor y = from_vector({1, 3}, {2}, {.dtype = DType::i64});
@@ -50,6 +52,7 @@ TEST(CheckpointInPlace, WrapsEveryBlockKeepingNamesTensorsAndGradients) {
 }
 
 TEST(CheckpointInPlace, FindsResNetBlocksInsideItsStages) {
-  auto model = models::create("resnet18", {.num_classes = 4, .in_channels = 1, .width = 0.25, .dropout = 0.0});
+  auto model = models::create("resnet18",
+                              {.num_classes = 4, .in_channels = 1, .width = 0.25, .dropout = 0.0});
   EXPECT_EQ(models::checkpoint_blocks_in_place(*model), 8);
 }

@@ -168,7 +168,8 @@ TEST(MemoryMonitor, WritingToAMissingFolderNamesThePath) {
 TEST(MemoryMonitor, AStepAboveTheBaselineButNotHigherStartsANewRun) {
   // Step ends driven by hand: baseline 100 (steps 2-4), then 110, 110, 120, 130: the run of
   // rising step ends starts again at the second 110 and flags at 130 (three in a row).
-  train::MemoryMonitor monitor(Device::cpu(), {.tolerance_bytes = 1, .warn = [](const std::string&) {}});
+  train::MemoryMonitor monitor(Device::cpu(),
+                               {.tolerance_bytes = 1, .warn = [](const std::string&) {}});
   train::StepCallbacks cb;
   monitor.attach(cb);
   std::vector<memory::DataPtr> held;
