@@ -65,7 +65,7 @@ constexpr const char* kHelp =
     "                        backward instead of keeping it (less than one tensor per layer)\n"
     "  --memory-budget SIZE  fit the step into SIZE (e.g. 3GiB): the plain step, else the fewest\n"
     "                        checkpointed blocks, else micro-batches with gradient accumulation,\n"
-    "                        chosen by the predicted peak; the allocator is capped at SIZE\n"
+    "                        chosen by the predicted peak; a CUDA allocator is capped at SIZE\n"
     "  --planner on|off      plan each step's memory before the first step and replay it from\n"
     "                        one arena (on, the default, on CUDA; train/step_planner.h)\n"
     "  --memory-log PATH     record allocated, reserved and the device's used memory at every\n"
