@@ -7,6 +7,7 @@
 #include <string>
 
 #include "train/precision_compare.h"
+#include "train/svg_chart.h"
 
 namespace frugal::train {
 namespace {
@@ -22,32 +23,6 @@ std::string format(const char* fmt, auto... args) {
 std::string input_str(const CompareOptions& o) {
   return std::to_string(o.channels) + "x" + std::to_string(o.height) + "x" +
          std::to_string(o.width);
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 // Bar colours by precision (f32, f16, bf16), colour-blind safe (Tableau 10).

@@ -8,28 +8,6 @@
 namespace frugal::train {
 namespace {
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 std::string num(double v) {
   char buf[32];
@@ -44,6 +22,32 @@ std::string tick_label(double v) {
 }
 
 }  // namespace
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
 
 std::string render_svg(const Chart& chart) {
   double x_min = std::numeric_limits<double>::max(), x_max = std::numeric_limits<double>::lowest();
@@ -69,15 +73,15 @@ std::string render_svg(const Chart& chart) {
                     std::to_string(chart.width) + "\" height=\"" + std::to_string(chart.height) +
                     "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg += "<text x=\"" + num(left) + "\" y=\"22\" font-size=\"15\">" + escape(chart.title) +
+  svg += "<text x=\"" + num(left) + "\" y=\"22\" font-size=\"15\">" + xml_escape(chart.title) +
          "</text>\n";
   for (const ChartBand& b : chart.bands) {
     svg += "<rect x=\"" + num(px(b.x0)) + "\" y=\"" + num(top) + "\" width=\"" +
            num(std::max(px(b.x1) - px(b.x0), 0.5)) + "\" height=\"" + num(h) + "\" fill=\"" +
-           b.color + "\" fill-opacity=\"0.12\"><title>" + escape(b.label) + "</title></rect>\n";
+           b.color + "\" fill-opacity=\"0.12\"><title>" + xml_escape(b.label) + "</title></rect>\n";
     if (px(b.x1) - px(b.x0) > 40) {
       svg += "<text x=\"" + num(px(b.x0) + 4) + "\" y=\"" + num(top + 14) + "\" fill=\"" + b.color +
-             "\">" + escape(b.label) + "</text>\n";
+             "\">" + xml_escape(b.label) + "</text>\n";
     }
   }
   for (int i = 0; i <= 4; ++i) {  // ticks and grid
@@ -92,9 +96,9 @@ std::string render_svg(const Chart& chart) {
   svg += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(w) + "\" height=\"" +
          num(h) + "\" fill=\"none\" stroke=\"#444\"/>\n";
   svg += "<text x=\"" + num(left + w / 2) + "\" y=\"" + num(chart.height - 12) +
-         "\" text-anchor=\"middle\">" + escape(chart.x_label) + "</text>\n";
+         "\" text-anchor=\"middle\">" + xml_escape(chart.x_label) + "</text>\n";
   svg += "<text transform=\"translate(16 " + num(top + h / 2) +
-         ") rotate(-90)\" text-anchor=\"middle\">" + escape(chart.y_label) + "</text>\n";
+         ") rotate(-90)\" text-anchor=\"middle\">" + xml_escape(chart.y_label) + "</text>\n";
   int legend = 0;
   for (const ChartSeries& s : chart.series) {
     if (s.points.empty()) continue;
@@ -105,11 +109,11 @@ std::string render_svg(const Chart& chart) {
       pts += num(px(x)) + "," + num(py(y)) + " ";
     }
     svg += "<polyline fill=\"none\" stroke=\"" + s.color + "\" stroke-width=\"1.5\" points=\"" +
-           pts + "\"><title>" + escape(s.name) + "</title></polyline>\n";
+           pts + "\"><title>" + xml_escape(s.name) + "</title></polyline>\n";
     const double ly = top + 10 + 18 * legend++;
     svg += "<line x1=\"" + num(left + w + 12) + "\" x2=\"" + num(left + w + 32) + "\" y1=\"" +
            num(ly) + "\" y2=\"" + num(ly) + "\" stroke=\"" + s.color + "\" stroke-width=\"2\"/>\n";
-    svg += "<text x=\"" + num(left + w + 38) + "\" y=\"" + num(ly + 4) + "\">" + escape(s.name) +
+    svg += "<text x=\"" + num(left + w + 38) + "\" y=\"" + num(ly + 4) + "\">" + xml_escape(s.name) +
            "</text>\n";
   }
   svg += "</svg>\n";

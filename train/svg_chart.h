@@ -36,4 +36,7 @@ struct Chart {
 // The chart as an SVG document; axes span the data (y from 0), with five ticks each.
 std::string render_svg(const Chart& chart);
 
+// `s` with & < > " ' written as XML entities, for text and attributes of an SVG.
+std::string xml_escape(const std::string& s);
+
 }  // namespace frugal::train
