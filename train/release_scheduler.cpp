@@ -75,26 +75,12 @@ std::string ReleasePolicy::str() const {
 ReleaseScheduler::ReleaseScheduler(memory::Allocator& allocator, ReleasePolicy policy,
                                    std::function<int64_t()> capacity,
                                    std::function<void(const std::string&)> log)
-    : allocator_(allocator), policy_(policy), capacity_(std::move(capacity)), log_(std::move(log)) {
-  if (policy_.kind == ReleasePolicy::Kind::adaptive) memory::add_allocation_observer(this);
-}
-
-ReleaseScheduler::~ReleaseScheduler() {
-  if (policy_.kind == ReleasePolicy::Kind::adaptive) memory::remove_allocation_observer(this);
-}
+    : allocator_(allocator), policy_(policy), capacity_(std::move(capacity)), log_(std::move(log)) {}
 
 void ReleaseScheduler::attach(StepCallbacks& callbacks) {
   for (StepPoint p : {StepPoint::step_begin, StepPoint::step_end, StepPoint::epoch_end}) {
     callbacks.add(p, [this](const StepInfo& info) { on_point(info); });
   }
-}
-
-void ReleaseScheduler::on_event(const memory::AllocationEvent& e) {
-  if (e.device != allocator_.device() || !(e.is_alloc() || e.is_free())) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!in_step_) return;
-  step_delta_ += e.is_alloc() ? static_cast<int64_t>(e.bytes) : -static_cast<int64_t>(e.bytes);
-  step_peak_ = std::max(step_peak_, step_base_ + step_delta_);
 }
 
 int64_t ReleaseScheduler::released_bytes() const {
@@ -113,10 +99,10 @@ void ReleaseScheduler::on_point(const StepInfo& info) {
   if (policy_.kind == ReleasePolicy::Kind::off) return;
   const memory::MemoryStats st = allocator_.stats();
   if (info.point == StepPoint::step_begin) {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_step_ = true;
-    step_base_ = st.allocated_bytes.current, step_delta_ = 0, step_peak_ = step_base_;
-    step_first_allocation_ = st.allocation.allocated + 1;
+    if (policy_.kind == ReleasePolicy::Kind::adaptive) {
+      step_peak_.emplace(allocator_.device(), st.allocated_bytes.current);
+      step_first_allocation_ = st.allocation.allocated + 1;
+    }
     return;
   }
   if (info.point != StepPoint::step_end && info.point != StepPoint::epoch_end) return;
@@ -149,13 +135,9 @@ void ReleaseScheduler::on_point(const StepInfo& info) {
     }
     case ReleasePolicy::Kind::adaptive: {
       if (info.point != StepPoint::step_end) return;
-      int64_t peak = 0;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!in_step_) return;  // a replayed step: no peak was followed
-        in_step_ = false;
-        peak = std::max(step_peak_, st.allocated_bytes.current);
-      }
+      if (!step_peak_) return;  // a replayed step: no peak was followed
+      const int64_t peak = std::max(step_peak_->peak_bytes(), st.allocated_bytes.current);
+      step_peak_.reset();
       window_.push_back({peak, step_first_allocation_});
       while (static_cast<int64_t>(window_.size()) > policy_.window_steps) window_.pop_front();
       int64_t need = 0;

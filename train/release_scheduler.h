@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,7 +57,7 @@ struct ReleaseRecord {
   std::string reason;
 };
 
-class ReleaseScheduler : public memory::AllocationObserver {
+class ReleaseScheduler {
  public:
   // `capacity`: what threshold measures against when the allocator has no cap (null: the
   // device's total, from the CUDA driver, or the host's physical memory).
@@ -65,14 +65,12 @@ class ReleaseScheduler : public memory::AllocationObserver {
   ReleaseScheduler(memory::Allocator& allocator, ReleasePolicy policy,
                    std::function<int64_t()> capacity = nullptr,
                    std::function<void(const std::string&)> log = nullptr);
-  ~ReleaseScheduler() override;
   ReleaseScheduler(const ReleaseScheduler&) = delete;
   ReleaseScheduler& operator=(const ReleaseScheduler&) = delete;
 
   void attach(StepCallbacks& callbacks);
   // Follows the step (step_begin starts a peak) and acts at safe points only.
   void on_point(const StepInfo& info);
-  void on_event(const memory::AllocationEvent& e) override;
 
   const std::vector<ReleaseRecord>& releases() const { return releases_; }
   int64_t released_bytes() const;
@@ -90,10 +88,9 @@ class ReleaseScheduler : public memory::AllocationObserver {
   std::vector<ReleaseRecord> releases_;
   int64_t last_release_step_ = -1;
   int64_t refused_unsafe_ = 0;
-  std::mutex mu_;  // the step's running bytes (events come from any thread)
-  bool in_step_ = false;
-  int64_t step_base_ = 0, step_delta_ = 0, step_peak_ = 0;
-  int64_t step_first_allocation_ = 0;  // the number of the step's first allocation
+  // adaptive: the step in flight's peak of allocated bytes, and its first allocation's number
+  std::optional<memory::PeakTracker> step_peak_;
+  int64_t step_first_allocation_ = 0;
   // adaptive: the last window_steps steps' peaks and first allocations' numbers
   std::deque<std::pair<int64_t, int64_t>> window_;
 };
