@@ -55,7 +55,6 @@ Tensor cast_raw(const Tensor& t, DType dtype) {
 
 Tensor expand_raw(const Tensor& t, const Shape& shape) {
   if (t.shape() == shape) return t;
-  if (cpu_half(t)) return cast_raw(expand_raw(cast_raw(t, DType::f32), shape), t.dtype());
   Tensor out = Tensor::empty(shape, t.options());
   // out = t + 0 with t broadcast; the zero is a one-element tensor broadcast everywhere. Made on
   // meta too, so that a dry run allocates what the device does (Note [Planned steps]).

@@ -28,11 +28,6 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
   DType dt = promote(a.dtype(), b.dtype());
   Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor ac = detail::cast_raw(a, dt), bc = detail::cast_raw(b, dt);
-  if (detail::cpu_half(ac)) {
-    return detail::cast_raw(binary_raw(op, detail::cast_raw(ac, DType::f32),
-                                       detail::cast_raw(bc, DType::f32)),
-                            dt);
-  }
   Tensor out = Tensor::empty(out_shape, {dt, a.device()});
   if (a.device().is_meta()) return out;
   kernels::binary(detail::ctx_of(a), op, dt,
@@ -43,9 +38,6 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 Tensor affine_raw(const Tensor& a, double alpha, double beta) {
   detail::check_floating("affine", a);
-  if (detail::cpu_half(a)) {
-    return detail::cast_raw(affine_raw(detail::cast_raw(a, DType::f32), alpha, beta), a.dtype());
-  }
   Tensor out = Tensor::empty(a.shape(), a.options());
   if (a.device().is_meta()) return out;
   kernels::affine(detail::ctx_of(a), a.dtype(), a.numel(), a.data_ptr(), alpha, beta,

@@ -45,7 +45,7 @@ FRUGAL_DECLARE_KERNEL(conv2d_backward_input, (const Context& ctx, DType dtype,
                       (ctx, dtype, s, dy, w, dx))
 // dw[K, kh, kw, C/groups] (and dbias[K] when not null) from x and dy (overwritten), stored in
 // dw_dtype: `dtype`, or f32 for 16-bit inputs on CUDA (autocast hands parameters their gradients
-// in f32; writing them so saves a cast launch per weight). The CPU takes dw_dtype == dtype only.
+// in f32; writing them so saves a cast launch per weight). The CPU does the same.
 FRUGAL_DECLARE_KERNEL(conv2d_backward_weight, (const Context& ctx, DType dtype, DType dw_dtype,
                                                const Conv2dShape& s, const void* x,
                                                const void* dy, void* dw, void* dbias),

@@ -34,11 +34,6 @@ kernels::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Conv2dOp
 
 Tensor conv_forward_raw(const Tensor& x, const Tensor& w, const Tensor& b,
                         const kernels::Conv2dShape& s) {
-  if (detail::cpu_half(x)) {
-    return cast_raw(conv_forward_raw(cast_raw(x, DType::f32), cast_raw(w, DType::f32),
-                                     b.defined() ? cast_raw(b, DType::f32) : b, s),
-                    x.dtype());
-  }
   Tensor y = Tensor::empty(Shape{s.n, s.oh(), s.ow(), s.k}, x.options());
   if (x.device().is_meta()) return y;
   kernels::conv2d_forward(detail::ctx_of(x), x.dtype(), s, x.data_ptr(), w.data_ptr(),
@@ -46,14 +41,15 @@ Tensor conv_forward_raw(const Tensor& x, const Tensor& w, const Tensor& b,
   return y;
 }
 
-// Gradients in the compute dtype `dt` (f32 for 16-bit CPU tensors); dw and db in f32 instead
-// when `param_dtype` (autocast::grad_dtype of the weight) asks for it and the kernel can write it.
+// Gradients in g's dtype (16-bit CPU tensors are computed in f32 inside the kernels, Note [CPU
+// dtypes]); dw and db in f32 instead when `param_dtype` (autocast::grad_dtype of the weight)
+// asks for it.
 // The weight gradient comes first and the input x (often recomputed, Note [Saved tensors]) is
 // released before dx is allocated, so the two activation-sized buffers never coexist.
 std::vector<Tensor> conv_backward_raw(const Tensor& g, Tensor&& x, const Tensor& w, bool need_x,
                                       bool need_w, bool need_b, const kernels::Conv2dShape& s,
                                       DType param_dtype) {
-  DType dt = detail::cpu_half(g) ? DType::f32 : g.dtype();
+  DType dt = g.dtype();
   DType dw_dt = param_dtype == DType::f32 ? DType::f32 : dt;
   Tensor gc = cast_raw(g, dt), wc = need_x ? cast_raw(w, dt) : w;
   Tensor dx, dw, db;

@@ -45,16 +45,14 @@ const char* recipe_name(Activation act) {
 // (Note [Batch norm with its activation]).
 Tensor apply_saved_statistics(Activation act, const Tensor& x, const Tensor& weight,
                               const Tensor& bias, const Tensor& mean, const Tensor& invstd) {
-  const DType dt = detail::cpu_half(x) ? DType::f32 : x.dtype();
-  Tensor xc = cast_raw(x, dt);
-  Tensor y = Tensor::empty(x.shape(), {dt, x.device()});
+  Tensor y = Tensor::empty(x.shape(), x.options());
   const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
   if (!x.device().is_meta()) {
-    kernels::batch_norm_act_apply(detail::ctx_of(x), dt, act, rows, c, xc.data_ptr(),
+    kernels::batch_norm_act_apply(detail::ctx_of(x), x.dtype(), act, rows, c, x.data_ptr(),
                                   data_or_null(weight), data_or_null(bias), mean.data_ptr(),
                                   invstd.data_ptr(), y.data_ptr());
   }
-  return cast_raw(y, x.dtype());
+  return y;
 }
 
 // Evaluation: running statistics, which are constants for backward; the activation, if any,
@@ -64,16 +62,13 @@ Tensor eval_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
                        const BatchNormOptions& opt, int64_t c) {
   const DType acc = acc_dtype(x.dtype());
   const int64_t rows = x.numel() / std::max<int64_t>(c, 1);
-  const DType dt = detail::cpu_half(x) ? DType::f32 : x.dtype();
-  Tensor xc = cast_raw(x, dt);
-  Tensor y = Tensor::empty(x.shape(), {dt, x.device()});
+  Tensor y = Tensor::empty(x.shape(), x.options());
   const bool meta = x.device().is_meta();
   if (!meta) {
     kernels::batch_norm_forward_eval(
-        detail::ctx_of(x), dt, rows, c, xc.data_ptr(), data_or_null(weight), data_or_null(bias),
-        running_mean.data_ptr(), running_var.data_ptr(), opt.eps, y.data_ptr());
+        detail::ctx_of(x), x.dtype(), rows, c, x.data_ptr(), data_or_null(weight),
+        data_or_null(bias), running_mean.data_ptr(), running_var.data_ptr(), opt.eps, y.data_ptr());
   }
-  y = cast_raw(y, x.dtype());
   Tensor mean, invstd;  // [C] copies of the running statistics, only when backward needs them
   if (autograd::any_requires_grad({x, weight, bias})) {
     mean = running_mean.detach().clone();
@@ -138,10 +133,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
 
   if (!opt.training) return eval_batch_norm(x, weight, bias, running_mean, running_var, opt, c);
 
-  // Note [CPU dtypes]: 16-bit CPU inputs run in f32; params are f32 already.
-  const DType dt = detail::cpu_half(x) ? DType::f32 : x.dtype();
-  Tensor xc = cast_raw(x, dt);
-  Tensor y = Tensor::empty(x.shape(), {dt, x.device()});
+  // 16-bit inputs are computed in f32 inside the kernels (Note [CPU dtypes]); params are f32.
+  Tensor y = Tensor::empty(x.shape(), x.options());
   Tensor mean = Tensor::empty(Shape{c}, {acc, x.device()});    // [C]
   Tensor invstd = Tensor::empty(Shape{c}, {acc, x.device()});  // [C]
   // A checkpointed segment run again in backward counts its statistics once (Note
@@ -153,11 +146,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
   if (rv.defined()) rv.bump_version();
   if (!x.device().is_meta()) {
     kernels::batch_norm_act_forward_train(
-        detail::ctx_of(x), dt, opt.activation, rows, c, xc.data_ptr(), data_or_null(weight),
+        detail::ctx_of(x), x.dtype(), opt.activation, rows, c, x.data_ptr(), data_or_null(weight),
         data_or_null(bias), opt.eps, opt.momentum, y.data_ptr(), mean.data_ptr(), invstd.data_ptr(),
         rm.defined() ? rm.data_ptr() : nullptr, rv.defined() ? rv.data_ptr() : nullptr);
   }
-  y = cast_raw(y, x.dtype());
   const Activation act = opt.activation;
   autograd::set_recipe(y, recipe_name(act), {x, weight, bias, mean, invstd},
                        [act](const std::vector<Tensor>& in) {
@@ -168,7 +160,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
       "batch_norm", {x, weight, bias}, y, {x, weight, bias, mean, invstd},
       [rows, c, need_x, act](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
         const Tensor &x_saved = saved[0], &w = saved[1], &b = saved[2];
-        const DType dt = detail::cpu_half(g[0]) ? DType::f32 : g[0].dtype();
+        const DType dt = g[0].dtype();
         const DType acc = acc_dtype(dt);
         // dx is written over the incoming gradient when nothing else holds it (each element is
         // read before it is written, in both kernel families): one activation-sized buffer

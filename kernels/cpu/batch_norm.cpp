@@ -2,6 +2,9 @@
 // training forward with running-stat update, evaluation forward, recompute from saved
 // statistics, and backward. Statistics are summed in double (two passes: mean, then
 // squared deviations) with per-chunk partial sums per channel, so rows split over threads.
+// x, y, dy and dx may be f16 or bf16 (storage S): rows are widened into per-thread f32 buffers
+// and results narrowed row by row (kernels/cpu/widen.h); parameters and statistics are in the
+// compute type T = Num<S>::C, as acc_dtype says.
 #include "kernels/batch_norm.h"
 
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include "kernels/cpu/activation_serial.h"
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/widen.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -69,24 +73,27 @@ inline void affine_row(int64_t c, const T* __restrict xr, const T* __restrict af
 }
 
 // y = act(affine(x)) row by row.
-template <typename T>
-void apply_affine(Activation act, int64_t rows, int64_t c, const T* x, const T* affine, T* y) {
+template <typename S, typename T = typename Num<S>::C>
+void apply_affine(Activation act, int64_t rows, int64_t c, const S* x, const T* affine, S* y) {
   parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
     std::vector<T> u(act == Activation::identity ? 0 : static_cast<size_t>(c));
+    RowReader<S> read(c);
+    RowWriter<S> write(y, c);
     for (int64_t r = b; r < e; ++r) {
       if (act == Activation::identity) {
-        affine_row(c, x + r * c, affine, y + r * c);
+        affine_row(c, read(x, r), affine, write.row(r));
       } else {
-        affine_row(c, x + r * c, affine, u.data());
-        activation_forward_serial(act, c, u.data(), y + r * c);
+        affine_row(c, read(x, r), affine, u.data());
+        activation_forward_serial(act, c, u.data(), write.row(r));
       }
+      write.commit(r);
     }
   });
 }
 
-template <typename T>
-void forward_train(const Context& ctx, Activation act, int64_t rows, int64_t c, const T* x,
-                   const T* gamma, const T* beta, double eps, double momentum, T* y, T* save_mean,
+template <typename S, typename T = typename Num<S>::C>
+void forward_train(const Context& ctx, Activation act, int64_t rows, int64_t c, const S* x,
+                   const T* gamma, const T* beta, double eps, double momentum, S* y, T* save_mean,
                    T* save_invstd, T* running_mean, T* running_var) {
   memory::DataPtr stats_buf = ctx.workspace(static_cast<size_t>(2 * c) * sizeof(double));
   double* mean = static_cast<double*>(stats_buf.get());  // [C]
@@ -95,12 +102,14 @@ void forward_train(const Context& ctx, Activation act, int64_t rows, int64_t c, 
   T* affine = static_cast<T*>(affine_buf.get());  // [3, C]: mean, scale, beta
   T* rounded = affine + 3 * c;                    // [2, C]: mean and invstd as saved
   channel_sums(ctx, rows, c, 1, mean, [&](int64_t r, double* __restrict acc) {
-    const T* __restrict xr = x + r * c;
+    thread_local std::vector<T> buf;
+    const T* __restrict xr = widened_row(x, r, c, buf);
     for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(xr[j]);
   });
   for (int64_t j = 0; j < c; ++j) mean[j] /= static_cast<double>(rows);
   channel_sums(ctx, rows, c, 1, var, [&](int64_t r, double* __restrict acc) {
-    const T* __restrict xr = x + r * c;
+    thread_local std::vector<T> buf;
+    const T* __restrict xr = widened_row(x, r, c, buf);
     for (int64_t j = 0; j < c; ++j) {
       double d = static_cast<double>(xr[j]) - mean[j];
       acc[j] += d * d;
@@ -125,9 +134,9 @@ void forward_train(const Context& ctx, Activation act, int64_t rows, int64_t c, 
   apply_affine(act, rows, c, x, affine, y);
 }
 
-template <typename T>
-void forward_eval(const Context& ctx, int64_t rows, int64_t c, const T* x, const T* gamma,
-                  const T* beta, const T* running_mean, const T* running_var, double eps, T* y) {
+template <typename S, typename T = typename Num<S>::C>
+void forward_eval(const Context& ctx, int64_t rows, int64_t c, const S* x, const T* gamma,
+                  const T* beta, const T* running_mean, const T* running_var, double eps, S* y) {
   memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(3 * c) * sizeof(T));
   T* affine = static_cast<T*>(affine_buf.get());  // [3, C]: mean, scale, beta
   for (int64_t j = 0; j < c; ++j) {
@@ -140,9 +149,9 @@ void forward_eval(const Context& ctx, int64_t rows, int64_t c, const T* x, const
   apply_affine(Activation::identity, rows, c, x, affine, y);
 }
 
-template <typename T>
-void apply_saved(const Context& ctx, Activation act, int64_t rows, int64_t c, const T* x,
-                 const T* gamma, const T* beta, const T* mean, const T* invstd, T* y) {
+template <typename S, typename T = typename Num<S>::C>
+void apply_saved(const Context& ctx, Activation act, int64_t rows, int64_t c, const S* x,
+                 const T* gamma, const T* beta, const T* mean, const T* invstd, S* y) {
   memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(3 * c) * sizeof(T));
   T* affine = static_cast<T*>(affine_buf.get());
   make_affine(c, mean, invstd, gamma, beta, affine);
@@ -153,19 +162,20 @@ void apply_saved(const Context& ctx, Activation act, int64_t rows, int64_t c, co
 //   dbeta = sum du, dgamma = sum du * xhat,
 //   dx = gamma * invstd / M * (M * du - dbeta - xhat * dgamma).
 // du is recomputed per row in both passes, never stored.
-template <typename T>
-void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const T* x, const T* dy,
-              const T* gamma, const T* beta, const T* save_mean, const T* save_invstd, T* dx,
+template <typename S, typename T = typename Num<S>::C>
+void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const S* x, const S* dy,
+              const T* gamma, const T* beta, const T* save_mean, const T* save_invstd, S* dx,
               T* dgamma, T* dbeta) {
   const bool fused = act != Activation::identity;
   memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(3 * c) * sizeof(T));
   T* affine = static_cast<T*>(affine_buf.get());
   make_affine(c, save_mean, save_invstd, gamma, beta, affine);
-  // The gradient reaching bn's output for row r: dy itself, or act'(u) * dy into `du`.
-  auto grad_row = [&](int64_t r, T* u, T* du) -> const T* {
-    if (!fused) return dy + r * c;
-    affine_row(c, x + r * c, affine, u);
-    activation_backward_serial(act, c, u, dy + r * c, du);
+  // The gradient reaching bn's output for row r (x's row xr, dy's row dyr, both in T): dy
+  // itself, or act'(u) * dy into `du`.
+  auto grad_row = [&](const T* xr, const T* dyr, T* u, T* du) -> const T* {
+    if (!fused) return dyr;
+    affine_row(c, xr, affine, u);
+    activation_backward_serial(act, c, u, dyr, du);
     return du;
   };
   memory::DataPtr sums_buf = ctx.workspace(static_cast<size_t>(2 * c) * sizeof(double));
@@ -174,10 +184,11 @@ void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const
     // channel_sums walks rows in chunks on threads; each thread needs its own row buffers.
     const size_t row_buf = fused ? static_cast<size_t>(2 * c) : 0;
     channel_sums(ctx, rows, c, 2, sums, [&](int64_t r, double* __restrict acc) {
-      thread_local std::vector<T> buf;
+      thread_local std::vector<T> buf, xbuf, dybuf;
       if (buf.size() < row_buf) buf.resize(row_buf);
-      const T* __restrict xr = x + r * c;
-      const T* __restrict gr = grad_row(r, buf.data(), buf.data() + c);
+      const T* __restrict xr = widened_row(x, r, c, xbuf);
+      const T* __restrict gr =
+          grad_row(xr, widened_row(dy, r, c, dybuf), buf.data(), buf.data() + c);
       for (int64_t j = 0; j < c; ++j) {
         double g = static_cast<double>(gr[j]);
         acc[j] += g;
@@ -213,12 +224,16 @@ void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const
   }
   parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
     std::vector<T> buf(fused ? static_cast<size_t>(2 * c) : 0);
+    RowReader<S> read_x(c), read_dy(c);
+    RowWriter<S> write(dx, c);
     for (int64_t r = b; r < e; ++r) {
-      // dx may be dy itself (kernels/batch_norm.h): gr and dxr may alias, element for element.
-      const T* __restrict xr = x + r * c;
-      const T* gr = grad_row(r, buf.data(), buf.data() + c);
-      T* dxr = dx + r * c;
+      // dx may be dy itself (kernels/batch_norm.h): gr and dxr may alias, element for element
+      // (when S is 16-bit, gr is a widened copy and dxr a buffer narrowed after the row).
+      const T* __restrict xr = read_x(x, r);
+      const T* gr = grad_row(xr, read_dy(dy, r), buf.data(), buf.data() + c);
+      T* dxr = write.row(r);
       for (int64_t j = 0; j < c; ++j) dxr[j] = ca[j] * gr[j] + cb[j] * (xr[j] - cm[j]) + cd[j];
+      write.commit(r);
     }
   });
 }
@@ -235,9 +250,10 @@ void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation ac
                "batch_norm_forward_train: need more than one value per channel in "
                "training, got [rows=",
                rows, ", C=", c, "]");
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_forward_train", {
-    forward_train<T>(ctx, act, rows, c, static_cast<const T*>(x), static_cast<const T*>(gamma),
-                     static_cast<const T*>(beta), eps, momentum, static_cast<T*>(y),
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "batch_norm_forward_train", {
+    using T = typename Num<S>::C;
+    forward_train<S>(ctx, act, rows, c, static_cast<const S*>(x), static_cast<const T*>(gamma),
+                     static_cast<const T*>(beta), eps, momentum, static_cast<S*>(y),
                      static_cast<T*>(save_mean), static_cast<T*>(save_invstd),
                      static_cast<T*>(running_mean), static_cast<T*>(running_var));
   });
@@ -256,10 +272,11 @@ void batch_norm_act_apply(const Context& ctx, DType dtype, Activation act, int64
                           const void* invstd, void* y) {
   check_bn("batch_norm_act_apply", rows, c);
   if (rows == 0) return;
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_act_apply", {
-    apply_saved<T>(ctx, act, rows, c, static_cast<const T*>(x), static_cast<const T*>(gamma),
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "batch_norm_act_apply", {
+    using T = typename Num<S>::C;
+    apply_saved<S>(ctx, act, rows, c, static_cast<const S*>(x), static_cast<const T*>(gamma),
                    static_cast<const T*>(beta), static_cast<const T*>(mean),
-                   static_cast<const T*>(invstd), static_cast<T*>(y));
+                   static_cast<const T*>(invstd), static_cast<S*>(y));
   });
 }
 
@@ -269,10 +286,11 @@ void batch_norm_forward_eval(const Context& ctx, DType dtype, int64_t rows, int6
                              void* y) {
   check_bn("batch_norm_forward_eval", rows, c);
   if (rows == 0) return;
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_forward_eval", {
-    forward_eval<T>(ctx, rows, c, static_cast<const T*>(x), static_cast<const T*>(gamma),
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "batch_norm_forward_eval", {
+    using T = typename Num<S>::C;
+    forward_eval<S>(ctx, rows, c, static_cast<const S*>(x), static_cast<const T*>(gamma),
                     static_cast<const T*>(beta), static_cast<const T*>(running_mean),
-                    static_cast<const T*>(running_var), eps, static_cast<T*>(y));
+                    static_cast<const T*>(running_var), eps, static_cast<S*>(y));
   });
 }
 
@@ -281,11 +299,12 @@ void batch_norm_act_backward(const Context& ctx, DType dtype, Activation act, in
                              const void* beta, const void* save_mean, const void* save_invstd,
                              void* dx, void* dgamma, void* dbeta) {
   check_bn("batch_norm_backward", rows, c);
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "batch_norm_backward", {
-    backward<T>(ctx, act, rows, c, static_cast<const T*>(x), static_cast<const T*>(dy),
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "batch_norm_backward", {
+    using T = typename Num<S>::C;
+    backward<S>(ctx, act, rows, c, static_cast<const S*>(x), static_cast<const S*>(dy),
                 static_cast<const T*>(gamma), static_cast<const T*>(beta),
                 static_cast<const T*>(save_mean), static_cast<const T*>(save_invstd),
-                static_cast<T*>(dx), static_cast<T*>(dgamma), static_cast<T*>(dbeta));
+                static_cast<S*>(dx), static_cast<T*>(dgamma), static_cast<T*>(dbeta));
   });
 }
 

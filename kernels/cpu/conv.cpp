@@ -1,5 +1,7 @@
 // CPU conv2d entry points: validate the shape, pick the algorithm (Note [CPU conv algorithms]),
 // and the pointwise (1x1) GEMM path, which views NHWC activations as [N*H*W, C] matrices.
+// f16 and bf16 run in f32 inside every algorithm (Note [CPU dtypes]): rows are widened into
+// per-thread or per-chunk buffers, never into an f32 copy of the tensor.
 #include "kernels/conv.h"
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/conv_internal.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/widen.h"
 
 namespace frugal::kernels::cpu {
 
@@ -24,8 +27,8 @@ void check_conv_shape(const char* op, const Conv2dShape& s) {
                "), input too small for the kernel: ", s.str());
 }
 
-template <typename T>
-void bias_grad(const Context& ctx, int64_t rows, int64_t k, const T* dy, T* dbias) {
+template <typename S, typename D>
+void bias_grad(const Context& ctx, int64_t rows, int64_t k, const S* dy, D* dbias) {
   // Partial sums in double per chunk: dbias adds up N*OH*OW terms.
   int64_t chunks = chunk_count(rows, k);
   memory::DataPtr buf = ctx.workspace(static_cast<size_t>(chunks * k) * sizeof(double));
@@ -33,15 +36,16 @@ void bias_grad(const Context& ctx, int64_t rows, int64_t k, const T* dy, T* dbia
   std::fill(partial, partial + chunks * k, 0.0);
   for_each_chunk(rows, chunks, [&](int64_t t, int64_t begin, int64_t end) {
     double* __restrict acc = partial + t * k;
+    RowReader<S> read(k);
     for (int64_t r = begin; r < end; ++r) {
-      const T* __restrict row = dy + r * k;
+      const auto* __restrict row = read(dy, r);
       for (int64_t j = 0; j < k; ++j) acc[j] += static_cast<double>(row[j]);
     }
   });
   for (int64_t j = 0; j < k; ++j) {
     double sum = 0;
     for (int64_t t = 0; t < chunks; ++t) sum += partial[t * k + j];
-    dbias[j] = static_cast<T>(sum);
+    dbias[j] = Num<D>::store(static_cast<typename Num<D>::C>(sum));
   }
 }
 
@@ -84,6 +88,97 @@ void add_bias(int64_t rows, int64_t k, const T* bias, T* y) {
   });
 }
 
+// Rows per chunk of the 16-bit pointwise paths: a chunk's widened input and output rows (about
+// 256 KiB of f32) stay in the core's cache from widening through the GEMM to narrowing.
+int64_t narrow_chunk_rows(int64_t cols) { return std::max<int64_t>(16, 65536 / cols); }
+
+// Threads that the 16-bit pointwise paths split m rows over, each with its own buffers.
+int64_t narrow_slices(int64_t m, int64_t chunk_rows) {
+  return std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(),
+                                                (m + chunk_rows - 1) / chunk_rows));
+}
+
+// out[m, out_cols] = in[m, in_cols] * W (+ bias) per group for 16-bit storage, W and bias in
+// f32: the forward (W_g [out/g, in/g], used transposed) and the input gradient (W_g [in/g,
+// out/g]). The bias is added before the one rounding to 16 bits. Each thread
+// takes a slice of rows and runs it chunk by chunk through its own f32 buffers, with a serial
+// GEMM per chunk (Eigen runs single-threaded inside the parallel region).
+template <typename S>
+void narrow_rows_times_weights(const Context& ctx, int64_t m, int64_t groups, int64_t in_cols,
+                               int64_t out_cols, const S* in, const float* w, bool w_out_by_in,
+                               const float* bias, S* out) {
+  const int64_t ig = in_cols / groups, og = out_cols / groups;
+  const int64_t rows = narrow_chunk_rows(std::max(in_cols, out_cols));
+  const int64_t slices = narrow_slices(m, rows);
+  const int64_t per_slice = rows * (in_cols + out_cols);
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(slices * per_slice) * sizeof(float));
+  for_each_chunk(m, slices, [&](int64_t t, int64_t begin, int64_t end) {
+    float* ib = static_cast<float*>(buf.get()) + t * per_slice;
+    float* ob = ib + rows * in_cols;
+    for (int64_t r0 = begin; r0 < end; r0 += rows) {
+      const int64_t nr = std::min(rows, end - r0);
+      widen(in + r0 * in_cols, nr * in_cols, ib);
+      for (int64_t g = 0; g < groups; ++g) {
+        auto dst = mat(ob + g * og, nr, og, out_cols);
+        auto src = mat(static_cast<const float*>(ib) + g * ig, nr, ig, in_cols);
+        if (w_out_by_in) {
+          dst.noalias() = src * mat(w + g * og * ig, og, ig, ig).transpose();
+        } else {
+          dst.noalias() = src * mat(w + g * ig * og, ig, og, og);
+        }
+      }
+      if (bias != nullptr) add_bias(nr, out_cols, bias, ob);
+      narrow(ob, nr * out_cols, out + r0 * out_cols);
+    }
+  });
+}
+
+// dW_g[K/g, C/g] = dY_g^T * X_g for 16-bit storage: per-thread slices of rows, widened a chunk at
+// a time, each summing into its own f32 partial; partials added in slice order into dw (D).
+template <typename S, typename D>
+void narrow_pointwise_backward_weight(const Context& ctx, const Conv2dShape& s, const S* x,
+                                      const S* dy, D* dw) {
+  const int64_t m = s.n * s.h * s.w, cg = s.cin_per_group(), kg = s.cout_per_group();
+  const int64_t rows = narrow_chunk_rows(std::max(s.c, s.k));
+  const int64_t slices = narrow_slices(m, rows);
+  const int64_t w_numel = s.k * cg, per_slice = w_numel + rows * (s.c + s.k);
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(slices * per_slice) * sizeof(float));
+  float* base = static_cast<float*>(buf.get());
+  for_each_chunk(m, slices, [&](int64_t t, int64_t begin, int64_t end) {
+    float* partial = base + t * per_slice;
+    float* xb = partial + w_numel;
+    float* dyb = xb + rows * s.c;
+    std::fill(partial, partial + w_numel, 0.0f);
+    for (int64_t r0 = begin; r0 < end; r0 += rows) {
+      const int64_t nr = std::min(rows, end - r0);
+      widen(x + r0 * s.c, nr * s.c, xb);
+      widen(dy + r0 * s.k, nr * s.k, dyb);
+      for (int64_t g = 0; g < s.groups; ++g) {
+        mat(partial + g * kg * cg, kg, cg, cg).noalias() +=
+            mat(static_cast<const float*>(dyb) + g * kg, nr, kg, s.k).transpose() *
+            mat(static_cast<const float*>(xb) + g * cg, nr, cg, s.c);
+      }
+    }
+  });
+  for (int64_t q = 0; q < w_numel; ++q) {
+    float sum = base[q];
+    for (int64_t t = 1; t < slices; ++t) sum += base[t * per_slice + q];
+    dw[q] = Num<D>::store(sum);
+  }
+}
+
+// The weights of a 16-bit conv in f32, for the GEMM paths (K * kh * kw * C/g elements), and
+// the bias (K more) when there is one.
+template <typename S>
+memory::DataPtr widened_weights(const Context& ctx, const Conv2dShape& s, const S* w,
+                                const S* bias) {
+  const int64_t numel = s.k * s.kh * s.kw * s.cin_per_group();
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(numel + s.k) * sizeof(float));
+  widen(w, numel, static_cast<float*>(buf.get()));
+  if (bias != nullptr) widen(bias, s.k, static_cast<float*>(buf.get()) + numel);
+  return buf;
+}
+
 // Per group g: Y_g[M, K/g] = X_g[M, C/g] * W_g[K/g, C/g]^T, M = N*H*W.
 template <typename T>
 void pointwise_forward(const Conv2dShape& s, const T* x, const T* w, T* y) {
@@ -120,20 +215,29 @@ void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const
                     const void* w, const void* bias, void* y) {
   check_conv_shape("conv2d_forward", s);
   if (s.n == 0) return;
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "conv2d_forward", {
-    auto* xp = static_cast<const T*>(x);
-    auto* wp = static_cast<const T*>(w);
-    auto* bp = static_cast<const T*>(bias);
-    auto* yp = static_cast<T*>(y);
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "conv2d_forward", {
+    auto* xp = static_cast<const S*>(x);
+    auto* wp = static_cast<const S*>(w);
+    auto* bp = static_cast<const S*>(bias);
+    auto* yp = static_cast<S*>(y);
     if (s.depthwise()) {
-      depthwise_forward<T>(ctx, s, xp, wp, bp, yp);  // bias fused
+      depthwise_forward<S>(ctx, s, xp, wp, bp, yp);  // bias fused
     } else {
+      // the bias joins before any rounding to 16 bits
       if (is_pointwise(s)) {
-        pointwise_forward<T>(s, xp, wp, yp);
+        if constexpr (is_narrow_v<S>) {
+          memory::DataPtr wf = widened_weights(ctx, s, wp, bp);
+          const float* w32 = static_cast<const float*>(wf.get());
+          const float* b32 = bp != nullptr ? w32 + s.k * s.c / s.groups : nullptr;
+          narrow_rows_times_weights<S>(ctx, s.n * s.h * s.w, s.groups, s.c, s.k, xp, w32, true,
+                                       b32, yp);
+        } else {
+          pointwise_forward<S>(s, xp, wp, yp);
+          if (bp != nullptr) add_bias<S>(s.n * s.h * s.w, s.k, bp, yp);
+        }
       } else {
-        im2col_forward<T>(ctx, s, xp, wp, yp);
+        im2col_forward<S>(ctx, s, xp, wp, bp, yp);
       }
-      if (bp != nullptr) add_bias<T>(s.n * s.oh() * s.ow(), s.k, bp, yp);
     }
   });
 }
@@ -142,43 +246,68 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
                            const void* w, void* dx) {
   check_conv_shape("conv2d_backward_input", s);
   if (s.n == 0) return;
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "conv2d_backward_input", {
-    auto* dyp = static_cast<const T*>(dy);
-    auto* wp = static_cast<const T*>(w);
-    auto* dxp = static_cast<T*>(dx);
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "conv2d_backward_input", {
+    auto* dyp = static_cast<const S*>(dy);
+    auto* wp = static_cast<const S*>(w);
+    auto* dxp = static_cast<S*>(dx);
     if (s.depthwise()) {
-      depthwise_backward_input<T>(ctx, s, dyp, wp, dxp);
+      depthwise_backward_input<S>(ctx, s, dyp, wp, dxp);
     } else if (is_pointwise(s)) {
-      pointwise_backward_input<T>(s, dyp, wp, dxp);
+      if constexpr (is_narrow_v<S>) {
+        memory::DataPtr wf = widened_weights<S>(ctx, s, wp, nullptr);
+        narrow_rows_times_weights<S>(ctx, s.n * s.h * s.w, s.groups, s.k, s.c, dyp,
+                                     static_cast<const float*>(wf.get()), false, nullptr, dxp);
+      } else {
+        pointwise_backward_input<S>(s, dyp, wp, dxp);
+      }
     } else {
-      im2col_backward_input<T>(ctx, s, dyp, wp, dxp);
+      im2col_backward_input<S>(ctx, s, dyp, wp, dxp);
     }
   });
 }
 
+namespace {
+
+// dw (and dbias) in D from x and dy in S; D is S, or f32 for 16-bit S.
+template <typename S, typename D>
+void backward_weight(const Context& ctx, const Conv2dShape& s, const S* x, const S* dy, D* dw,
+                     D* dbias) {
+  if (s.n == 0) {  // an empty batch contributes nothing; outputs are still overwritten
+    std::fill(dw, dw + s.k * s.kh * s.kw * s.cin_per_group(), Num<D>::store(0));
+    if (dbias != nullptr) std::fill(dbias, dbias + s.k, Num<D>::store(0));
+    return;
+  }
+  if (s.depthwise()) {
+    depthwise_backward_weight<S, D>(ctx, s, x, dy, dw);
+  } else if (is_pointwise(s)) {
+    if constexpr (is_narrow_v<S>) {
+      narrow_pointwise_backward_weight<S, D>(ctx, s, x, dy, dw);
+    } else {
+      pointwise_backward_weight<S>(ctx, s, x, dy, dw);
+    }
+  } else {
+    im2col_backward_weight<S, D>(ctx, s, x, dy, dw);
+  }
+  if (dbias != nullptr) bias_grad<S, D>(ctx, s.n * s.oh() * s.ow(), s.k, dy, dbias);
+}
+
+}  // namespace
+
 void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
                             const void* x, const void* dy, void* dw, void* dbias) {
   check_conv_shape("conv2d_backward_weight", s);
-  FRUGAL_CHECK(dw_dtype == dtype, "conv2d_backward_weight: the CPU writes dw in the input dtype ",
-               dtype, ", not ", dw_dtype);
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "conv2d_backward_weight", {
-    auto* xp = static_cast<const T*>(x);
-    auto* dyp = static_cast<const T*>(dy);
-    auto* dwp = static_cast<T*>(dw);
-    auto* dbp = static_cast<T*>(dbias);
-    if (s.n == 0) {  // an empty batch contributes nothing; outputs are still overwritten
-      std::fill(dwp, dwp + s.k * s.kh * s.kw * s.cin_per_group(), T(0));
-      if (dbp != nullptr) std::fill(dbp, dbp + s.k, T(0));
-      return;
+  FRUGAL_CHECK(dw_dtype == dtype || (is_low_precision(dtype) && dw_dtype == DType::f32),
+               "conv2d_backward_weight: dw is written in the input dtype ", dtype,
+               " or, for 16-bit inputs, in f32; not in ", dw_dtype);
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "conv2d_backward_weight", {
+    auto* xp = static_cast<const S*>(x);
+    auto* dyp = static_cast<const S*>(dy);
+    if (dw_dtype == dtype) {
+      backward_weight<S, S>(ctx, s, xp, dyp, static_cast<S*>(dw), static_cast<S*>(dbias));
+    } else if constexpr (is_narrow_v<S>) {
+      backward_weight<S, float>(ctx, s, xp, dyp, static_cast<float*>(dw),
+                                static_cast<float*>(dbias));
     }
-    if (s.depthwise()) {
-      depthwise_backward_weight<T>(ctx, s, xp, dyp, dwp);
-    } else if (is_pointwise(s)) {
-      pointwise_backward_weight<T>(ctx, s, xp, dyp, dwp);
-    } else {
-      im2col_backward_weight<T>(ctx, s, xp, dyp, dwp);
-    }
-    if (dbp != nullptr) bias_grad<T>(ctx, s.n * s.oh() * s.ow(), s.k, dyp, dbp);
   });
 }
 
@@ -186,7 +315,8 @@ template void gemm_tn_split_depth<float>(const Context&, int64_t, int64_t, int64
                                          int64_t, const float*, int64_t, float*, bool);
 template void gemm_tn_split_depth<double>(const Context&, int64_t, int64_t, int64_t, const double*,
                                           int64_t, const double*, int64_t, double*, bool);
-template void bias_grad<float>(const Context&, int64_t, int64_t, const float*, float*);
-template void bias_grad<double>(const Context&, int64_t, int64_t, const double*, double*);
+template void bias_grad<float, float>(const Context&, int64_t, int64_t, const float*, float*);
+template void bias_grad<double, double>(const Context&, int64_t, int64_t, const double*,
+                                        double*);
 
 }  // namespace frugal::kernels::cpu

@@ -1,11 +1,14 @@
 // The general CPU conv (stem 3x3, grouped, strided, dilated): im2col over a chunk of images into
 // a workspace, then one Eigen GEMM per group; backward input via GEMM + col2im (a gather, so
 // rows of dx are written by one thread each); backward weight via dY^T * columns.
+// 16-bit tensors (storage S) are widened while the columns are gathered, dY a chunk at a time,
+// and outputs narrowed from an f32 chunk: the GEMMs always run in the compute type T.
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/conv_internal.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/widen.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -26,9 +29,10 @@ struct Im2col {
   }
 };
 
-// col[nb * P, cols] from x images [n0, n0 + nb): zero where the window reads padding.
-template <typename T>
-void im2col(const Conv2dShape& s, const Im2col& g, const T* x, int64_t n0, int64_t nb, T* col) {
+// col[nb * P, cols] from x images [n0, n0 + nb), in the compute type T: zero where the window
+// reads padding.
+template <typename S, typename T = typename Num<S>::C>
+void im2col(const Conv2dShape& s, const Im2col& g, const S* x, int64_t n0, int64_t nb, T* col) {
   int64_t cg = s.cin_per_group();
   parallel_for(nb * g.oh, std::max<int64_t>(1, 16384 / (g.ow * g.cols)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -40,11 +44,11 @@ void im2col(const Conv2dShape& s, const Im2col& g, const T* x, int64_t n0, int64
           for (int64_t j = 0; j < s.kw; ++j) {
             int64_t iw = ow * s.stride_w - s.pad_w + j * s.dil_w;
             bool inside = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w;
-            const T* src = x + ((n * s.h + ih) * s.w + iw) * s.c;
+            const S* src = x + ((n * s.h + ih) * s.w + iw) * s.c;
             for (int64_t grp = 0; grp < s.groups; ++grp) {
               T* d = dst + (grp * g.kk + i * s.kw + j) * cg;
               if (inside) {
-                std::memcpy(d, src + grp * cg, static_cast<size_t>(cg) * sizeof(T));
+                widen(src + grp * cg, cg, d);
               } else {
                 std::fill(d, d + cg, T(0));
               }
@@ -58,14 +62,16 @@ void im2col(const Conv2dShape& s, const Im2col& g, const T* x, int64_t n0, int64
 
 // dx images [n0, n0 + nb) = col2im(dcol[nb * P, cols]); every input pixel gathers the column
 // entries that read it, so the result is overwritten, not accumulated.
-template <typename T>
-void col2im(const Conv2dShape& s, const Im2col& g, const T* dcol, int64_t n0, int64_t nb, T* dx) {
+template <typename S, typename T = typename Num<S>::C>
+void col2im(const Conv2dShape& s, const Im2col& g, const T* dcol, int64_t n0, int64_t nb, S* dx) {
   int64_t cg = s.cin_per_group();
   parallel_for(nb * s.h, std::max<int64_t>(1, 16384 / (s.w * g.cols)), [&](int64_t b, int64_t e) {
+    RowWriter<S> write(dx, s.c);
     for (int64_t r = b; r < e; ++r) {
       int64_t nl = r / s.h, ih = r % s.h;
       for (int64_t iw = 0; iw < s.w; ++iw) {
-        T* __restrict d = dx + (((n0 + nl) * s.h + ih) * s.w + iw) * s.c;
+        const int64_t pixel = ((n0 + nl) * s.h + ih) * s.w + iw;
+        T* __restrict d = write.row(pixel);
         std::fill(d, d + s.c, T(0));
         for (int64_t i = 0; i < s.kh; ++i) {
           int64_t th = ih + s.pad_h - i * s.dil_h;
@@ -83,43 +89,107 @@ void col2im(const Conv2dShape& s, const Im2col& g, const T* dcol, int64_t n0, in
             }
           }
         }
+        write.commit(pixel);
       }
     }
   });
 }
 
+// An f32 copy of rows [r0, r0 + rows) of a 16-bit [*, cols] matrix in `buf`, or the rows
+// themselves when S is the compute type.
+template <typename S, typename T = typename Num<S>::C>
+const T* widened_rows(const S* a, int64_t r0, int64_t rows, int64_t cols, T* buf) {
+  if constexpr (is_narrow_v<S>) {
+    parallel_for(rows, std::max<int64_t>(1, 32768 / cols), [&](int64_t b, int64_t e) {
+      widen(a + (r0 + b) * cols, (e - b) * cols, buf + b * cols);
+    });
+    return buf;
+  } else {
+    return a + r0 * cols;
+  }
+}
+
+// out rows [r0, r0 + rows) = buf, narrowed; nothing to do when the GEMM wrote out directly.
+template <typename S, typename T = typename Num<S>::C>
+void narrowed_rows(const T* buf, int64_t r0, int64_t rows, int64_t cols, S* out) {
+  if constexpr (is_narrow_v<S>) {
+    parallel_for(rows, std::max<int64_t>(1, 32768 / cols), [&](int64_t b, int64_t e) {
+      narrow(buf + b * cols, (e - b) * cols, out + (r0 + b) * cols);
+    });
+  }
+}
+
+// Where a GEMM writes rows [r0, ...) of an output: straight into it, or into the f32 chunk
+// buffer that narrowed_rows then stores.
+template <typename S, typename T = typename Num<S>::C>
+T* gemm_target(S* out, int64_t r0, int64_t cols, T* buf) {
+  if constexpr (is_narrow_v<S>) {
+    return buf;
+  } else {
+    return out + r0 * cols;
+  }
+}
+
 }  // namespace
 
-// Per chunk and group: Y_g[nb*P, K/g] = Col_g[nb*P, kk*C/g] * W_g[K/g, kk*C/g]^T
-template <typename T>
-void im2col_forward(const Context& ctx, const Conv2dShape& s, const T* x, const T* w, T* y) {
+// Per chunk and group: Y_g[nb*P, K/g] = Col_g[nb*P, kk*C/g] * W_g[K/g, kk*C/g]^T (+ bias,
+// added to each chunk before it is rounded to 16 bits).
+template <typename S>
+void im2col_forward(const Context& ctx, const Conv2dShape& s, const S* x, const S* w_in,
+                    const S* bias_in, S* y) {
+  using T = typename Num<S>::C;
   Im2col g(s);
   int64_t kg = s.cout_per_group(), wcols = g.kk * s.cin_per_group();
-  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(g.chunk * g.p * g.cols) * sizeof(T));
+  const int64_t w_numel = s.k * wcols;
+  // 16-bit: the widened weights and bias, and an f32 chunk of y to narrow
+  const int64_t extra = is_narrow_v<S> ? w_numel + s.k + g.chunk * g.p * s.k : 0;
+  memory::DataPtr buf =
+      ctx.workspace(static_cast<size_t>(g.chunk * g.p * g.cols + extra) * sizeof(T));
   T* col = static_cast<T*>(buf.get());
+  T* ybuf = col + g.chunk * g.p * g.cols;
+  T* wbuf = is_narrow_v<S> ? ybuf + g.chunk * g.p * s.k : nullptr;
+  const T* w = widened_rows(w_in, 0, s.k, wcols, wbuf);
+  const T* bias = bias_in != nullptr ? widened_rows(bias_in, 0, 1, s.k, wbuf + w_numel) : nullptr;
   for (int64_t n0 = 0; n0 < s.n; n0 += g.chunk) {
     int64_t nb = std::min(g.chunk, s.n - n0), m = nb * g.p;
     im2col(s, g, x, n0, nb, col);
-    T* yc = y + n0 * g.p * s.k;
+    T* yc = gemm_target(y, n0 * g.p, s.k, ybuf);
     for (int64_t grp = 0; grp < s.groups; ++grp) {
       mat(yc + grp * kg, m, kg, s.k).noalias() =
           mat(static_cast<const T*>(col) + grp * wcols, m, wcols, g.cols) *
           mat(w + grp * kg * wcols, kg, wcols, wcols).transpose();
     }
+    if (bias != nullptr) {
+      parallel_for(m, std::max<int64_t>(1, 32768 / s.k), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          T* __restrict row = yc + r * s.k;
+          for (int64_t j = 0; j < s.k; ++j) row[j] += bias[j];
+        }
+      });
+    }
+    narrowed_rows(static_cast<const T*>(ybuf), n0 * g.p, m, s.k, y);
   }
 }
 
 // dCol_g[nb*P, kk*C/g] = dY_g[nb*P, K/g] * W_g[K/g, kk*C/g], then col2im into dx.
-template <typename T>
-void im2col_backward_input(const Context& ctx, const Conv2dShape& s, const T* dy, const T* w,
-                           T* dx) {
+template <typename S>
+void im2col_backward_input(const Context& ctx, const Conv2dShape& s, const S* dy, const S* w_in,
+                           S* dx) {
+  using T = typename Num<S>::C;
   Im2col g(s);
   int64_t kg = s.cout_per_group(), wcols = g.kk * s.cin_per_group();
-  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(g.chunk * g.p * g.cols) * sizeof(T));
+  const int64_t w_numel = s.k * wcols;
+  // 16-bit: the widened weights, and an f32 chunk of dy
+  const int64_t extra = is_narrow_v<S> ? w_numel + g.chunk * g.p * s.k : 0;
+  memory::DataPtr buf =
+      ctx.workspace(static_cast<size_t>(g.chunk * g.p * g.cols + extra) * sizeof(T));
   T* col = static_cast<T*>(buf.get());
+  T* dybuf = col + g.chunk * g.p * g.cols;
+  T* wbuf = is_narrow_v<S> ? dybuf + g.chunk * g.p * s.k : nullptr;
+  const T* w = widened_rows(w_in, 0, s.k, wcols, wbuf);
   for (int64_t n0 = 0; n0 < s.n; n0 += g.chunk) {
     int64_t nb = std::min(g.chunk, s.n - n0), m = nb * g.p;
-    const T* dyc = dy + n0 * g.p * s.k;
+    const T* dyc = widened_rows(dy, n0 * g.p, m, s.k, dybuf);
     for (int64_t grp = 0; grp < s.groups; ++grp) {
       mat(col + grp * wcols, m, wcols, g.cols).noalias() =
           mat(dyc + grp * kg, m, kg, s.k) * mat(w + grp * kg * wcols, kg, wcols, wcols);
@@ -128,34 +198,55 @@ void im2col_backward_input(const Context& ctx, const Conv2dShape& s, const T* dy
   }
 }
 
-// dW_g[K/g, kk*C/g] = sum over chunks of dY_g[nb*P, K/g]^T * Col_g[nb*P, kk*C/g]
-template <typename T>
-void im2col_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x, const T* dy,
-                            T* dw) {
+// dW_g[K/g, kk*C/g] = sum over chunks of dY_g[nb*P, K/g]^T * Col_g[nb*P, kk*C/g]; dw is stored
+// in D: S, or f32 for 16-bit S.
+template <typename S, typename D>
+void im2col_backward_weight(const Context& ctx, const Conv2dShape& s, const S* x, const S* dy,
+                            D* dw_out) {
+  using T = typename Num<S>::C;
   Im2col g(s);
   int64_t kg = s.cout_per_group(), wcols = g.kk * s.cin_per_group();
-  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(g.chunk * g.p * g.cols) * sizeof(T));
+  const int64_t w_numel = s.k * wcols;
+  // 16-bit: an f32 chunk of dy, and dw in f32 until it is stored
+  const int64_t extra = is_narrow_v<S> ? g.chunk * g.p * s.k + w_numel : 0;
+  memory::DataPtr buf =
+      ctx.workspace(static_cast<size_t>(g.chunk * g.p * g.cols + extra) * sizeof(T));
   T* col = static_cast<T*>(buf.get());
+  T* dybuf = col + g.chunk * g.p * g.cols;
+  T* dw = nullptr;
+  if constexpr (std::is_same_v<D, T>) {
+    dw = dw_out;
+  } else {
+    dw = dybuf + g.chunk * g.p * s.k;
+  }
   for (int64_t n0 = 0; n0 < s.n; n0 += g.chunk) {
     int64_t nb = std::min(g.chunk, s.n - n0), m = nb * g.p;
     im2col(s, g, x, n0, nb, col);
-    const T* dyc = dy + n0 * g.p * s.k;
+    const T* dyc = widened_rows(dy, n0 * g.p, m, s.k, dybuf);
     for (int64_t grp = 0; grp < s.groups; ++grp) {
       gemm_tn_split_depth(ctx, m, kg, wcols, dyc + grp * kg, s.k,
                           static_cast<const T*>(col) + grp * wcols, g.cols, dw + grp * kg * wcols,
                           n0 > 0);
     }
   }
+  if constexpr (!std::is_same_v<D, T>) narrow(static_cast<const T*>(dw), w_numel, dw_out);
 }
 
-#define FRUGAL_INSTANTIATE(T)                                                                     \
-  template void im2col_forward<T>(const Context&, const Conv2dShape&, const T*, const T*, T*);    \
-  template void im2col_backward_input<T>(const Context&, const Conv2dShape&, const T*, const T*,  \
-                                         T*);                                                     \
-  template void im2col_backward_weight<T>(const Context&, const Conv2dShape&, const T*, const T*, \
-                                          T*);
+#define FRUGAL_INSTANTIATE(S)                                                                     \
+  template void im2col_forward<S>(const Context&, const Conv2dShape&, const S*, const S*,        \
+                                  const S*, S*);                                                  \
+  template void im2col_backward_input<S>(const Context&, const Conv2dShape&, const S*, const S*,  \
+                                         S*);                                                     \
+  template void im2col_backward_weight<S, S>(const Context&, const Conv2dShape&, const S*,        \
+                                             const S*, S*);
 FRUGAL_INSTANTIATE(float)
 FRUGAL_INSTANTIATE(double)
+FRUGAL_INSTANTIATE(f16_t)
+FRUGAL_INSTANTIATE(bf16_t)
 #undef FRUGAL_INSTANTIATE
+template void im2col_backward_weight<f16_t, float>(const Context&, const Conv2dShape&,
+                                                   const f16_t*, const f16_t*, float*);
+template void im2col_backward_weight<bf16_t, float>(const Context&, const Conv2dShape&,
+                                                    const bf16_t*, const bf16_t*, float*);
 
 }  // namespace frugal::kernels::cpu

@@ -15,6 +15,7 @@
 
 #include "kernels/context.h"
 #include "kernels/conv.h"
+#include "kernels/cpu/typed.h"
 
 namespace frugal::kernels::cpu {
 
@@ -51,27 +52,32 @@ template <typename T>
 void gemm_tn_split_depth(const Context& ctx, int64_t m, int64_t p, int64_t q, const T* a,
                          int64_t lda, const T* b, int64_t ldb, T* out, bool accumulate);
 
+// The algorithms below take tensors of storage type S (float, double, f16_t, bf16_t) and compute
+// in Num<S>::C (kernels/cpu/typed.h); weight gradients are stored in D: S, or float for 16-bit S.
+
 // dbias[K] = sum over the rows of dy[rows, K].
-template <typename T>
-void bias_grad(const Context& ctx, int64_t rows, int64_t k, const T* dy, T* dbias);
+template <typename S, typename D>
+void bias_grad(const Context& ctx, int64_t rows, int64_t k, const S* dy, D* dbias);
 
-template <typename T>
-void depthwise_forward(const Context& ctx, const Conv2dShape& s, const T* x, const T* w,
-                       const T* bias, T* y);
-template <typename T>
-void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const T* dy, const T* w,
-                              T* dx);
-template <typename T>
-void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x, const T* dy,
-                               T* dw);
+template <typename S>
+void depthwise_forward(const Context& ctx, const Conv2dShape& s, const S* x, const S* w,
+                       const S* bias, S* y);
+template <typename S>
+void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const S* dy, const S* w,
+                              S* dx);
+template <typename S, typename D>
+void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const S* x, const S* dy,
+                               D* dw);
 
-template <typename T>
-void im2col_forward(const Context& ctx, const Conv2dShape& s, const T* x, const T* w, T* y);
-template <typename T>
-void im2col_backward_input(const Context& ctx, const Conv2dShape& s, const T* dy, const T* w,
-                           T* dx);
-template <typename T>
-void im2col_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x, const T* dy,
-                            T* dw);
+// y = conv(x, w) (+ bias when not null)
+template <typename S>
+void im2col_forward(const Context& ctx, const Conv2dShape& s, const S* x, const S* w,
+                    const S* bias, S* y);
+template <typename S>
+void im2col_backward_input(const Context& ctx, const Conv2dShape& s, const S* dy, const S* w,
+                           S* dx);
+template <typename S, typename D>
+void im2col_backward_weight(const Context& ctx, const Conv2dShape& s, const S* x, const S* dy,
+                            D* dw);
 
 }  // namespace frugal::kernels::cpu

@@ -1,11 +1,13 @@
 // Direct depthwise conv (groups == C == K) in NHWC: the channel is the inner, contiguous,
 // vectorised loop; weights are first transposed from [C, kh, kw, 1] to [kh, kw, C] so every tap
-// is a contiguous channel vector too.
+// is a contiguous channel vector too. 16-bit tensors (storage S) are read a pixel's channels at
+// a time into f32 rows and written back the same way (kernels/cpu/widen.h).
 #include <algorithm>
 
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/conv_internal.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/widen.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -16,11 +18,11 @@ inline void fma_row(T* __restrict y, const T* __restrict a, const T* __restrict 
   for (int64_t c = 0; c < n; ++c) y[c] += a[c] * b[c];
 }
 
-// wt[kh*kw, C] from w[C, kh*kw]
-template <typename T>
-void transpose_taps(const T* w, int64_t c, int64_t kk, T* wt) {
+// wt[kh*kw, C] from w[C, kh*kw], in the compute type
+template <typename S>
+void transpose_taps(const S* w, int64_t c, int64_t kk, typename Num<S>::C* wt) {
   for (int64_t ch = 0; ch < c; ++ch) {
-    for (int64_t t = 0; t < kk; ++t) wt[t * c + ch] = w[ch * kk + t];
+    for (int64_t t = 0; t < kk; ++t) wt[t * c + ch] = Num<S>::load(w[ch * kk + t]);
   }
 }
 
@@ -30,20 +32,25 @@ int64_t row_grain(const Conv2dShape& s, int64_t width) {
 
 }  // namespace
 
-template <typename T>
-void depthwise_forward(const Context& ctx, const Conv2dShape& s, const T* x, const T* w,
-                       const T* bias, T* y) {
+template <typename S>
+void depthwise_forward(const Context& ctx, const Conv2dShape& s, const S* x, const S* w,
+                       const S* bias, S* y) {
+  using T = typename Num<S>::C;
   int64_t oh_n = s.oh(), ow_n = s.ow(), c = s.c, kk = s.kh * s.kw;
-  memory::DataPtr buf = ctx.workspace(static_cast<size_t>(kk * c) * sizeof(T));
+  memory::DataPtr buf = ctx.workspace(static_cast<size_t>((kk + 1) * c) * sizeof(T));
   T* wt = static_cast<T*>(buf.get());
+  T* bias_c = wt + kk * c;  // bias in the compute type
   transpose_taps(w, c, kk, wt);
+  if (bias != nullptr) widen(bias, c, bias_c);
   parallel_for(s.n * oh_n, row_grain(s, ow_n), [&](int64_t b, int64_t e) {
+    RowReader<S> read(c);
+    RowWriter<S> write(y, c);
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / oh_n, oh = r % oh_n;
       for (int64_t ow = 0; ow < ow_n; ++ow) {
-        T* yr = y + (r * ow_n + ow) * c;
+        T* yr = write.row(r * ow_n + ow);
         if (bias != nullptr) {
-          std::copy(bias, bias + c, yr);
+          std::copy(bias_c, bias_c + c, yr);
         } else {
           std::fill(yr, yr + c, T(0));
         }
@@ -53,27 +60,31 @@ void depthwise_forward(const Context& ctx, const Conv2dShape& s, const T* x, con
           for (int64_t j = 0; j < s.kw; ++j) {
             int64_t iw = ow * s.stride_w - s.pad_w + j * s.dil_w;
             if (iw < 0 || iw >= s.w) continue;
-            fma_row(yr, x + ((n * s.h + ih) * s.w + iw) * c, wt + (i * s.kw + j) * c, c);
+            fma_row(yr, read(x, (n * s.h + ih) * s.w + iw), wt + (i * s.kw + j) * c, c);
           }
         }
+        write.commit(r * ow_n + ow);
       }
     }
   });
 }
 
 // dx[n, ih, iw, c] gathers dy[n, oh, ow, c] * w[c, i, j] over the taps that read (ih, iw).
-template <typename T>
-void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const T* dy, const T* w,
-                              T* dx) {
+template <typename S>
+void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const S* dy, const S* w,
+                              S* dx) {
+  using T = typename Num<S>::C;
   int64_t oh_n = s.oh(), ow_n = s.ow(), c = s.c, kk = s.kh * s.kw;
   memory::DataPtr buf = ctx.workspace(static_cast<size_t>(kk * c) * sizeof(T));
   T* wt = static_cast<T*>(buf.get());
   transpose_taps(w, c, kk, wt);
   parallel_for(s.n * s.h, row_grain(s, s.w), [&](int64_t b, int64_t e) {
+    RowReader<S> read(c);
+    RowWriter<S> write(dx, c);
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / s.h, ih = r % s.h;
       for (int64_t iw = 0; iw < s.w; ++iw) {
-        T* dxr = dx + (r * s.w + iw) * c;
+        T* dxr = write.row(r * s.w + iw);
         std::fill(dxr, dxr + c, T(0));
         for (int64_t i = 0; i < s.kh; ++i) {
           int64_t th = ih + s.pad_h - i * s.dil_h;
@@ -83,9 +94,10 @@ void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const T*
             int64_t tw = iw + s.pad_w - j * s.dil_w;
             if (tw < 0 || tw % s.stride_w != 0 || tw / s.stride_w >= ow_n) continue;
             int64_t ow = tw / s.stride_w;
-            fma_row(dxr, dy + ((n * oh_n + oh) * ow_n + ow) * c, wt + (i * s.kw + j) * c, c);
+            fma_row(dxr, read(dy, (n * oh_n + oh) * ow_n + ow), wt + (i * s.kw + j) * c, c);
           }
         }
+        write.commit(r * s.w + iw);
       }
     }
   });
@@ -93,9 +105,11 @@ void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const T*
 
 // dw[c, i, j] = sum over n, oh, ow of dy[n, oh, ow, c] * x[n, ih, iw, c]; each chunk of output
 // rows sums into its own [kh*kw, C] slot of the workspace, reduced in chunk order at the end.
-template <typename T>
-void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T* x, const T* dy,
-                               T* dw) {
+// dw is stored in D: S, or f32 for 16-bit S (autocast's parameter gradients).
+template <typename S, typename D>
+void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const S* x, const S* dy,
+                               D* dw) {
+  using T = typename Num<S>::C;
   int64_t oh_n = s.oh(), ow_n = s.ow(), c = s.c, kk = s.kh * s.kw;
   int64_t rows = s.n * oh_n;
   int64_t chunks = chunk_count(rows, ow_n * c * kk);
@@ -104,17 +118,18 @@ void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T
   for_each_chunk(rows, chunks, [&](int64_t t, int64_t b, int64_t e) {
     T* acc = partial + t * kk * c;
     std::fill(acc, acc + kk * c, T(0));
+    RowReader<S> read_dy(c), read_x(c);
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / oh_n, oh = r % oh_n;
       for (int64_t ow = 0; ow < ow_n; ++ow) {
-        const T* dyr = dy + (r * ow_n + ow) * c;
+        const T* dyr = read_dy(dy, r * ow_n + ow);
         for (int64_t i = 0; i < s.kh; ++i) {
           int64_t ih = oh * s.stride_h - s.pad_h + i * s.dil_h;
           if (ih < 0 || ih >= s.h) continue;
           for (int64_t j = 0; j < s.kw; ++j) {
             int64_t iw = ow * s.stride_w - s.pad_w + j * s.dil_w;
             if (iw < 0 || iw >= s.w) continue;
-            fma_row(acc + (i * s.kw + j) * c, dyr, x + ((n * s.h + ih) * s.w + iw) * c, c);
+            fma_row(acc + (i * s.kw + j) * c, dyr, read_x(x, (n * s.h + ih) * s.w + iw), c);
           }
         }
       }
@@ -126,19 +141,25 @@ void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const T
     for (int64_t q = 0; q < kk * c; ++q) dst[q] += src[q];
   }
   for (int64_t ch = 0; ch < c; ++ch) {
-    for (int64_t q = 0; q < kk; ++q) dw[ch * kk + q] = partial[q * c + ch];
+    for (int64_t q = 0; q < kk; ++q) dw[ch * kk + q] = Num<D>::store(partial[q * c + ch]);
   }
 }
 
-#define FRUGAL_INSTANTIATE(T)                                                                \
-  template void depthwise_forward<T>(const Context&, const Conv2dShape&, const T*, const T*, \
-                                     const T*, T*);                                          \
-  template void depthwise_backward_input<T>(const Context&, const Conv2dShape&, const T*,    \
-                                            const T*, T*);                                   \
-  template void depthwise_backward_weight<T>(const Context&, const Conv2dShape&, const T*,   \
-                                             const T*, T*);
+#define FRUGAL_INSTANTIATE(S)                                                                \
+  template void depthwise_forward<S>(const Context&, const Conv2dShape&, const S*, const S*, \
+                                     const S*, S*);                                          \
+  template void depthwise_backward_input<S>(const Context&, const Conv2dShape&, const S*,    \
+                                            const S*, S*);                                   \
+  template void depthwise_backward_weight<S, S>(const Context&, const Conv2dShape&, const S*, \
+                                                const S*, S*);
 FRUGAL_INSTANTIATE(float)
 FRUGAL_INSTANTIATE(double)
+FRUGAL_INSTANTIATE(f16_t)
+FRUGAL_INSTANTIATE(bf16_t)
 #undef FRUGAL_INSTANTIATE
+template void depthwise_backward_weight<f16_t, float>(const Context&, const Conv2dShape&,
+                                                      const f16_t*, const f16_t*, float*);
+template void depthwise_backward_weight<bf16_t, float>(const Context&, const Conv2dShape&,
+                                                       const bf16_t*, const bf16_t*, float*);
 
 }  // namespace frugal::kernels::cpu

@@ -2,12 +2,15 @@
 // Operands may be the output itself (in-place, same index); partial overlaps are not allowed.
 // Binary ops collapse the broadcast into [rows, inner] with the inner strides 0 or 1, so the
 // common cases (same shape, per-channel [C], per-sample [N, 1, 1, C]) run as plain vector loops.
+// f16 and bf16 operands are widened a block at a time into f32 on the stack, computed, and
+// narrowed into the output (Note [CPU dtypes]).
 #include "kernels/elementwise.h"
 
 #include <cstring>
 
 #include "base/half.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/widen.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -37,6 +40,34 @@ void binary_row(T* __restrict out, const T* __restrict a, int64_t sa, const T* _
     for (int64_t i = 0; i < n; ++i) out[i] = apply<op>(av, b[i]);
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = apply<op>(a[i * sa], b[i * sb]);
+  }
+}
+
+// binary_row for storage S: f32/f64 directly, 16-bit through f32 blocks of kBlock elements.
+template <BinaryOp op, typename S>
+void binary_row_stored(S* out, const S* a, int64_t sa, const S* b, int64_t sb, int64_t n) {
+  if constexpr (!is_narrow_v<S>) {
+    binary_row<op>(out, a, sa, b, sb, n);
+  } else {
+    constexpr int64_t kBlock = 256;
+    float fa[kBlock], fb[kBlock], fo[kBlock];
+    // one block of a strided operand in f32: contiguous runs widen at once
+    auto load = [](const S* p, int64_t stride, int64_t i0, int64_t m, float* dst) -> int64_t {
+      if (stride == 0) {
+        dst[0] = Num<S>::load(p[0]);
+      } else if (stride == 1) {
+        widen(p + i0, m, dst);
+      } else {
+        for (int64_t j = 0; j < m; ++j) dst[j] = Num<S>::load(p[(i0 + j) * stride]);
+      }
+      return stride == 0 ? 0 : 1;
+    };
+    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+      const int64_t m = std::min(kBlock, n - i0);
+      const int64_t ja = load(a, sa, i0, m, fa), jb = load(b, sb, i0, m, fb);
+      binary_row<op>(fo, fa, ja, fb, jb, m);
+      narrow(fo, m, out + i0);
+    }
   }
 }
 
@@ -77,6 +108,7 @@ Collapsed collapse(const Broadcast& bc) {
 
 template <BinaryOp op, typename T>
 void binary_impl(const Broadcast& bc, const T* a, const T* b, T* out) {
+  // T is the storage type here (float, double, f16_t, bf16_t)
   const Collapsed c = collapse(bc);
   const int last = c.ndim - 1;
   const int64_t inner = c.dims[last];
@@ -84,7 +116,8 @@ void binary_impl(const Broadcast& bc, const T* a, const T* b, T* out) {
   const int64_t isa = c.sa[last], isb = c.sb[last];
   if (rows == 1) {  // one long row: split it across threads
     parallel_for(inner, kGrain, [&](int64_t begin, int64_t end) {
-      binary_row<op>(out + begin, a + begin * isa, isa, b + begin * isb, isb, end - begin);
+      binary_row_stored<op>(out + begin, a + begin * isa, isa, b + begin * isb, isb,
+                            end - begin);
     });
     return;
   }
@@ -100,7 +133,7 @@ void binary_impl(const Broadcast& bc, const T* a, const T* b, T* out) {
       ob += idx[d] * c.sb[d];
     }
     for (int64_t row = begin; row < end; ++row) {
-      binary_row<op>(out + row * inner, a + oa, isa, b + ob, isb, inner);
+      binary_row_stored<op>(out + row * inner, a + oa, isa, b + ob, isb, inner);
       for (int d = last - 1; d >= 0; --d) {
         oa += c.sa[d];
         ob += c.sb[d];
@@ -131,6 +164,27 @@ void binary_dispatch(BinaryOp op, const Broadcast& bc, const void* a, const void
   FRUGAL_FAIL("binary: unknown op ", static_cast<int>(op));
 }
 
+// y = alpha * x + beta in the compute type; 16-bit through f32 blocks on the stack.
+template <typename S>
+void affine_stored(int64_t n, const S* x, double alpha, double beta, S* y) {
+  using T = typename Num<S>::C;
+  const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
+  parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+    if constexpr (is_narrow_v<S>) {
+      constexpr int64_t kBlock = 256;
+      float buf[kBlock];
+      for (int64_t i0 = begin; i0 < end; i0 += kBlock) {
+        const int64_t m = std::min(kBlock, end - i0);
+        widen(x + i0, m, buf);
+        for (int64_t j = 0; j < m; ++j) buf[j] = al * buf[j] + be;
+        narrow(buf, m, y + i0);
+      }
+    } else {
+      for (int64_t i = begin; i < end; ++i) y[i] = al * x[i] + be;
+    }
+  });
+}
+
 template <typename T>
 void fill_typed(int64_t n, void* y, T v) {
   T* p = static_cast<T*>(y);
@@ -146,21 +200,16 @@ void binary(const Context& ctx, BinaryOp op, DType dtype, const Broadcast& bc, c
   (void)ctx;
   FRUGAL_CHECK(bc.ndim >= 0 && bc.ndim <= kMaxDims, "binary: bad broadcast rank ", bc.ndim);
   if (bc.numel == 0) return;
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "binary", binary_dispatch<T>(op, bc, a, b, out));
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "binary", binary_dispatch<S>(op, bc, a, b, out));
 }
 
 void affine(const Context& ctx, DType dtype, int64_t n, const void* x, double alpha, double beta,
             void* y) {
   (void)ctx;
   FRUGAL_CHECK(n >= 0, "affine: negative size ", n);
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "affine", {
-    const T* px = static_cast<const T*>(x);
-    T* py = static_cast<T*>(y);
-    const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
-    parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) py[i] = al * px[i] + be;
-    });
-  });
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(
+      dtype, "affine",
+      affine_stored<S>(n, static_cast<const S*>(x), alpha, beta, static_cast<S*>(y)));
 }
 
 void add_i64(const Context& ctx, int64_t n, int64_t* y, int64_t delta) {

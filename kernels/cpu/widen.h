@@ -1,0 +1,100 @@
+// Whole runs of 16-bit storage to and from the compute type, for CPU kernels that work a row or
+// a chunk at a time in f32 (Note [CPU dtypes]): widen a row into a buffer that stays in cache,
+// compute, narrow the result into the 16-bit output. No tensor-sized f32 copy is ever made.
+// For f32 and f64 storage, widen and narrow are plain copies, and RowReader skips even that.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/typed.h"
+
+namespace frugal::kernels::cpu {
+
+// dst[i] = float(src[i]) and dst[i] = round(src[i]) (round to nearest even, NaN kept a NaN),
+// bit for bit what bf16_to_float / float_to_bf16 (and the f16 pair) give element by element.
+void widen(const bf16_t* src, int64_t n, float* dst);
+void widen(const f16_t* src, int64_t n, float* dst);
+void narrow(const float* src, int64_t n, bf16_t* dst);
+void narrow(const float* src, int64_t n, f16_t* dst);
+template <typename T>
+void widen(const T* src, int64_t n, T* dst) {
+  std::copy(src, src + n, dst);
+}
+template <typename T>
+void narrow(const T* src, int64_t n, T* dst) {
+  std::copy(src, src + n, dst);
+}
+
+// True when S is stored in fewer bits than it is computed in (f16, bf16).
+template <typename S>
+inline constexpr bool is_narrow_v = !std::is_same_v<S, typename Num<S>::C>;
+
+// Row r (of c elements) of x in the compute type: x's own memory when S is the compute type,
+// else widened into `buf`. For loops whose body runs per row on whatever thread (a thread_local
+// buffer then).
+template <typename S>
+const typename Num<S>::C* widened_row(const S* x, int64_t r, int64_t c,
+                                      std::vector<typename Num<S>::C>& buf) {
+  if constexpr (is_narrow_v<S>) {
+    if (buf.size() < static_cast<size_t>(c)) buf.resize(static_cast<size_t>(c));
+    widen(x + r * c, c, buf.data());
+    return buf.data();
+  } else {
+    return x + r * c;
+  }
+}
+
+// Rows of `c` elements of S seen as the compute type: a pointer into the tensor itself when S is
+// the compute type, else into a per-reader buffer that holds the widened row. One reader per
+// thread, and one per row that must be alive at the same time.
+template <typename S>
+class RowReader {
+ public:
+  using C = typename Num<S>::C;
+  explicit RowReader(int64_t c) : c_(c) {
+    if constexpr (is_narrow_v<S>) buf_.resize(static_cast<size_t>(c));
+  }
+  const C* operator()(const S* base, int64_t r) {
+    if constexpr (is_narrow_v<S>) {
+      widen(base + r * c_, c_, buf_.data());
+      return buf_.data();
+    } else {
+      return base + r * c_;
+    }
+  }
+
+ private:
+  int64_t c_;
+  std::vector<C> buf_;
+};
+
+// The output side: row(r) gives where to write row r in the compute type, commit(r) stores it
+// (narrowing when S is 16-bit). Writing straight into the tensor when S is the compute type.
+template <typename S>
+class RowWriter {
+ public:
+  using C = typename Num<S>::C;
+  RowWriter(S* base, int64_t c) : base_(base), c_(c) {
+    if constexpr (is_narrow_v<S>) buf_.resize(static_cast<size_t>(c));
+  }
+  C* row(int64_t r) {
+    if constexpr (is_narrow_v<S>) {
+      return buf_.data();
+    } else {
+      return base_ + r * c_;
+    }
+  }
+  void commit(int64_t r) {
+    if constexpr (is_narrow_v<S>) narrow(buf_.data(), c_, base_ + r * c_);
+  }
+
+ private:
+  S* base_;
+  int64_t c_;
+  std::vector<C> buf_;
+};
+
+}  // namespace frugal::kernels::cpu
