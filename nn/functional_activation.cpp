@@ -15,9 +15,6 @@ static_assert(sizeof(kActivationNames) / sizeof(kActivationNames[0]) == kernels:
               "every activation needs a name");
 
 Tensor activation_raw(Activation act, const Tensor& x) {
-  if (detail::cpu_half(x)) {
-    return detail::cast_raw(activation_raw(act, detail::cast_raw(x, DType::f32)), x.dtype());
-  }
   Tensor y = Tensor::empty(x.shape(), x.options());
   if (!x.device().is_meta()) {
     kernels::activation_forward(detail::ctx_of(x), act, x.dtype(), x.numel(), x.data_ptr(),
@@ -27,11 +24,6 @@ Tensor activation_raw(Activation act, const Tensor& x) {
 }
 
 Tensor activation_backward_raw(Activation act, const Tensor& x, const Tensor& g) {
-  if (detail::cpu_half(x)) {
-    return detail::cast_raw(activation_backward_raw(act, detail::cast_raw(x, DType::f32),
-                                                    detail::cast_raw(g, DType::f32)),
-                            x.dtype());
-  }
   Tensor gc = detail::cast_raw(g, x.dtype());
   Tensor dx = Tensor::empty(x.shape(), x.options());
   if (!x.device().is_meta()) {

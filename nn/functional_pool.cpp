@@ -94,24 +94,19 @@ Tensor global_avg_pool(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "global_avg_pool: expected x [N, H, W, C], got ", describe(x));
   const int64_t n = x.size(0), hw = x.size(1) * x.size(2), c = x.size(3);
   Shape in_shape = x.shape();
-  Tensor y = in_compute_dtype(x, [&](const Tensor& xc) {
-    Tensor out = Tensor::empty(Shape{n, 1, 1, c}, xc.options());
-    if (!xc.device().is_meta()) {
-      kernels::global_avg_pool_forward(detail::ctx_of(xc), xc.dtype(), n, hw, c, xc.data_ptr(),
-                                       out.data_ptr());
-    }
-    return out;
-  });
+  // 16-bit inputs are computed in f32 inside the kernel, as are their gradients.
+  Tensor y = Tensor::empty(Shape{n, 1, 1, c}, x.options());
+  if (!x.device().is_meta()) {
+    kernels::global_avg_pool_forward(detail::ctx_of(x), x.dtype(), n, hw, c, x.data_ptr(),
+                                     y.data_ptr());
+  }
   return autograd::record("global_avg_pool", {x}, y, [n, hw, c, in_shape, dtype = x.dtype()](const std::vector<Tensor>& g) {
     Tensor gx = cast_raw(g[0], dtype);
-    Tensor dx = in_compute_dtype(gx, [&](const Tensor& gc) {
-      Tensor out = Tensor::empty(in_shape, gc.options());
-      if (!gc.device().is_meta()) {
-        kernels::global_avg_pool_backward(detail::ctx_of(gc), gc.dtype(), n, hw, c, gc.data_ptr(),
-                                          out.data_ptr());
-      }
-      return out;
-    });
+    Tensor dx = Tensor::empty(in_shape, gx.options());
+    if (!gx.device().is_meta()) {
+      kernels::global_avg_pool_backward(detail::ctx_of(gx), gx.dtype(), n, hw, c, gx.data_ptr(),
+                                        dx.data_ptr());
+    }
     return std::vector<Tensor>{dx};
   });
 }

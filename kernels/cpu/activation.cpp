@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/activation_serial.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/widen.h"
 #include "kernels/elementwise.h"
 
 // GCC 12 will not if-convert a clamp followed by arithmetic while floating-point exceptions are
@@ -138,19 +139,51 @@ void with_activation(Activation act, const char* op, Fn&& fn) {
   FRUGAL_FAIL(op, ": unknown activation ", static_cast<int>(act));
 }
 
-template <typename T>
-void forward_dispatch(Activation act, int64_t n, const void* x, void* y) {
-  with_activation(act, "activation_forward", [&](auto a) {
-    forward_impl<decltype(a)::value>(n, static_cast<const T*>(x), static_cast<T*>(y));
-  });
+// f16 and bf16 (storage S) go through f32 blocks on the stack: widened, computed, narrowed
+// (Note [CPU dtypes]); y (dx) may be x (dy) itself.
+constexpr int64_t kBlock = 256;
+
+template <typename S>
+void forward_dispatch(Activation act, int64_t n, const void* xv, void* yv) {
+  const S* x = static_cast<const S*>(xv);
+  S* y = static_cast<S*>(yv);
+  if constexpr (is_narrow_v<S>) {
+    parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+      float xb[kBlock], yb[kBlock];
+      for (int64_t i0 = begin; i0 < end; i0 += kBlock) {
+        const int64_t m = std::min(kBlock, end - i0);
+        widen(x + i0, m, xb);
+        activation_forward_serial(act, m, static_cast<const float*>(xb), yb);
+        narrow(yb, m, y + i0);
+      }
+    });
+  } else {
+    with_activation(act, "activation_forward",
+                    [&](auto a) { forward_impl<decltype(a)::value>(n, x, y); });
+  }
 }
 
-template <typename T>
-void backward_dispatch(Activation act, int64_t n, const void* x, const void* dy, void* dx) {
-  with_activation(act, "activation_backward", [&](auto a) {
-    backward_impl<decltype(a)::value>(n, static_cast<const T*>(x), static_cast<const T*>(dy),
-                                      static_cast<T*>(dx));
-  });
+template <typename S>
+void backward_dispatch(Activation act, int64_t n, const void* xv, const void* dyv, void* dxv) {
+  const S* x = static_cast<const S*>(xv);
+  const S* dy = static_cast<const S*>(dyv);
+  S* dx = static_cast<S*>(dxv);
+  if constexpr (is_narrow_v<S>) {
+    parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+      float xb[kBlock], dyb[kBlock], dxb[kBlock];
+      for (int64_t i0 = begin; i0 < end; i0 += kBlock) {
+        const int64_t m = std::min(kBlock, end - i0);
+        widen(x + i0, m, xb);
+        widen(dy + i0, m, dyb);
+        activation_backward_serial(act, m, static_cast<const float*>(xb),
+                                   static_cast<const float*>(dyb), dxb);
+        narrow(dxb, m, dx + i0);
+      }
+    });
+  } else {
+    with_activation(act, "activation_backward",
+                    [&](auto a) { backward_impl<decltype(a)::value>(n, x, dy, dx); });
+  }
 }
 
 }  // namespace
@@ -159,14 +192,15 @@ void activation_forward(const Context& ctx, Activation act, DType dtype, int64_t
                         void* y) {
   (void)ctx;
   FRUGAL_CHECK(n >= 0, "activation_forward: negative size ", n);
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "activation_forward", forward_dispatch<T>(act, n, x, y));
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "activation_forward", forward_dispatch<S>(act, n, x, y));
 }
 
 void activation_backward(const Context& ctx, Activation act, DType dtype, int64_t n, const void* x,
                          const void* dy, void* dx) {
   (void)ctx;
   FRUGAL_CHECK(n >= 0, "activation_backward: negative size ", n);
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "activation_backward", backward_dispatch<T>(act, n, x, dy, dx));
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "activation_backward",
+                              backward_dispatch<S>(act, n, x, dy, dx));
 }
 
 template <typename T>

@@ -1,10 +1,14 @@
 // Shared pieces of the CPU kernels: the one dtype switch and a parallel loop over both cores.
 //
-// Note [CPU dtypes]: CPU compute kernels run in f32 and f64 (gradient checks). Most see f16 and
-// bf16 tensors only through the core, which computes them in f32 and rounds back
-// (detail::cpu_half in core/op_util.h); the kernels of kernels/math.h and dim_reduce.h take
-// 16-bit storage themselves and convert one element at a time (cpu/typed.h), with no f32 copy of
-// the tensor, and strided copies move elements of any dtype by size.
+// Note [CPU dtypes]: CPU kernels compute in f32 and f64 (gradient checks). f16 and bf16 tensors
+// are computed in f32 inside the kernels, never through an f32 copy of the tensor: conv, batch
+// norm, activations, binary/affine ops and global pooling widen a row, a block or a GEMM chunk
+// into a buffer that stays in cache and narrow the result into the 16-bit output (cpu/widen.h,
+// rounding once, so a 16-bit result is the f32 result on the same values, rounded); the kernels
+// of kernels/math.h and dim_reduce.h convert one element at a time (cpu/typed.h). The few ops
+// left (max/avg pool2d, matmul, loss, dropout, sum_to: small tensors in a CNN) still run on an
+// f32 copy and round back (detail::cpu_half in core/op_util.h). Strided copies move elements of
+// any dtype by size.
 #pragma once
 
 #include <omp.h>

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/widen.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -195,19 +196,23 @@ void global_avg_pool_forward(const Context&, DType dtype, int64_t n, int64_t hw,
                              const void* x, void* y) {
   FRUGAL_CHECK(n >= 0 && hw > 0 && c > 0, "global_avg_pool_forward: bad shape [", n, ", ", hw, ", ",
                c, "]");
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "global_avg_pool_forward", {
-    auto* xp = static_cast<const T*>(x);
-    auto* yp = static_cast<T*>(y);
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "global_avg_pool_forward", {
+    using T = typename Num<S>::C;
+    auto* xp = static_cast<const S*>(x);
+    auto* yp = static_cast<S*>(y);
     T inv = T(1) / static_cast<T>(hw);
     parallel_for(n, std::max<int64_t>(1, 32768 / (hw * c)), [&](int64_t b, int64_t e) {
+      RowReader<S> read(c);
+      RowWriter<S> write(yp, c);
       for (int64_t i = b; i < e; ++i) {
-        T* __restrict yr = yp + i * c;
+        T* __restrict yr = write.row(i);
         std::fill(yr, yr + c, T(0));
         for (int64_t p = 0; p < hw; ++p) {
-          const T* __restrict xr = xp + (i * hw + p) * c;
+          const T* __restrict xr = read(xp, i * hw + p);
           for (int64_t ch = 0; ch < c; ++ch) yr[ch] += xr[ch];
         }
         for (int64_t ch = 0; ch < c; ++ch) yr[ch] *= inv;
+        write.commit(i);
       }
     });
   });
@@ -218,15 +223,20 @@ void global_avg_pool_backward(const Context&, DType dtype, int64_t n, int64_t hw
                               const void* dy, void* dx) {
   FRUGAL_CHECK(n >= 0 && hw > 0 && c > 0, "global_avg_pool_backward: bad shape [", n, ", ", hw,
                ", ", c, "]");
-  FRUGAL_CPU_FLOAT_SWITCH(dtype, "global_avg_pool_backward", {
-    auto* dyp = static_cast<const T*>(dy);
-    auto* dxp = static_cast<T*>(dx);
+  FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "global_avg_pool_backward", {
+    using T = typename Num<S>::C;
+    auto* dyp = static_cast<const S*>(dy);
+    auto* dxp = static_cast<S*>(dx);
     T inv = T(1) / static_cast<T>(hw);
     parallel_for(n, std::max<int64_t>(1, 32768 / (hw * c)), [&](int64_t b, int64_t e) {
+      RowReader<S> read(c);
+      RowWriter<S> write(dxp, c);
       for (int64_t i = b; i < e; ++i) {
+        const T* __restrict dyr = read(dyp, i);
         for (int64_t p = 0; p < hw; ++p) {
-          T* __restrict d = dxp + (i * hw + p) * c;
-          for (int64_t ch = 0; ch < c; ++ch) d[ch] = dyp[i * c + ch] * inv;
+          T* __restrict d = write.row(i * hw + p);
+          for (int64_t ch = 0; ch < c; ++ch) d[ch] = dyr[ch] * inv;
+          write.commit(i * hw + p);
         }
       }
     });

@@ -16,6 +16,7 @@
 #include "kernels/conv.h"
 #include "kernels/cpu/widen.h"
 #include "kernels/elementwise.h"
+#include "kernels/pooling.h"
 #include "kernels/kernel_test_util.h"
 
 namespace frugal::test {
@@ -300,6 +301,42 @@ TEST(NarrowStorageElementwise, BinaryAndAffineAreTheF32ResultsRoundedOnce) {
     kernels::affine(cpu_ctx(), dt, out.numel(), in_place.data(), 0.75, -0.5, in_place.data());
     kernels::affine(cpu_ctx(), DType::f32, out.numel(), a.f32.data(), 0.75, -0.5, y32.data());
     expect_rounded(in_place, y32, std::string(dtype_name(dt)) + " affine in place");
+  }
+}
+
+TEST(NarrowStorageElementwise, ActivationsAndTheirGradientsAreTheF32ResultsRoundedOnce) {
+  const int64_t n = 40000 + 3;  // split over threads, with a tail shorter than a block
+  for (DType dt : kHalfTypes) {
+    Half x(dt, random_values(n, 31, -8, 8)), dy(dt, random_values(n, 32));
+    for (int a = 0; a < kernels::kNumActivations; ++a) {
+      const auto act = static_cast<Activation>(a);
+      const std::string what = std::string(dtype_name(dt)) + " activation " + std::to_string(a);
+      Half y(dt, n), dx(dt, n);
+      std::vector<float> y32(static_cast<size_t>(n)), dx32(static_cast<size_t>(n));
+      kernels::activation_forward(cpu_ctx(), act, dt, n, x.data(), y.data());
+      kernels::activation_forward(cpu_ctx(), act, DType::f32, n, x.f32.data(), y32.data());
+      expect_rounded(y, y32, what + " forward");
+      kernels::activation_backward(cpu_ctx(), act, dt, n, x.data(), dy.data(), dx.data());
+      kernels::activation_backward(cpu_ctx(), act, DType::f32, n, x.f32.data(), dy.f32.data(),
+                                   dx32.data());
+      expect_rounded(dx, dx32, what + " backward");
+    }
+  }
+}
+
+TEST(NarrowStoragePooling, GlobalAveragePoolIsItsF32ResultRoundedOnce) {
+  const int64_t n = 5, hw = 49, c = 40;
+  for (DType dt : kHalfTypes) {
+    Half x(dt, random_values(n * hw * c, 41)), dy(dt, random_values(n * c, 42));
+    Half y(dt, n * c), dx(dt, n * hw * c);
+    std::vector<float> y32(static_cast<size_t>(n * c)), dx32(static_cast<size_t>(n * hw * c));
+    kernels::global_avg_pool_forward(cpu_ctx(), dt, n, hw, c, x.data(), y.data());
+    kernels::global_avg_pool_forward(cpu_ctx(), DType::f32, n, hw, c, x.f32.data(), y32.data());
+    expect_rounded(y, y32, std::string(dtype_name(dt)) + " global average pool");
+    kernels::global_avg_pool_backward(cpu_ctx(), dt, n, hw, c, dy.data(), dx.data());
+    kernels::global_avg_pool_backward(cpu_ctx(), DType::f32, n, hw, c, dy.f32.data(),
+                                      dx32.data());
+    expect_rounded(dx, dx32, std::string(dtype_name(dt)) + " global average pool backward");
   }
 }
 
