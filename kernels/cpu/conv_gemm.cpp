@@ -47,7 +47,9 @@ void im2col(const Conv2dShape& s, const Im2col& g, const S* x, int64_t n0, int64
             const S* src = x + ((n * s.h + ih) * s.w + iw) * s.c;
             for (int64_t grp = 0; grp < s.groups; ++grp) {
               T* d = dst + (grp * g.kk + i * s.kw + j) * cg;
-              if (inside) {
+              if (inside && cg < 8) {  // a stem's few channels: no call per pixel and tap
+                for (int64_t q = 0; q < cg; ++q) d[q] = Num<S>::load(src[grp * cg + q]);
+              } else if (inside) {
                 widen(src + grp * cg, cg, d);
               } else {
                 std::fill(d, d + cg, T(0));

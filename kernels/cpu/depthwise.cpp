@@ -12,12 +12,6 @@
 namespace frugal::kernels::cpu {
 namespace {
 
-// y[c] += a[c] * b[c]
-template <typename T>
-inline void fma_row(T* __restrict y, const T* __restrict a, const T* __restrict b, int64_t n) {
-  for (int64_t c = 0; c < n; ++c) y[c] += a[c] * b[c];
-}
-
 // wt[kh*kw, C] from w[C, kh*kw], in the compute type
 template <typename S>
 void transpose_taps(const S* w, int64_t c, int64_t kk, typename Num<S>::C* wt) {
@@ -43,7 +37,6 @@ void depthwise_forward(const Context& ctx, const Conv2dShape& s, const S* x, con
   transpose_taps(w, c, kk, wt);
   if (bias != nullptr) widen(bias, c, bias_c);
   parallel_for(s.n * oh_n, row_grain(s, ow_n), [&](int64_t b, int64_t e) {
-    RowReader<S> read(c);
     RowWriter<S> write(y, c);
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / oh_n, oh = r % oh_n;
@@ -60,7 +53,7 @@ void depthwise_forward(const Context& ctx, const Conv2dShape& s, const S* x, con
           for (int64_t j = 0; j < s.kw; ++j) {
             int64_t iw = ow * s.stride_w - s.pad_w + j * s.dil_w;
             if (iw < 0 || iw >= s.w) continue;
-            fma_row(yr, read(x, (n * s.h + ih) * s.w + iw), wt + (i * s.kw + j) * c, c);
+            fma_widened(yr, x + ((n * s.h + ih) * s.w + iw) * c, wt + (i * s.kw + j) * c, c);
           }
         }
         write.commit(r * ow_n + ow);
@@ -79,7 +72,6 @@ void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const S*
   T* wt = static_cast<T*>(buf.get());
   transpose_taps(w, c, kk, wt);
   parallel_for(s.n * s.h, row_grain(s, s.w), [&](int64_t b, int64_t e) {
-    RowReader<S> read(c);
     RowWriter<S> write(dx, c);
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / s.h, ih = r % s.h;
@@ -94,7 +86,7 @@ void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const S*
             int64_t tw = iw + s.pad_w - j * s.dil_w;
             if (tw < 0 || tw % s.stride_w != 0 || tw / s.stride_w >= ow_n) continue;
             int64_t ow = tw / s.stride_w;
-            fma_row(dxr, read(dy, (n * oh_n + oh) * ow_n + ow), wt + (i * s.kw + j) * c, c);
+            fma_widened(dxr, dy + ((n * oh_n + oh) * ow_n + ow) * c, wt + (i * s.kw + j) * c, c);
           }
         }
         write.commit(r * s.w + iw);
@@ -118,18 +110,19 @@ void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const S
   for_each_chunk(rows, chunks, [&](int64_t t, int64_t b, int64_t e) {
     T* acc = partial + t * kk * c;
     std::fill(acc, acc + kk * c, T(0));
-    RowReader<S> read_dy(c), read_x(c);
+
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / oh_n, oh = r % oh_n;
       for (int64_t ow = 0; ow < ow_n; ++ow) {
-        const T* dyr = read_dy(dy, r * ow_n + ow);
+        const S* dyr = dy + (r * ow_n + ow) * c;
         for (int64_t i = 0; i < s.kh; ++i) {
           int64_t ih = oh * s.stride_h - s.pad_h + i * s.dil_h;
           if (ih < 0 || ih >= s.h) continue;
           for (int64_t j = 0; j < s.kw; ++j) {
             int64_t iw = ow * s.stride_w - s.pad_w + j * s.dil_w;
             if (iw < 0 || iw >= s.w) continue;
-            fma_row(acc + (i * s.kw + j) * c, dyr, read_x(x, (n * s.h + ih) * s.w + iw), c);
+            fma_both_widened(acc + (i * s.kw + j) * c, x + ((n * s.h + ih) * s.w + iw) * c, dyr,
+                             c);
           }
         }
       }
