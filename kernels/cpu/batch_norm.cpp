@@ -23,11 +23,11 @@ void check_bn(const char* op, int64_t rows, int64_t c) {
   FRUGAL_CHECK(rows >= 0 && c > 0, op, ": bad shape [rows=", rows, ", C=", c, "]");
 }
 
-// out[c] = sum over rows of f(row pointer, c), accumulated in double per chunk of rows.
-// `f` gets (row index, double* acc) and adds that row's terms into acc[0..C).
-template <typename RowFn>
+// out[c] = sum over rows of f's terms, accumulated in double per chunk of rows. `f` gets a
+// range of rows (begin, end, double* acc) and adds their terms into acc[0..width * C).
+template <typename RangeFn>
 void channel_sums(const Context& ctx, int64_t rows, int64_t c, int64_t width, double* out,
-                  RowFn&& f) {
+                  RangeFn&& f) {
   if (rows == 0) {
     std::fill(out, out + width * c, 0.0);
     return;
@@ -38,7 +38,7 @@ void channel_sums(const Context& ctx, int64_t rows, int64_t c, int64_t width, do
   for_each_chunk(rows, chunks, [&](int64_t t, int64_t b, int64_t e) {
     double* acc = partial + t * width * c;
     std::fill(acc, acc + width * c, 0.0);
-    for (int64_t r = b; r < e; ++r) f(r, acc);
+    f(b, e, acc);
   });
   for (int64_t q = 0; q < width * c; ++q) {
     double sum = 0;
@@ -101,18 +101,22 @@ void forward_train(const Context& ctx, Activation act, int64_t rows, int64_t c, 
   memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(5 * c) * sizeof(T));
   T* affine = static_cast<T*>(affine_buf.get());  // [3, C]: mean, scale, beta
   T* rounded = affine + 3 * c;                    // [2, C]: mean and invstd as saved
-  channel_sums(ctx, rows, c, 1, mean, [&](int64_t r, double* __restrict acc) {
-    thread_local std::vector<T> buf;
-    const T* __restrict xr = widened_row(x, r, c, buf);
-    for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(xr[j]);
+  channel_sums(ctx, rows, c, 1, mean, [&](int64_t b, int64_t e, double* __restrict acc) {
+    RowReader<S> read(c);
+    for (int64_t r = b; r < e; ++r) {
+      const T* __restrict xr = read(x, r);
+      for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(xr[j]);
+    }
   });
   for (int64_t j = 0; j < c; ++j) mean[j] /= static_cast<double>(rows);
-  channel_sums(ctx, rows, c, 1, var, [&](int64_t r, double* __restrict acc) {
-    thread_local std::vector<T> buf;
-    const T* __restrict xr = widened_row(x, r, c, buf);
-    for (int64_t j = 0; j < c; ++j) {
-      double d = static_cast<double>(xr[j]) - mean[j];
-      acc[j] += d * d;
+  channel_sums(ctx, rows, c, 1, var, [&](int64_t b, int64_t e, double* __restrict acc) {
+    RowReader<S> read(c);
+    for (int64_t r = b; r < e; ++r) {
+      const T* __restrict xr = read(x, r);
+      for (int64_t j = 0; j < c; ++j) {
+        double d = static_cast<double>(xr[j]) - mean[j];
+        acc[j] += d * d;
+      }
     }
   });
   for (int64_t j = 0; j < c; ++j) {
@@ -181,18 +185,18 @@ void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const
   memory::DataPtr sums_buf = ctx.workspace(static_cast<size_t>(2 * c) * sizeof(double));
   double* sums = static_cast<double*>(sums_buf.get());  // [2, C]: sum du, sum du * (x - mean)
   {
-    // channel_sums walks rows in chunks on threads; each thread needs its own row buffers.
-    const size_t row_buf = fused ? static_cast<size_t>(2 * c) : 0;
-    channel_sums(ctx, rows, c, 2, sums, [&](int64_t r, double* __restrict acc) {
-      thread_local std::vector<T> buf, xbuf, dybuf;
-      if (buf.size() < row_buf) buf.resize(row_buf);
-      const T* __restrict xr = widened_row(x, r, c, xbuf);
-      const T* __restrict gr =
-          grad_row(xr, widened_row(dy, r, c, dybuf), buf.data(), buf.data() + c);
-      for (int64_t j = 0; j < c; ++j) {
-        double g = static_cast<double>(gr[j]);
-        acc[j] += g;
-        acc[c + j] += g * (static_cast<double>(xr[j]) - static_cast<double>(save_mean[j]));
+    // channel_sums walks rows in chunks on threads; each chunk has its own row buffers.
+    channel_sums(ctx, rows, c, 2, sums, [&](int64_t b, int64_t e, double* __restrict acc) {
+      std::vector<T> buf(fused ? static_cast<size_t>(2 * c) : 0);
+      RowReader<S> read_x(c), read_dy(c);
+      for (int64_t r = b; r < e; ++r) {
+        const T* __restrict xr = read_x(x, r);
+        const T* __restrict gr = grad_row(xr, read_dy(dy, r), buf.data(), buf.data() + c);
+        for (int64_t j = 0; j < c; ++j) {
+          double g = static_cast<double>(gr[j]);
+          acc[j] += g;
+          acc[c + j] += g * (static_cast<double>(xr[j]) - static_cast<double>(save_mean[j]));
+        }
       }
     });
   }

@@ -88,9 +88,10 @@ void add_bias(int64_t rows, int64_t k, const T* bias, T* y) {
   });
 }
 
-// Rows per chunk of the 16-bit pointwise paths: a chunk's widened input and output rows (about
-// 256 KiB of f32) stay in the core's cache from widening through the GEMM to narrowing.
-int64_t narrow_chunk_rows(int64_t cols) { return std::max<int64_t>(16, 65536 / cols); }
+// Rows per chunk of the 16-bit pointwise paths: a chunk's widened input and output rows (up to
+// 1 MiB of f32) stay in the core's cache from widening through the GEMM to narrowing, and the
+// chunk is deep enough for an efficient GEMM.
+int64_t narrow_chunk_rows(int64_t cols) { return std::max<int64_t>(64, 131072 / cols); }
 
 // Threads that the 16-bit pointwise paths split m rows over, each with its own buffers.
 int64_t narrow_slices(int64_t m, int64_t chunk_rows) {

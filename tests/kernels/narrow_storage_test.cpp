@@ -145,7 +145,7 @@ kernels::Conv2dShape conv(int64_t n, int64_t h, int64_t c, int64_t k, int64_t ke
 
 const ConvCase kConvCases[] = {
     {"pointwise", conv(3, 7, 24, 40, 1, 1, 0, 1), true},
-    {"pointwise, many rows (chunks over threads)", conv(4, 33, 16, 24, 1, 1, 0, 1), false},
+    {"pointwise, many rows (chunks over threads)", conv(12, 33, 16, 24, 1, 1, 0, 1), false},
     {"grouped pointwise", conv(2, 5, 12, 18, 1, 1, 0, 3), true},
     {"stem 3x3 stride 2", conv(2, 9, 3, 16, 3, 2, 1, 1), true},
     {"grouped 3x3", conv(2, 6, 8, 12, 3, 1, 1, 2), false},
