@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "models/registry.h"
 
@@ -80,9 +81,13 @@ double parse_number(const std::string& command, const std::string& flag, const s
   if (text.empty() || errno != 0 || end != text.c_str() + text.size() || !std::isfinite(v) ||
       v < min || v > max) {
     char range[96];
-    std::snprintf(range, sizeof range, "%g to %g", min, max);
-    throw UsageError(command + ": --" + flag + " expects a finite number from " + range +
-                     ", got '" + text + "'");
+    if (max == std::numeric_limits<double>::max()) {
+      std::snprintf(range, sizeof range, " >= %g", min);
+    } else {
+      std::snprintf(range, sizeof range, " from %g to %g", min, max);
+    }
+    throw UsageError(command + ": --" + flag + " expects a finite number" + range + ", got '" +
+                     text + "'");
   }
   return v;
 }
