@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "data/fashion_mnist.h"
@@ -142,4 +143,25 @@ TEST(EvalCommand, NeedsOnlyTheTestFiles) {
                    "--image-size", "8", "--test-limit", "64", "--device", "cpu", "--workers", "0"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_NE(r.out.find("on 64 samples"), std::string::npos) << r.out;
+}
+
+// nlohmann throws out_of_range, not parse_error, for a number past double's range in a header:
+// whichever way the reader reports it, the command ends with a message naming it, never
+// std::terminate.
+TEST(EvalCommand, AJsonNumberOutOfRangeEndsWithAMessage) {
+  ScratchDir dir;
+  std::string json = R"({"w":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})";
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  bytes += json + std::string(4, '\0');
+  {
+    std::ofstream out(dir / "bad.safetensors", std::ios::binary);
+    out << bytes;
+  }
+  const CommandRun r = run("eval", {"--load", dir / "bad.safetensors", "--data", "synthetic",
+                                    "--device", "cpu", "--width", "0.25", "--image-size", "8"});
+  EXPECT_NE(r.code, kExitOk);
+  EXPECT_EQ(r.err.rfind("frugal eval", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("1e999"), std::string::npos) << r.err;
 }
