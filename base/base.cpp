@@ -1,6 +1,7 @@
 // Parsing and printing for the base types.
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 #include "base/device.h"
 #include "base/dtype.h"
@@ -32,7 +33,12 @@ Device parse_device(const std::string& s) {
   if (s == "cuda") return Device::cuda(0);
   if (s.rfind("cuda:", 0) == 0 && s.size() > 5 &&
       std::all_of(s.begin() + 5, s.end(), [](char c) { return std::isdigit(c) != 0; })) {
-    return Device::cuda(std::stoi(s.substr(5)));
+    // from_chars, not stoi: an index past INT_MAX is this error, not std::out_of_range.
+    int index = 0;
+    auto [end, ec] = std::from_chars(s.data() + 5, s.data() + s.size(), index);
+    FRUGAL_CHECK(ec == std::errc() && end == s.data() + s.size(), "device '", s,
+                 "': the index is too large");
+    return Device::cuda(index);
   }
   FRUGAL_FAIL("unknown device '", s, "' (expected cpu, cuda, cuda:N or meta)");
 }

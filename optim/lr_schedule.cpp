@@ -7,6 +7,12 @@
 
 namespace frugal::optim {
 
+void LrSchedule::jump_to(int64_t step) {
+  FRUGAL_CHECK(step >= 0, "LrSchedule::jump_to: step ", step, " is negative");
+  step_ = step;
+  opt_.set_lr(lr_at(step));
+}
+
 StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
     : LrSchedule(opt), step_size_(step_size), gamma_(gamma) {
   FRUGAL_CHECK(step_size > 0, "StepLR: step_size must be > 0, got ", step_size);

@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "models/registry.h"
 
@@ -48,28 +51,43 @@ std::string Args::str(const std::string& name, const std::string& fallback) cons
   return it == values_.end() ? fallback : it->second;
 }
 
-int64_t Args::integer(const std::string& name, int64_t fallback, int64_t min) const {
+int64_t Args::integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
   auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(it->second.c_str(), &end, 10);
-  if (errno != 0 || end == it->second.c_str() || *end != '\0' || v < min) {
-    throw UsageError(command_ + ": --" + name + " expects an integer" +
-                     (min > INT64_MIN ? " >= " + std::to_string(min) : std::string()) +
-                     ", got '" + it->second + "'");
+  return it == values_.end() ? fallback : parse_integer(command_, name, it->second, min, max);
+}
+
+double Args::number(const std::string& name, double fallback, double min, double max) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : parse_number(command_, name, it->second, min, max);
+}
+
+int64_t parse_integer(const std::string& command, const std::string& flag, const std::string& text,
+                      int64_t min, int64_t max) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < min || v > max) {
+    throw UsageError(command + ": --" + flag + " expects an integer from " + std::to_string(min) +
+                     " to " + std::to_string(max) + ", got '" + text + "'");
   }
   return v;
 }
 
-double Args::number(const std::string& name, double fallback) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
+double parse_number(const std::string& command, const std::string& flag, const std::string& text,
+                    double min, double max) {
   char* end = nullptr;
   errno = 0;
-  double v = std::strtod(it->second.c_str(), &end);
-  if (errno != 0 || end == it->second.c_str() || *end != '\0') {
-    throw UsageError(command_ + ": --" + name + " expects a number, got '" + it->second + "'");
+  const double v = std::strtod(text.c_str(), &end);
+  // strtod reads "nan" and "inf" too, and stops at an embedded '\0': all of these are rejected.
+  if (text.empty() || errno != 0 || end != text.c_str() + text.size() || !std::isfinite(v) ||
+      v < min || v > max) {
+    char range[96];
+    if (max == std::numeric_limits<double>::max()) {
+      std::snprintf(range, sizeof range, " >= %g", min);
+    } else {
+      std::snprintf(range, sizeof range, " from %g to %g", min, max);
+    }
+    throw UsageError(command + ": --" + flag + " expects a finite number" + range + ", got '" +
+                     text + "'");
   }
   return v;
 }
@@ -83,16 +101,26 @@ models::CheckpointPolicy parse_checkpoint(const std::string& command, const std:
   }
 }
 
-int64_t parse_bytes(const std::string& command, const std::string& text) {
+int64_t parse_bytes(const std::string& command, const std::string& flag, const std::string& text) {
   size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
   const std::string unit = text.substr(digits);
-  const int shift = unit.empty() ? 0 : unit == "KiB" ? 10 : unit == "MiB" ? 20 : unit == "GiB" ? 30 : -1;
-  if (digits == 0 || digits > 12 || shift < 0) {
-    throw UsageError(command + ": expected a size such as 4GiB, 512MiB or 1048576, got '" + text +
-                     "'");
+  const int shift = unit.empty()    ? 0
+                    : unit == "KiB" ? 10
+                    : unit == "MiB" ? 20
+                    : unit == "GiB" ? 30
+                                    : -1;
+  int64_t count = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + digits, count);
+  // Checked before the shift: 2^34 GiB would shift past 63 bits.
+  if (digits == 0 || shift < 0 || ec != std::errc() || end != text.data() + digits || count < 1 ||
+      count > (kMaxBytes >> shift)) {
+    throw UsageError(command + ": --" + flag +
+                     " expects a size from 1 byte to 1 PiB such as 4GiB, 512MiB or 1048576, "
+                     "got '" +
+                     text + "'");
   }
-  return std::stoll(text.substr(0, digits)) << shift;
+  return count << shift;
 }
 
 bool parse_planner(const std::string& command, const std::string& text) {
@@ -110,15 +138,34 @@ DType parse_precision(const std::string& command, const std::string& text) {
 }
 
 InputShape parse_input_shape(const std::string& command, const std::string& text) {
-  long long c = 0, h = 0, w = 0;
-  char tail = 0;
-  if (std::sscanf(text.c_str(), "%lldx%lldx%lld%c", &c, &h, &w, &tail) != 3 || c <= 0 || h <= 0 ||
-      w <= 0) {
-    throw UsageError(command +
-                     ": --input expects CxHxW with positive sizes, e.g. 3x224x224, got '" + text +
-                     "'");
+  // Three decimal fields split at 'x', each read whole (sscanf's %lld would wrap on overflow).
+  int64_t v[3] = {0, 0, 0};
+  const int64_t max[3] = {kMaxChannels, kMaxSide, kMaxSide};
+  const char* p = text.data();
+  const char* const stop = text.data() + text.size();
+  bool ok = true;
+  for (int i = 0; i < 3 && ok; ++i) {
+    auto [end, ec] = std::from_chars(p, stop, v[i]);
+    ok = ec == std::errc() && end != p && v[i] >= 1 && v[i] <= max[i] &&
+         (i < 2 ? end != stop && *end == 'x' : end == stop);
+    if (ok && i < 2) p = end + 1;
   }
-  return {c, h, w};
+  if (!ok) {
+    throw UsageError(command + ": --input expects CxHxW with C from 1 to " +
+                     std::to_string(kMaxChannels) + " and H, W from 1 to " +
+                     std::to_string(kMaxSide) + ", e.g. 3x224x224, got '" + text + "'");
+  }
+  return {v[0], v[1], v[2]};
+}
+
+void check_batch_elements(const std::string& command, int64_t batch, const InputShape& in) {
+  int64_t n = 0;
+  if (__builtin_mul_overflow(batch, in.c, &n) || __builtin_mul_overflow(n, in.h, &n) ||
+      __builtin_mul_overflow(n, in.w, &n) || n > kMaxBatchElements) {
+    throw UsageError(command + ": --batch " + std::to_string(batch) + " of " +
+                     std::to_string(in.c) + "x" + std::to_string(in.h) + "x" +
+                     std::to_string(in.w) + " inputs is more than 2^56 elements");
+  }
 }
 
 std::string checked_model_name(const std::string& command, const std::string& name) {
@@ -126,7 +173,7 @@ std::string checked_model_name(const std::string& command, const std::string& na
   if (std::find(known.begin(), known.end(), name) != known.end()) return name;
   std::string list;
   for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-  throw UsageError(command + ": unknown --model '" + name + "' (known: " + list + ")");
+  throw UsageError(command + ": --model expects one of " + list + ", got '" + name + "'");
 }
 
 }  // namespace frugal::tools

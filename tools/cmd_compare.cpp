@@ -1,14 +1,11 @@
 // `frugal compare`: trains the same model from the same seed in f32, f16 and bf16 and prints peak
 // memory, img/s and loss with their ratios to f32; optionally writes JSON and an SVG bar chart.
-#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
 #include "base/error.h"
-#include "kernels/context.h"
-#include "models/registry.h"
-#include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/options.h"
 #include "train/precision_compare.h"
 
 namespace frugal::tools {
@@ -52,68 +49,28 @@ void write_file(const std::string& path, const std::string& text) {
 }  // namespace
 
 int cmd_compare(const std::vector<std::string>& argv) {
-  Args args("compare", argv,
-            {"model", "batch", "input", "classes", "width", "steps", "warmup", "seed", "device",
-             "json", "svg", "checkpoint", "planner"},
-            {"help", "graph", "recompute-depthwise"});
-  if (args.flag("help")) {
+  CompareCommand c = parse_compare_options(argv);
+  if (c.help) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  train::CompareOptions o;
-  o.model = checked_model_name("compare", args.str("model", "mobilenet_v2"));
-  o.batch = args.integer("batch", 128, 1);
-  const InputShape in = parse_input_shape("compare", args.str("input", "3x224x224"));
-  o.channels = in.c, o.height = in.h, o.width = in.w;
-  o.classes = args.integer("classes", 1000, 2);
-  o.width_multiplier = args.number("width", 1.0);
-  if (!(o.width_multiplier > 0)) {
-    throw UsageError("compare: --width expects a positive number, got '" + args.str("width", "") +
-                     "'");
-  }
-  o.steps = args.integer("steps", 20, 1);
-  o.warmup = args.integer("warmup", 3, 0);
-  o.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
-  o.graph = args.flag("graph");
-  o.checkpoint = parse_checkpoint("compare", args.str("checkpoint", "none"));
-  o.planner = parse_planner("compare", args.str("planner", "on"));
-  o.recompute_depthwise = args.flag("recompute-depthwise");
-  if (o.graph && o.warmup < 2) {
-    throw UsageError(
-        "compare: --graph captures in the last warm-up step after an eager one: "
-        "needs --warmup 2 or more");
-  }
-  const std::string device_flag = args.str("device", "auto");
-  try {
-    o.device = parse_device(resolve_device(device_flag));
-  } catch (const Error&) {
-    throw UsageError("compare: --device expects auto, cpu, cuda or cuda:N, got '" + device_flag +
-                     "'");
-  }
-  if (!o.device.is_cpu() && !o.device.is_cuda()) {
-    throw UsageError("compare: --device " + o.device.str() +
-                     " has no clock to time; use cpu or cuda");
-  }
-  if (o.device.is_cuda() && o.device.index >= kernels::cuda_device_count()) {
-    throw UsageError("compare: --device " + o.device.str() + ": no such CUDA device");
-  }
+  train::CompareOptions& o = c.options;
+  o.device = resolve_device("compare", c.device_flag);
   // Fail on an unwritable output before the runs, not after them.
-  for (const char* flag : {"json", "svg"}) {
-    if (args.has(flag) && !std::ofstream(args.str(flag, ""), std::ios::app)) {
-      throw UsageError(std::string("compare: cannot write --") + flag + " " + args.str(flag, ""));
-    }
+  for (const auto& [flag, path] : {std::pair{"json", c.json}, std::pair{"svg", c.svg}}) {
+    if (!path.empty()) check_output_path("compare", flag, path);
   }
 
   std::fprintf(stderr, "comparing f32, f16 and bf16 on %s...\n", o.device.str().c_str());
   const std::vector<train::CompareRow> rows = train::compare_precisions(o);
   std::fputs(train::to_table(o, rows).c_str(), stdout);
-  if (args.has("json")) {
-    write_file(args.str("json", ""), train::to_json(o, rows));
-    std::printf("wrote %s\n", args.str("json", "").c_str());
+  if (!c.json.empty()) {
+    write_file(c.json, train::to_json(o, rows));
+    std::printf("wrote %s\n", c.json.c_str());
   }
-  if (args.has("svg")) {
-    write_file(args.str("svg", ""), train::to_svg(o, rows));
-    std::printf("wrote %s\n", args.str("svg", "").c_str());
+  if (!c.svg.empty()) {
+    write_file(c.svg, train::to_svg(o, rows));
+    std::printf("wrote %s\n", c.svg.c_str());
   }
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "optim/optimizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/options.h"
 #include "train/memory_estimate.h"
 #include "train/saved_estimate.h"
 
@@ -84,43 +85,24 @@ int print_max_batches(const std::string& model_name, const models::ModelConfig& 
 }  // namespace
 
 int cmd_estimate(const std::vector<std::string>& argv) {
-  Args args("estimate", argv,
-            {"model", "batch", "input", "classes", "width", "precision", "checkpoint", "device",
-             "json", "optimizer", "memory-budget", "granularity"},
-            {"help", "per-module", "recompute-depthwise", "max-batch", "measure"});
-  if (args.flag("help")) {
+  const EstimateOptions o = parse_estimate_options(argv);
+  if (o.help) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  const std::string model_name = checked_model_name("estimate", args.str("model", "mobilenet_v2"));
-  const int64_t batch = args.integer("batch", 128, 1);
-  const InputShape in = parse_input_shape("estimate", args.str("input", "3x224x224"));
-  const DType precision = parse_precision("estimate", args.str("precision", "f16"));
-  // The device whose allocator is predicted; the step itself runs on meta, or with --measure on
-  // the CPU (whose allocator then measures it).
-  const std::string device_flag = args.str("device", "cuda");
-  if (device_flag != "cuda" && device_flag != "cpu") {
-    throw UsageError("estimate: --device expects cuda or cpu, got '" + device_flag + "'");
+  const std::string& model_name = o.model;
+  const int64_t batch = o.batch;
+  const InputShape& in = o.input;
+  const DType precision = o.precision;
+  const std::string& device_flag = o.device;
+  const bool measure = o.measure;
+  const models::ModelConfig& mc = o.model_config;
+  const std::string& optimizer = o.optimizer;
+  if (o.max_batch) {
+    return print_max_batches(model_name, mc, in, precision, optimizer, o.memory_budget,
+                             o.granularity);
   }
-  const bool measure = args.flag("measure");
-  if (measure && device_flag != "cpu") {
-    throw UsageError("estimate: --measure runs the step on the CPU: it needs --device cpu");
-  }
-  models::ModelConfig mc;
-  mc.num_classes = args.integer("classes", 1000, 2);
-  mc.in_channels = in.c;
-  mc.width = args.number("width", 1.0);
-  mc.checkpoint = parse_checkpoint("estimate", args.str("checkpoint", "none"));
-  mc.recompute_depthwise = args.flag("recompute-depthwise");
-  const std::string optimizer = args.str("optimizer", "sgd");
-  if (optimizer != "sgd" && optimizer != "adamw") {
-    throw UsageError("estimate: --optimizer expects sgd or adamw, got '" + optimizer + "'");
-  }
-  if (args.flag("max-batch")) {
-    return print_max_batches(model_name, mc, in, precision, optimizer,
-                             parse_bytes("estimate", args.str("memory-budget", "4GiB")),
-                             args.integer("granularity", 16, 1));
-  }
+  if (!o.json.empty()) check_output_path("estimate", "json", o.json);
   auto model = models::create(model_name, mc);
   model->to(measure ? Device::cpu() : Device::meta());
   const Shape input{batch, in.h, in.w, in.c};
@@ -142,7 +124,7 @@ int cmd_estimate(const std::vector<std::string>& argv) {
               mc.recompute_depthwise ? ", depthwise recomputed" : "",
               measure ? "measured on the CPU" : ("predicted for " + device_flag).c_str());
   constexpr double kMiB = 1024.0 * 1024.0;
-  if (args.flag("per-module")) {
+  if (o.per_module) {
     std::fputs(train::saved_table(e).c_str(), stdout);
   } else {
     std::printf("saved for backward %.2f MiB, one tensor per conv layer %.2f MiB\n",
@@ -153,7 +135,7 @@ int cmd_estimate(const std::vector<std::string>& argv) {
               : device_flag == "cuda" ? "predicted for CUDA, cuDNN workspace not counted"
                                       : "predicted for the CPU, kernel workspace not counted");
   std::fputs(train::breakdown_table(step).c_str(), stdout);
-  if (args.has("json")) {
+  if (!o.json.empty()) {
     nlohmann::ordered_json j;
     j["model"] = model_name;
     j["batch"] = batch;
@@ -180,7 +162,7 @@ int cmd_estimate(const std::vector<std::string>& argv) {
                               {"saved_bytes", m.saved_bytes},
                               {"conv_output_bytes", m.conv_output_bytes}});
     }
-    const std::string path = args.str("json", "");
+    const std::string& path = o.json;
     std::ofstream f(path);
     f << j.dump(2) << "\n";
     FRUGAL_CHECK(f.good(), "estimate: cannot write ", path);

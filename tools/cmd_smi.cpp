@@ -11,8 +11,8 @@
 #include "memory/nvml.h"
 #include "memory/published_stats.h"
 #include "memory/smi_report.h"
-#include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/options.h"
 
 namespace frugal::tools {
 
@@ -44,17 +44,12 @@ memory::SmiSnapshot gather(const memory::Nvml& nvml) {
 }  // namespace
 
 int cmd_smi(const std::vector<std::string>& argv) {
-  std::vector<std::string> flags = argv;
-  for (std::string& a : flags) {
-    if (a == "-l") a = "--loop";  // nvidia-smi's spelling
-  }
-  Args args("smi", flags, {"loop", "count"}, {"help"});
-  if (args.flag("help")) {
+  const SmiOptions o = parse_smi_options(argv);
+  if (o.help) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  const int64_t loop = args.integer("loop", 0, 1);
-  const int64_t count = args.integer("count", loop > 0 ? 0 : 1, 1);  // 0: until interrupted
+  const int64_t loop = o.loop_seconds, count = o.count;
   memory::Nvml nvml;  // opened once for all the prints
   for (int64_t i = 0; count == 0 || i < count; ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::seconds(loop));

@@ -17,8 +17,8 @@
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
-#include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/options.h"
 #include "train/checkpoint.h"
 #include "train/datasets.h"
 #include "train/memory_budget.h"
@@ -87,94 +87,90 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// The --memory-svg run picture's companion: the fourth step with its phases.
+std::string step_svg_path(const std::string& path) {
+  return (ends_with(path, ".svg") ? path.substr(0, path.size() - 4) : path) + "-step.svg";
+}
+
 // --memory-log (CSV, or JSON for .json) and --memory-svg (the run, and "-step" for one step).
-void write_memory_files(const train::MemoryMonitor& monitor, const Args& args) {
-  if (args.has("memory-log")) {
-    const std::string path = args.str("memory-log", "");
-    if (ends_with(path, ".json")) {
-      monitor.write_json(path);
+void write_memory_files(const train::MemoryMonitor& monitor, const TrainOptions& o) {
+  if (!o.memory_log.empty()) {
+    if (ends_with(o.memory_log, ".json")) {
+      monitor.write_json(o.memory_log);
     } else {
-      monitor.write_csv(path);
+      monitor.write_csv(o.memory_log);
     }
-    std::printf("memory log: %s (%zu samples)\n", path.c_str(), monitor.samples().size());
+    std::printf("memory log: %s (%zu samples)\n", o.memory_log.c_str(), monitor.samples().size());
   }
-  if (args.has("memory-svg")) {
-    const std::string path = args.str("memory-svg", "");
-    const std::string stem = ends_with(path, ".svg") ? path.substr(0, path.size() - 4) : path;
-    monitor.write_run_svg(path);
-    monitor.write_step_svg(stem + "-step.svg");
-    std::printf("memory pictures: %s, %s-step.svg\n", path.c_str(), stem.c_str());
+  if (!o.memory_svg.empty()) {
+    monitor.write_run_svg(o.memory_svg);
+    monitor.write_step_svg(step_svg_path(o.memory_svg));
+    std::printf("memory pictures: %s, %s\n", o.memory_svg.c_str(),
+                step_svg_path(o.memory_svg).c_str());
   }
   if (monitor.growth()) std::printf("memory monitor: %s\n", monitor.growth()->str().c_str());
 }
 
-}  // namespace
-
-std::string resolve_device(const std::string& flag) {
-  if (flag == "auto") return kernels::cuda_device_count() > 0 ? "cuda:0" : "cpu";
-  return flag;
+// Every file the run reads whole or writes is checked before training, so none fails after it.
+void check_files(const TrainOptions& o) {
+  if (!o.resume.empty()) check_input_file("train", "resume", o.resume);
+  if (!o.save.empty()) check_save_path("train", "save", o.save);
+  if (!o.memory_log.empty()) check_output_path("train", "memory-log", o.memory_log);
+  if (!o.memory_svg.empty()) {
+    check_output_path("train", "memory-svg", o.memory_svg);
+    check_output_path("train", "memory-svg", step_svg_path(o.memory_svg));
+  }
+  if (!o.memory_trace.empty()) check_output_path("train", "memory-trace", o.memory_trace);
 }
 
+// A checkpoint's position must be one this run can continue from: a negative or absurd epoch or
+// step (a corrupt or hand-edited file) is refused naming the file, rather than trusted.
+void check_resumed_state(const std::string& path, const train::TrainingState& st) {
+  FRUGAL_CHECK(st.epoch >= 0 && st.epoch <= kMaxEpochs, "train: --resume '", path,
+               "': the checkpoint's epoch ", st.epoch, " is outside [0, ", kMaxEpochs, "]");
+  // 2^53 steps is far past any run and leaves the schedule's step counter room to grow.
+  constexpr int64_t kMaxStep = int64_t{1} << 53;
+  FRUGAL_CHECK(st.step >= 0 && st.step <= kMaxStep, "train: --resume '", path,
+               "': the checkpoint's step ", st.step, " is outside [0, 2^53]");
+}
+
+}  // namespace
+
 int cmd_train(const std::vector<std::string>& argv) {
-  Args args("train", argv, {"model",         "data",       "data-dir",      "epochs",
-                            "batch",         "lr",         "optimizer",     "momentum",
-                            "weight-decay",  "schedule",   "warmup-epochs", "label-smoothing",
-                            "width",         "image-size", "limit",         "test-limit",
-                            "device",        "workers",    "seed",          "save",
-                            "resume",        "precision",  "checkpoint",    "planner",
-                            "memory-budget", "memory-log", "memory-svg",    "release",
-                            "memory-trace"},
-            {"help", "no-augment", "graph", "recompute-depthwise", "oom-recover"});
-  if (args.flag("help")) {
+  const TrainOptions o = parse_train_options(argv);
+  if (o.help) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  const std::string model_name = args.str("model", "mobilenet_v2");
-  const int64_t epochs = args.integer("epochs", 1, 1);
-  const int64_t batch = args.integer("batch", 128, 1);
-  const double lr = args.number("lr", 0.05);
-  const bool graph = args.flag("graph");
-  const std::string opt_name = args.str("optimizer", "sgd");
-  const std::string schedule = args.str("schedule", "none");
-  const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
-  if (opt_name != "sgd" && opt_name != "adamw") {
-    throw UsageError("train: --optimizer expects sgd or adamw, got '" + opt_name + "'");
-  }
-  if (schedule != "none" && schedule != "cosine" && schedule != "step") {
-    throw UsageError("train: --schedule expects none, cosine or step, got '" + schedule + "'");
-  }
-  Device device = parse_device(resolve_device(args.str("device", "auto")));
-  const DType precision = parse_precision("train", args.str("precision", "f32"));
+  const std::string& model_name = o.model;
+  const int64_t epochs = o.epochs, batch = o.batch;
+  const bool graph = o.graph;
+  const std::string& opt_name = o.optimizer;
+  const uint64_t seed = o.seed;
+  const DType precision = o.precision;
+  const Device device = resolve_device("train", o.device);
+  check_files(o);
 
-  train::DataConfig dc;
-  dc.name = args.str("data", "fashion-mnist");
-  dc.dir = args.str("data-dir", "");
-  dc.image_size = args.integer("image-size", 32, 8);
-  dc.limit = args.integer("limit", -1, -1);
-  dc.test_limit = args.integer("test-limit", -1, -1);
-  dc.augment = !args.flag("no-augment");
+  const train::DataConfig& dc = o.data;
   train::DataSplits splits = train::make_data(dc);
 
   manual_seed(seed);
-  models::ModelConfig mc;
+  models::ModelConfig mc = o.model_config;
   mc.num_classes = splits.num_classes;
   mc.in_channels = splits.train->sample_shape()[2];
-  mc.width = args.number("width", 1.0);
-  mc.checkpoint = parse_checkpoint("train", args.str("checkpoint", "none"));
-  mc.recompute_depthwise = args.flag("recompute-depthwise");
   // Note [Fitting a memory budget]: the cheapest way to fit, chosen by prediction before the
   // model is built; the allocator is capped at the budget, so a run never exceeds it.
   int64_t micro_batches = 1;
-  if (args.has("memory-budget")) {
-    const int64_t budget = parse_bytes("train", args.str("memory-budget", ""));
+  if (o.memory_budget) {
+    const int64_t budget = *o.memory_budget;
     const train::BudgetChoice choice = train::choose_for_budget(
         model_name, mc, Shape{batch, dc.image_size, dc.image_size, dc.channels}, precision,
         opt_name, budget, /*for_cuda=*/device.is_cuda());
     std::printf("memory budget %.1f MiB: %s\n", static_cast<double>(budget) / 1048576.0,
                 choice.str().c_str());
     if (!choice.fits) {
-      throw UsageError("train: nothing fits --memory-budget " + args.str("memory-budget", "") +
-                       " at batch " + std::to_string(batch) + "; try a smaller batch");
+      throw UsageError("train: nothing fits --memory-budget of " + std::to_string(budget) +
+                       " bytes at batch " + std::to_string(batch) + "; try a smaller batch");
     }
     mc.checkpoint = choice.checkpoint;
     micro_batches = choice.micro_batches;
@@ -190,15 +186,14 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::unique_ptr<optim::Optimizer> opt;
   if (opt_name == "sgd") {
     opt = std::make_unique<optim::SGD>(
-        model->parameters(), optim::SgdOptions{.lr = lr, .momentum = args.number("momentum", 0.9),
-                                               .weight_decay = args.number("weight-decay", 4e-5)});
+        model->parameters(),
+        optim::SgdOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
   } else {
     opt = std::make_unique<optim::AdamW>(
-        model->parameters(),
-        optim::AdamWOptions{.lr = lr, .weight_decay = args.number("weight-decay", 0.01)});
+        model->parameters(), optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
   }
 
-  const int workers = static_cast<int>(args.integer("workers", 2, 0));
+  const int workers = o.workers;
   data::DataLoader train_loader(splits.train, {.batch_size = batch, .shuffle = true,
                                                .drop_last = true, .num_workers = workers,
                                                .prefetch = 4, .seed = seed,
@@ -209,17 +204,21 @@ int cmd_train(const std::vector<std::string>& argv) {
                                              .transforms = splits.test_transforms,
                                              .device = device});
   const int64_t steps_per_epoch = train_loader.batches_per_epoch();
+  if (splits.train->size() == 0) {
+    throw UsageError("train: the training set of --data " + dc.name + " has no samples" +
+                     (dc.limit == 0 ? " (--limit 0)" : ""));
+  }
   if (steps_per_epoch == 0) {
     throw UsageError("train: --batch " + std::to_string(batch) + " is larger than the " +
                      std::to_string(splits.train->size()) + " training samples");
   }
 
   std::unique_ptr<optim::LrSchedule> sched;
-  if (schedule == "cosine") {
-    auto warm = static_cast<int64_t>(args.number("warmup-epochs", 0) * static_cast<double>(steps_per_epoch));
+  if (o.schedule == "cosine") {
+    auto warm = static_cast<int64_t>(o.warmup_epochs * static_cast<double>(steps_per_epoch));
     sched = std::make_unique<optim::CosineWarmup>(
         *opt, optim::CosineWarmupOptions{.warmup_steps = warm, .total_steps = epochs * steps_per_epoch});
-  } else if (schedule == "step") {
+  } else if (o.schedule == "step") {
     sched = std::make_unique<optim::StepLR>(*opt, std::max<int64_t>(epochs * steps_per_epoch / 3, 1), 0.1);
   }
 
@@ -228,18 +227,18 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
 
   int64_t first_epoch = 0;
-  if (args.has("resume")) {
-    train::TrainingState st =
-        train::load_checkpoint(args.str("resume", ""), *model, opt.get(), scaler.get());
+  if (!o.resume.empty()) {
+    train::TrainingState st = train::load_checkpoint(o.resume, *model, opt.get(), scaler.get());
+    check_resumed_state(o.resume, st);
     first_epoch = st.epoch;
     default_generator().set_offset(st.rng_offset);
-    for (int64_t s = 0; sched && s < st.step; ++s) sched->step();
-    std::printf("resumed from %s at epoch %lld (step %lld)\n", args.str("resume", "").c_str(),
+    if (sched) sched->jump_to(st.step);  // O(1): a step count of 9e18 must not loop
+    std::printf("resumed from %s at epoch %lld (step %lld)\n", o.resume.c_str(),
                 static_cast<long long>(st.epoch), static_cast<long long>(st.step));
   }
 
   // Note [Planned steps]: the step's memory planned before the first step, from a dry run on meta.
-  const bool planned = parse_planner("train", args.str("planner", "on")) && !graph;
+  const bool planned = o.planner && !graph;
   train::StepPlanner planner(planned ? device : Device::cpu());
   // The loader's batches after the transforms: resized to --image-size, --channels repeated.
   train::plan_before_first_step(planner, model_name, mc,
@@ -254,7 +253,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   });
   memory::Nvml nvml;  // opened on first use: only the monitor asks it, on CUDA
   std::unique_ptr<train::MemoryMonitor> monitor;
-  if (args.has("memory-log") || args.has("memory-svg")) {
+  if (!o.memory_log.empty() || !o.memory_svg.empty()) {
     train::MemoryMonitorOptions mo;
     if (device.is_cuda()) {
       if (nvml.available()) {
@@ -270,23 +269,17 @@ int cmd_train(const std::vector<std::string>& argv) {
     monitor = std::make_unique<train::MemoryMonitor>(device, mo);
     monitor->attach(callbacks);
   }
-  const train::ReleasePolicy release_policy =
-      train::ReleasePolicy::parse(args.str("release", "off"));
+  const train::ReleasePolicy& release_policy = o.release;
   train::ReleaseScheduler release(memory::allocator_for(device), release_policy);
   release.attach(callbacks);
   std::unique_ptr<memory::AllocationTrace> trace;
-  if (args.has("memory-trace")) {
+  if (!o.memory_trace.empty()) {
     trace = std::make_unique<memory::AllocationTrace>(
         device, memory::AllocationTrace::kDefaultMaxEvents, &memory::allocator_for(device));
   }
   std::unique_ptr<train::OomRecovery> recovery;
   std::unique_ptr<memory::LiveTags> live_tags;  // for the OOM report's largest allocations
-  if (args.flag("oom-recover")) {
-    if (graph) {
-      throw UsageError(
-          "train: --oom-recover cannot undo a step replayed from a CUDA graph; "
-          "leave out --graph or --oom-recover");
-    }
+  if (o.oom_recover) {
     // The last rung: checkpoint every block of the model as it stands (its state carries over).
     train::OomRecoveryOptions ro;
     ro.enable_checkpointing = [&model] { return models::checkpoint_blocks_in_place(*model) > 0; };
@@ -302,17 +295,16 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::fflush(stdout);
   double accuracy = 0;
   for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
-    train::EpochStats s =
-        train::train_epoch(*model, *opt, sched.get(), train_loader, epoch,
-                           {.label_smoothing = args.number("label-smoothing", 0.0),
-                            .epochs = epochs,
-                            .precision = precision,
-                            .scaler = scaler.get(),
-                            .graph = graph,
-                            .planner = &planner,
-                            .micro_batches = micro_batches,
-                            .callbacks = &callbacks,
-                            .oom_recovery = recovery.get()});
+    train::EpochStats s = train::train_epoch(*model, *opt, sched.get(), train_loader, epoch,
+                                             {.label_smoothing = o.label_smoothing,
+                                              .epochs = epochs,
+                                              .precision = precision,
+                                              .scaler = scaler.get(),
+                                              .graph = graph,
+                                              .planner = &planner,
+                                              .micro_batches = micro_batches,
+                                              .callbacks = &callbacks,
+                                              .oom_recovery = recovery.get()});
     accuracy = train::evaluate(*model, test_loader);
     std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
                 "peak allocated %.1f MiB, peak reserved %.1f MiB\n",
@@ -321,11 +313,17 @@ int cmd_train(const std::vector<std::string>& argv) {
                 static_cast<double>(s.peak_allocated) / 1048576.0,
                 static_cast<double>(s.peak_reserved) / 1048576.0);
     std::fflush(stdout);
-    if (args.has("save")) {
+    if (!o.save.empty()) {
       train::TrainingState st{.epoch = epoch + 1, .step = (epoch + 1) * steps_per_epoch,
                               .seed = seed, .rng_offset = default_generator().offset()};
-      train::save_checkpoint(args.str("save", ""), *model, opt.get(), st, scaler.get());
+      train::save_checkpoint(o.save, *model, opt.get(), st, scaler.get());
     }
+  }
+  if (first_epoch >= epochs) {
+    // A finished run resumed: nothing to train, but the accuracy printed is the model's own.
+    std::printf("the checkpoint has finished %lld of %lld epochs: nothing to train\n",
+                static_cast<long long>(first_epoch), static_cast<long long>(epochs));
+    accuracy = train::evaluate(*model, test_loader);
   }
   std::printf("test accuracy: %.2f%%\n", 100.0 * accuracy);
   if (planner.active()) std::printf("%s\n", planner.report().str().c_str());
@@ -342,12 +340,12 @@ int cmd_train(const std::vector<std::string>& argv) {
                 release.releases().size(),
                 static_cast<double>(release.released_bytes()) / 1048576.0);
   }
-  if (monitor) write_memory_files(*monitor, args);
+  if (monitor) write_memory_files(*monitor, o);
   if (trace) {
     trace->stop();
-    trace->write_json(args.str("memory-trace", ""));
-    std::printf("memory trace: %s (%zu events, %zu dropped over the cap)\n",
-                args.str("memory-trace", "").c_str(), trace->recorded(), trace->dropped());
+    trace->write_json(o.memory_trace);
+    std::printf("memory trace: %s (%zu events, %zu dropped over the cap)\n", o.memory_trace.c_str(),
+                trace->recorded(), trace->dropped());
   }
   memory::publish_stats(device, callbacks.steps_finished(), /*force=*/true);
   std::printf("memory on %s:\n%s\n", device.str().c_str(),

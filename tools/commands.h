@@ -13,7 +13,4 @@ int cmd_compare(const std::vector<std::string>& args);
 int cmd_estimate(const std::vector<std::string>& args);
 int cmd_smi(const std::vector<std::string>& args);
 
-// "auto" -> cuda:0 when a CUDA device is present, else cpu; otherwise parse_device.
-std::string resolve_device(const std::string& flag);
-
 }  // namespace frugal::tools

@@ -3,9 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "tools/args.h"
-#include "tools/commands.h"
+#include "tools/run_command.h"
 
 namespace {
 
@@ -26,25 +24,6 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  std::string cmd = argv[1];
   std::vector<std::string> rest(argv + 2, argv + argc);
-  try {
-    if (cmd == "train") return frugal::tools::cmd_train(rest);
-    if (cmd == "eval") return frugal::tools::cmd_eval(rest);
-    if (cmd == "models") return frugal::tools::cmd_models(rest);
-    if (cmd == "compare") return frugal::tools::cmd_compare(rest);
-    if (cmd == "estimate") return frugal::tools::cmd_estimate(rest);
-    if (cmd == "smi") return frugal::tools::cmd_smi(rest);
-    std::fprintf(stderr, "frugal: unknown command '%s'\n%s", cmd.c_str(), kUsage);
-    return 2;
-  } catch (const frugal::tools::UsageError& e) {
-    std::fprintf(stderr, "frugal %s\n", e.what());
-    return 2;
-  } catch (const frugal::OutOfMemoryError& e) {
-    std::fprintf(stderr, "frugal %s: out of memory\n%s\n", cmd.c_str(), e.what());
-    return 3;
-  } catch (const frugal::Error& e) {
-    std::fprintf(stderr, "frugal %s: error: %s\n", cmd.c_str(), e.what());
-    return 1;
-  }
+  return frugal::tools::run_command(argv[1], rest);
 }

@@ -18,7 +18,7 @@ DataSplits make_data(const DataConfig& cfg) {
   DataSplits out;
   if (cfg.name == "fashion-mnist") {
     std::string dir = cfg.dir.empty() ? data::default_fashion_mnist_dir() : cfg.dir;
-    out.train = std::make_shared<data::FashionMnist>(dir, true, cfg.limit);
+    if (cfg.need_train) out.train = std::make_shared<data::FashionMnist>(dir, true, cfg.limit);
     out.test = std::make_shared<data::FashionMnist>(dir, false, cfg.test_limit);
     out.num_classes = data::FashionMnist::kClasses;
     std::vector<data::TransformPtr> common;
@@ -36,8 +36,10 @@ DataSplits make_data(const DataConfig& cfg) {
   }
   if (cfg.name == "synthetic") {
     Shape shape{cfg.image_size, cfg.image_size, cfg.channels};
-    out.train = std::make_shared<data::SyntheticDataset>(shape, cfg.synthetic_classes,
-                                                         cfg.synthetic_size, 1);
+    if (cfg.need_train) {
+      out.train = std::make_shared<data::SyntheticDataset>(shape, cfg.synthetic_classes,
+                                                           cfg.synthetic_size, 1);
+    }
     out.test = std::make_shared<data::SyntheticDataset>(shape, cfg.synthetic_classes,
                                                         std::max<int64_t>(cfg.synthetic_size / 4, 1), 2);
     out.num_classes = cfg.synthetic_classes;

@@ -19,6 +19,7 @@ struct DataConfig {
   int64_t limit = -1;        // use only the first `limit` training samples (-1: all)
   int64_t test_limit = -1;
   bool augment = true;       // random crop (padding 2) and horizontal flip when training
+  bool need_train = true;    // false: the training split is not read (DataSplits::train is null)
   int64_t synthetic_classes = 10;
   int64_t synthetic_size = 1024;
 };

@@ -2,16 +2,12 @@
 // the tensor and the byte offset), atomic replacement on save.
 #include "train/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+
+#include "train/atomic_file.h"
 
 namespace frugal::train {
 
@@ -103,17 +99,6 @@ uint64_t get_u64_le(const unsigned char* in) {
   return v;
 }
 
-// Writes all of buf or throws with errno's text.
-void write_all(int fd, const char* buf, size_t n, const std::string& tmp) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, buf, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) FRUGAL_FAIL("save_safetensors: writing '", tmp, "' failed: ", std::strerror(errno));
-    buf += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
 }  // namespace
 
 const char* safetensors_dtype_name(DType t) {
@@ -180,36 +165,17 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
 
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  FRUGAL_CHECK(fd >= 0, "save_safetensors: cannot create '", tmp, "': ", std::strerror(errno));
-  try {
-    char len[8];
-    put_u64_le(text.size(), len);
-    write_all(fd, len, 8, tmp);
-    write_all(fd, text.data(), text.size(), tmp);
-    for (size_t i : order) {
-      Tensor host = tensors[i].second.detach().to(Device::cpu());  // synchronises a device copy
-      if (host.nbytes() > 0) {
-        write_all(fd, static_cast<const char*>(host.data_ptr()), host.nbytes(), tmp);
-      }
-    }
-    // The bytes must be on disk before the rename makes them the file's only version.
-    FRUGAL_CHECK(::fsync(fd) == 0, "save_safetensors: fsync of '", tmp,
-                 "' failed: ", std::strerror(errno));
-    FRUGAL_CHECK(::close(fd) == 0, "save_safetensors: closing '", tmp,
-                 "' failed: ", std::strerror(errno));
-    fd = -1;
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    FRUGAL_CHECK(!ec, "save_safetensors: renaming '", tmp, "' to '", path,
-                 "' failed: ", ec.message());
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw;
+  // Note [Save targets]: a failure anywhere below leaves the previous file as it was.
+  AtomicFile file(path, "save_safetensors");
+  char len[8];
+  put_u64_le(text.size(), len);
+  file.write(len, 8);
+  file.write(text.data(), text.size());
+  for (size_t i : order) {
+    Tensor host = tensors[i].second.detach().to(Device::cpu());  // synchronises a device copy
+    if (host.nbytes() > 0) file.write(host.data_ptr(), host.nbytes());
   }
+  file.commit();
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

@@ -37,8 +37,10 @@ struct SafetensorsFile {
 const char* safetensors_dtype_name(DType t);
 bool parse_safetensors_dtype(const std::string& s, DType* out);
 
-// Writes every tensor (any device but meta; copied to the host) to path + ".tmp", syncs it and
-// renames it onto path, so a crash leaves either the old file or the new one. Names must be
+// Writes every tensor (any device but meta; copied to the host) to a temporary file of its own,
+// syncs it and renames it onto path, so a failure or a crash leaves either the old file or the
+// new one; a symbolic link is written through, a directory or device node refused (Note [Save
+// targets] in train/atomic_file.h). Names must be
 // unique and must not be "__metadata__". Tensors go into the data section by decreasing element
 // size (as the reference does) so every tensor starts aligned to its element size.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,

@@ -32,6 +32,9 @@ TEST(Device, ParsesAndPrints) {
   EXPECT_EQ(parse_device("meta"), Device::meta());
   EXPECT_THROW(parse_device("tpu"), Error);
   EXPECT_THROW(parse_device("cuda:x"), Error);
+  // Past INT_MAX: a frugal::Error naming the device, not std::out_of_range from stoi.
+  EXPECT_THROW(parse_device("cuda:99999999999999999999"), Error);
+  EXPECT_EQ(parse_device("cuda:2147483647"), Device::cuda(2147483647));
 }
 
 TEST(Shape, NumelStridesAndBroadcast) {

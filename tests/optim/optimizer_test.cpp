@@ -175,6 +175,25 @@ TEST(LrSchedule, StepAndCosineWithWarmup) {
   EXPECT_NEAR(cos.lr_at(14), 0.0, 1e-12);
 }
 
+// A resume jumps the schedule to the saved step: the same learning rate as stepping there, and
+// a step count of 9e18 (a corrupt or hostile checkpoint) returns at once instead of looping.
+TEST(LrSchedule, JumpToEqualsSteppingAndHandlesHugeSteps) {
+  for (int64_t n : {0, 1, 3, 4, 9, 14, 20}) {
+    optim::SGD stepped_opt({param(0.0)}, {.lr = 0.4}), jumped_opt({param(0.0)}, {.lr = 0.4});
+    optim::CosineWarmup stepped(stepped_opt, {.warmup_steps = 4, .total_steps = 14});
+    optim::CosineWarmup jumped(jumped_opt, {.warmup_steps = 4, .total_steps = 14});
+    for (int64_t s = 0; s < n; ++s) stepped.step();
+    jumped.jump_to(n);
+    EXPECT_EQ(jumped_opt.lr(), stepped_opt.lr()) << n;
+    EXPECT_EQ(jumped.current_step(), n);
+  }
+  optim::SGD opt({param(0.0)}, {.lr = 1.0});
+  optim::StepLR step_lr(opt, 3, 0.5);
+  step_lr.jump_to(9'000'000'000'000'000'000);
+  EXPECT_EQ(opt.lr(), 0.0);
+  EXPECT_THROW(step_lr.jump_to(-1), Error);
+}
+
 // Note [Learning rate on the device]: after keep_lr_on_device the kernels read the learning rate
 // from a tensor that set_lr and load_state_dict keep current (on the CPU a host scalar).
 TEST(Optimizer, LearningRateKeptOnTheDeviceFollowsSetLrAndLoads) {

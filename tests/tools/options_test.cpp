@@ -1,0 +1,194 @@
+// The command line's parsing alone (tools/options.h): every numeric flag through one checked
+// helper that names the flag and the bad text; sizes that would wrap, NaN, Inf and negative
+// values refused; a missing CUDA device said plainly.
+#include "tools/options.h"
+
+#include <gtest/gtest.h>
+
+#include "kernels/context.h"
+
+using namespace frugal;
+using namespace frugal::tools;
+
+namespace {
+
+// The UsageError's message of f (a test failure when it throws none or another exception).
+template <typename F>
+std::string usage_error_of(F f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a UsageError";
+  return "";
+}
+
+// 'text' as the messages quote it.
+std::string quoted(const std::string& text) { return std::string(1, '\'') + text + '\''; }
+
+void expect_mentions(const std::string& msg, const std::vector<std::string>& parts) {
+  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << p << " not in: " << msg;
+}
+
+// The train flags `flag value` alone must be refused with a message naming both.
+void expect_train_refuses(const std::string& flag, const std::string& value) {
+  expect_mentions(usage_error_of([&] {
+                    parse_train_options({"--" + flag, value});
+                  }),
+                  {"train: --" + flag, quoted(value)});
+}
+
+}  // namespace
+
+TEST(ParseNumbers, IntegersMustBeWholeInRangeAndNotWrap) {
+  EXPECT_EQ(parse_integer("c", "n", "42", 1, 100), 42);
+  EXPECT_EQ(parse_integer("c", "n", "-1", -1, 100), -1);
+  for (const char* bad :
+       {"", "0", "101", "4x", " 4", "4 ", "+4", "1e2", "0x10", "4.0", "9223372036854775808",
+        "-9223372036854775809", "99999999999999999999999"}) {
+    expect_mentions(usage_error_of([&] { parse_integer("c", "n", bad, 1, 100); }),
+                    {"c: --n expects an integer from 1 to 100", quoted(bad)});
+  }
+}
+
+TEST(ParseNumbers, NumbersMustBeFiniteAndInRange) {
+  EXPECT_EQ(parse_number("c", "x", "0.5", 0, 1), 0.5);
+  EXPECT_EQ(parse_number("c", "x", "1e-3", 0, 1), 1e-3);
+  for (const char* bad :
+       {"", "nan", "NaN", "-nan", "inf", "-inf", "infinity", "1e999", "-1", "1.5", "0.5x", "0,5"}) {
+    expect_mentions(usage_error_of([&] { parse_number("c", "x", bad, 0, 1); }),
+                    {"c: --x expects a finite number", quoted(bad)});
+  }
+}
+
+TEST(ParseNumbers, ByteSizesRefuseOverflowBeforeShifting) {
+  EXPECT_EQ(parse_bytes("c", "memory-budget", "3GiB"), int64_t{3} << 30);
+  EXPECT_EQ(parse_bytes("c", "memory-budget", "512MiB"), int64_t{512} << 20);
+  EXPECT_EQ(parse_bytes("c", "memory-budget", "1048576"), 1048576);
+  EXPECT_EQ(parse_bytes("c", "memory-budget", "1048576GiB"), kMaxBytes);
+  // 2^34 GiB shifts into the sign bit; 9e18 GiB wrapped to a small or negative number.
+  for (const char* bad : {"17179869184GiB", "9000000000000000000GiB", "99999999999999999999",
+                          "1048577GiB", "0", "0GiB", "GiB", "3 GiB", "3GB", "-3GiB", "3.5GiB"}) {
+    expect_mentions(usage_error_of([&] { parse_bytes("c", "memory-budget", bad); }),
+                    {"c: --memory-budget", quoted(bad)});
+  }
+}
+
+TEST(ParseNumbers, InputShapesAreBoundedAndWhole) {
+  const InputShape s = parse_input_shape("c", "3x224x200");
+  EXPECT_EQ(s.c, 3);
+  EXPECT_EQ(s.h, 224);
+  EXPECT_EQ(s.w, 200);
+  // sscanf's %lld wrapped 18446744073709551617 to 1.
+  for (const char* bad :
+       {"3x18446744073709551617x1", "3x224", "3x224x224x", "3x224x224x1", "0x224x224", "-3x2x2",
+        "3x65537x1", "4097x1x1", "3X224X224", "x1x1", "3x x1", ""}) {
+    expect_mentions(usage_error_of([&] { parse_input_shape("c", bad); }),
+                    {"c: --input expects CxHxW", quoted(bad)});
+  }
+  // Each extent is fine, the batch of them is not.
+  expect_mentions(usage_error_of([] {
+                    parse_compare_options({"--batch", "1048576", "--input", "4096x65536x65536"});
+                  }),
+                  {"compare: --batch 1048576", "4096x65536x65536"});
+}
+
+TEST(TrainOptions, EveryNumericFlagIsChecked) {
+  const TrainOptions o = parse_train_options(
+      {"--epochs", "3", "--batch=64", "--lr", "0.1", "--memory-budget", "3GiB", "--save", "c.st"});
+  EXPECT_EQ(o.epochs, 3);
+  EXPECT_EQ(o.batch, 64);
+  EXPECT_EQ(o.lr, 0.1);
+  EXPECT_EQ(*o.memory_budget, int64_t{3} << 30);
+  EXPECT_EQ(o.save, "c.st");
+  EXPECT_EQ(o.weight_decay, 4e-5);
+  EXPECT_EQ(parse_train_options({"--optimizer", "adamw"}).weight_decay, 0.01);
+  expect_mentions(usage_error_of([] { parse_train_options({"--lr", "nan"}); }),
+                  {"train: --lr expects a finite number >= 0, got 'nan'"});
+
+  expect_train_refuses("batch", "0");
+  expect_train_refuses("batch", "99999999999999999999");
+  expect_train_refuses("batch", "4294967297");
+  expect_train_refuses("epochs", "0");
+  expect_train_refuses("epochs", "9223372036854775807");
+  expect_train_refuses("lr", "nan");  // was cast on to the optimizer as NaN
+  expect_train_refuses("lr", "inf");
+  expect_train_refuses("lr", "-0.1");
+  expect_train_refuses("momentum", "1.5");
+  expect_train_refuses("weight-decay", "nan");
+  expect_train_refuses("warmup-epochs", "inf");  // was cast to INT64_MIN warm-up steps
+  expect_train_refuses("warmup-epochs", "2");    // more than the 1 epoch
+  expect_train_refuses("label-smoothing", "nan");
+  expect_train_refuses("width", "0");
+  expect_train_refuses("width", "nan");
+  expect_train_refuses("image-size", "100000");
+  expect_train_refuses("workers", "100000");
+  expect_train_refuses("seed", "-1");
+  expect_train_refuses("limit", "-2");
+  expect_train_refuses("memory-budget", "17179869184GiB");
+  expect_train_refuses("optimizer", "sgdd");
+  expect_train_refuses("release", "threshold:nan");
+  expect_train_refuses("device", "cuda:99999999999999999999");  // stoi threw out_of_range
+  expect_train_refuses("device", "meta");
+  expect_train_refuses("model", "resnet1000");
+  expect_mentions(usage_error_of([] {
+                    parse_train_options({"--save", ""});
+                  }),
+                  {"--save needs a file name"});
+  expect_mentions(usage_error_of([] {
+                    parse_train_options({"--graph", "--oom-recover"});
+                  }),
+                  {"--oom-recover"});
+}
+
+TEST(EvalOptions, ReadsOnlyTheTestFiles) {
+  const EvalOptions o = parse_eval_options({"--load", "m.safetensors", "--batch", "32"});
+  EXPECT_FALSE(o.data.need_train);
+  EXPECT_EQ(o.batch, 32);
+  expect_mentions(usage_error_of([] { parse_eval_options({}); }), {"--load PATH is required"});
+  expect_mentions(usage_error_of([] {
+                    parse_eval_options({"--load", "m", "--batch", "-5"});
+                  }),
+                  {"eval: --batch", "'-5'"});
+}
+
+TEST(OtherOptions, CompareEstimateAndSmiAreChecked) {
+  expect_mentions(usage_error_of([] {
+                    parse_compare_options({"--steps", "nan"});
+                  }),
+                  {"compare: --steps", "'nan'"});
+  expect_mentions(usage_error_of([] {
+                    parse_compare_options({"--device", "meta"});
+                  }),
+                  {"compare: --device", "'meta'"});
+  expect_mentions(usage_error_of([] {
+                    parse_estimate_options({"--granularity", "0"});
+                  }),
+                  {"estimate: --granularity", "'0'"});
+  expect_mentions(usage_error_of([] {
+                    parse_estimate_options({"--memory-budget", "99999999999GiB"});
+                  }),
+                  {"estimate: --memory-budget", "'99999999999GiB'"});
+  expect_mentions(usage_error_of([] {
+                    parse_smi_options({"-l", "1e9"});
+                  }),
+                  {"smi: --loop", "'1e9'"});
+  EXPECT_EQ(parse_smi_options({"-l", "2", "--count", "3"}).count, 3);
+}
+
+// Without a GPU (or past the last one) the message says so and how to pick the CPU, instead of a
+// driver error code from the first allocation.
+TEST(ResolveDevice, AMissingCudaDeviceIsSaidPlainly) {
+  const int count = kernels::cuda_device_count();
+  const std::string flag = "cuda:" + std::to_string(count);
+  const std::string msg = usage_error_of([&] { resolve_device("train", flag); });
+  expect_mentions(msg, {"train: --device " + flag, "--device cpu"});
+  if (count == 0) {
+    expect_mentions(msg, {"no CUDA device is present"});
+    expect_mentions(usage_error_of([] { resolve_device("eval", "cuda"); }),
+                    {"no CUDA device is present"});
+    EXPECT_EQ(resolve_device("train", "auto"), Device::cpu());
+  }
+  EXPECT_EQ(resolve_device("train", "cpu"), Device::cpu());
+}

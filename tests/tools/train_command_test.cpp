@@ -1,0 +1,167 @@
+// `frugal train` and `frugal eval` end to end on tiny runs: a bad --save fails before any
+// training, a resumed finished run reports its real accuracy, a resumed step count of 9e18 does
+// not hang the schedule, and eval needs only the test files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "data/fashion_mnist.h"
+#include "models/registry.h"
+#include "tools/run_command.h"
+#include "train/checkpoint.h"
+#include "train/safetensors.h"
+
+using namespace frugal;
+using namespace frugal::tools;
+namespace fs = std::filesystem;
+
+namespace {
+
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("frugal_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+struct CommandRun {
+  int code = -1;
+  std::string out, err;
+};
+
+CommandRun run(const std::string& command, const std::vector<std::string>& args) {
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  CommandRun r;
+  r.code = run_command(command, args);
+  r.out = ::testing::internal::GetCapturedStdout();
+  r.err = ::testing::internal::GetCapturedStderr();
+  return r;
+}
+
+// A few CPU seconds: 1024 synthetic 8x8 images, 4 steps an epoch of a quarter-width MobileNetV2.
+std::vector<std::string> tiny_train(std::vector<std::string> more) {
+  std::vector<std::string> args = {"--data",   "synthetic", "--image-size", "8",
+                                   "--width",  "0.25",      "--batch",      "256",
+                                   "--device", "cpu",       "--workers",    "0"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+std::string last_accuracy(const std::string& out) {
+  std::smatch m;
+  const std::regex re("test accuracy: ([0-9.]+)%\n");
+  std::string last;
+  for (auto it = out.cbegin(); std::regex_search(it, out.cend(), m, re); it = m.suffix().first) {
+    last = m[1];
+  }
+  return last;
+}
+
+}  // namespace
+
+// The save target is checked before the data is read or a step is taken: with a data folder that
+// does not exist, the error is about --save.
+TEST(TrainCommand, AnUnwritableSaveFailsBeforeTraining) {
+  ScratchDir dir;
+  for (const std::string& save :
+       {dir / "", dir / "missing/ckpt.safetensors", std::string("/dev/null")}) {
+    const CommandRun r =
+        run("train", {"--data-dir", dir / "no-data", "--device", "cpu", "--save", save});
+    EXPECT_EQ(r.code, kExitUsage) << r.err;
+    EXPECT_NE(r.err.find("--save '" + save + "' cannot be written"), std::string::npos) << r.err;
+  }
+  const CommandRun r = run("train", {"--data-dir", dir / "no-data", "--device", "cpu",
+                                     "--memory-log", dir / "missing/log.csv"});
+  EXPECT_EQ(r.code, kExitUsage) << r.err;
+  EXPECT_NE(r.err.find("--memory-log"), std::string::npos) << r.err;
+}
+
+TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
+  ScratchDir dir;
+  const std::string ckpt = dir / "ckpt.safetensors";
+  const CommandRun first = run("train", tiny_train({"--save", ckpt}));
+  ASSERT_EQ(first.code, kExitOk) << first.err;
+  const std::string accuracy = last_accuracy(first.out);
+  ASSERT_FALSE(accuracy.empty()) << first.out;
+
+  const CommandRun again = run("train", tiny_train({"--resume", ckpt}));
+  ASSERT_EQ(again.code, kExitOk) << again.err;
+  EXPECT_NE(again.out.find("nothing to train"), std::string::npos) << again.out;
+  EXPECT_EQ(last_accuracy(again.out), accuracy) << again.out;
+
+  // A step count of 2^53 used to step the cosine schedule 2^53 times (a hang); 9e18 is refused.
+  train::SafetensorsFile file = train::load_safetensors(ckpt);
+  file.metadata["frugal.step"] = "9007199254740992";
+  train::save_safetensors(dir / "huge.safetensors", file.tensors, file.metadata);
+  const CommandRun huge = run("train", tiny_train({"--resume", dir / "huge.safetensors", "--epochs",
+                                                   "2", "--schedule", "cosine"}));
+  EXPECT_EQ(huge.code, kExitOk) << huge.err;
+  file.metadata["frugal.step"] = "9000000000000000000";
+  train::save_safetensors(dir / "huger.safetensors", file.tensors, file.metadata);
+  const CommandRun huger = run("train", tiny_train({"--resume", dir / "huger.safetensors"}));
+  EXPECT_EQ(huger.code, kExitError);
+  EXPECT_NE(huger.err.find("step 9000000000000000000"), std::string::npos) << huger.err;
+
+  file.metadata["frugal.epoch"] = "-1";
+  train::save_safetensors(dir / "negative.safetensors", file.tensors, file.metadata);
+  const CommandRun negative = run("train", tiny_train({"--resume", dir / "negative.safetensors"}));
+  EXPECT_EQ(negative.code, kExitError);
+  EXPECT_NE(negative.err.find("epoch -1"), std::string::npos) << negative.err;
+}
+
+// A folder with only t10k-*: eval used to open the training files too.
+TEST(EvalCommand, NeedsOnlyTheTestFiles) {
+  const std::string full = data::default_fashion_mnist_dir();
+  if (!fs::exists(full + "/t10k-images-idx3-ubyte.gz")) GTEST_SKIP() << "no Fashion-MNIST";
+  ScratchDir dir;
+  for (const char* f : {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+    fs::create_symlink(full + "/" + f, dir / f);
+  }
+  models::ModelConfig mc;
+  mc.num_classes = 10;
+  mc.in_channels = 1;
+  mc.width = 0.25;
+  train::save_model(dir / "weights.safetensors", *models::create("mobilenet_v2", mc));
+  const CommandRun r =
+      run("eval", {"--load", dir / "weights.safetensors", "--data-dir", dir / "", "--width", "0.25",
+                   "--image-size", "8", "--test-limit", "64", "--device", "cpu", "--workers", "0"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("on 64 samples"), std::string::npos) << r.out;
+}
+
+// nlohmann throws out_of_range, not parse_error, for a number past double's range in a header:
+// whichever way the reader reports it, the command ends with a message naming it, never
+// std::terminate.
+TEST(EvalCommand, AJsonNumberOutOfRangeEndsWithAMessage) {
+  ScratchDir dir;
+  std::string json = R"({"w":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})";
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  bytes += json + std::string(4, '\0');
+  {
+    std::ofstream out(dir / "bad.safetensors", std::ios::binary);
+    out << bytes;
+  }
+  const CommandRun r = run("eval", {"--load", dir / "bad.safetensors", "--data", "synthetic",
+                                    "--device", "cpu", "--width", "0.25", "--image-size", "8"});
+  EXPECT_NE(r.code, kExitOk);
+  EXPECT_EQ(r.err.rfind("frugal eval", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("1e999"), std::string::npos) << r.err;
+}
