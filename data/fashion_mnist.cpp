@@ -32,6 +32,10 @@ FashionMnist::FashionMnist(std::string dir, bool train, int64_t limit) {
   IdxImages images = read_idx_images(pick(dir, prefix + "-images-idx3-ubyte"));
   IdxLabels labels = read_idx_labels(pick(dir, prefix + "-labels-idx1-ubyte"));
   check_same_count(images, labels);
+  // Said here, naming the file: further on an empty set surfaces as a batch size too large for it.
+  if (images.count == 0) {
+    FRUGAL_FAIL(images.path, ": 0 images (count at byte 4); a data set needs at least one");
+  }
   for (size_t i = 0; i < labels.labels.size(); ++i) {
     if (labels.labels[i] >= kClasses) {
       FRUGAL_FAIL(labels.path, ": label ", int(labels.labels[i]), " at byte ", 8 + i,

@@ -1,81 +1,14 @@
-// IDX parsing and gzip inflation (the only zlib user of frugal). The file is inflated whole into
-// memory: the largest Fashion-MNIST file is 47 MB, and a flat buffer keeps get() lock-free.
+// IDX parsing. The file is read whole into memory (the largest Fashion-MNIST file is 47 MB, and a
+// flat buffer keeps get() lock-free), but never more of it than its header declares.
 #include "data/idx.h"
 
-#include <zlib.h>
-
-#include <algorithm>
-#include <cstring>
-#include <fstream>
-#include <iterator>
+#include <new>
 
 #include "base/error.h"
+#include "data/maybe_gzip_reader.h"
 
 namespace frugal::data {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool is_gzip_member(const std::vector<uint8_t>& raw, size_t at) {
-  return at + 2 <= raw.size() && raw[at] == 0x1f && raw[at + 1] == 0x8b;
-}
-
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) FRUGAL_FAIL(path, ": cannot open for reading");
-  std::vector<uint8_t> raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) FRUGAL_FAIL(path, ": read error");
-  return raw;
-}
-
-// Inflates every gzip member of raw, one after the other, into out.
-std::vector<uint8_t> inflate_gzip(const std::string& path, const std::vector<uint8_t>& raw) {
-  std::vector<uint8_t> out;
-  // The last member's trailer holds its inflated size mod 2^32: a good first guess, capped by
-  // deflate's best ratio (1032:1) and 1 GiB so that a corrupt trailer cannot reserve more.
-  if (raw.size() >= 18) {
-    size_t n = raw.size();
-    size_t isize = uint32_t(raw[n - 4]) | uint32_t(raw[n - 3]) << 8 | uint32_t(raw[n - 2]) << 16 |
-                   uint32_t(raw[n - 1]) << 24;
-    out.reserve(std::min({isize, n * 1032, size_t{1} << 30}));
-  }
-  std::vector<uint8_t> chunk(size_t{1} << 18);
-  size_t at = 0;  // start of the current member in raw
-  while (at < raw.size()) {
-    if (!is_gzip_member(raw, at)) {
-      FRUGAL_FAIL(path, ": ", at == 0 ? "not a gzip stream" : "trailing garbage after gzip data",
-                  " at compressed byte ", at, " of ", raw.size());
-    }
-    z_stream zs{};
-    if (inflateInit2(&zs, 15 + 16) != Z_OK) FRUGAL_FAIL(path, ": zlib inflateInit2 failed");
-    zs.next_in = const_cast<Bytef*>(raw.data() + at);
-    zs.avail_in = static_cast<uInt>(raw.size() - at);  // files beyond 4 GB are not IDX files
-    int rc = Z_OK;
-    while (rc == Z_OK) {
-      zs.next_out = chunk.data();
-      zs.avail_out = static_cast<uInt>(chunk.size());
-      rc = inflate(&zs, Z_NO_FLUSH);
-      out.insert(out.end(), chunk.data(), chunk.data() + (chunk.size() - zs.avail_out));
-    }
-    size_t consumed = raw.size() - at - zs.avail_in;
-    std::string msg = zs.msg != nullptr ? zs.msg : "";
-    inflateEnd(&zs);
-    if (rc != Z_STREAM_END) {
-      // With a whole chunk of room for output, Z_BUF_ERROR means the input ended early.
-      if (rc == Z_BUF_ERROR) {
-        FRUGAL_FAIL(path, ": corrupt gzip: unexpected end of compressed data at compressed byte ",
-                    at + consumed, " of ", raw.size(), " (zlib: ", zError(Z_BUF_ERROR), ")");
-      }
-      FRUGAL_FAIL(path, ": corrupt gzip at compressed byte ", at + consumed, " of ", raw.size(),
-                  " (zlib: ", msg.empty() ? zError(rc) : msg.c_str(), ")");
-    }
-    at += consumed;
-  }
-  return out;
-}
 
 uint32_t read_be32(const std::vector<uint8_t>& b, size_t at) {
   return uint32_t(b[at]) << 24 | uint32_t(b[at + 1]) << 16 | uint32_t(b[at + 2]) << 8 |
@@ -111,6 +44,22 @@ std::vector<int64_t> read_header(const std::string& path, const std::vector<uint
   return dims;
 }
 
+// 8 or 16 header bytes plus the product of the extents, or an error when it does not fit in
+// 63 bits (a header-only file declaring 2^31 x 2^31 x 2^31 images must not wrap to a small size).
+int64_t declared_size(const std::string& path, const std::vector<int64_t>& dims) {
+  const int64_t header = 4 + 4 * static_cast<int64_t>(dims.size());
+  int64_t n = 1;
+  bool overflow = false;
+  for (int64_t d : dims) overflow = overflow || __builtin_mul_overflow(n, d, &n);
+  if (overflow || __builtin_add_overflow(n, header, &n)) {
+    std::string extents;
+    for (int64_t d : dims) extents += (extents.empty() ? "" : " x ") + std::to_string(d);
+    FRUGAL_FAIL(path, ": the header's extents ", extents, " (bytes 4 to ", header,
+                ") declare more bytes than any file can hold");
+  }
+  return n;
+}
+
 void check_length(const std::string& path, size_t have, int64_t expected) {
   if (static_cast<int64_t>(have) < expected) {
     FRUGAL_FAIL(path, ": truncated at byte ", have, " of ", expected, " expected");
@@ -121,13 +70,37 @@ void check_length(const std::string& path, size_t have, int64_t expected) {
   }
 }
 
-}  // namespace
-
-std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
-  std::vector<uint8_t> raw = read_file(path);
-  if (is_gzip_member(raw, 0) || ends_with(path, ".gz")) return inflate_gzip(path, raw);
-  return raw;
+// The header (`ndims` extents after the magic) and then exactly the bytes it declares; reading
+// stops there, so a gzip bomb or an endless file costs no more than a file of the declared size.
+std::vector<uint8_t> read_declared(const std::string& path, uint32_t magic, int ndims,
+                                   const char* what) {
+  MaybeGzipReader in(path);
+  std::vector<uint8_t> bytes;
+  const size_t header = 4 + 4 * static_cast<size_t>(ndims);
+  in.read(header, bytes);
+  const int64_t declared = declared_size(path, read_header(path, bytes, magic, ndims, what));
+  // A shorter file is truncated whatever it holds: say so before allocating for it.
+  if (static_cast<uint64_t>(declared) > in.max_bytes()) {
+    if (!in.gzipped()) check_length(path, in.file_size(), declared);
+    FRUGAL_FAIL(path, ": truncated: the header declares ", declared, " bytes but a gzip file of ",
+                in.file_size(), " bytes inflates to at most ", in.max_bytes());
+  }
+  try {
+    if (!in.gzipped()) bytes.reserve(static_cast<size_t>(declared));
+    in.read(static_cast<uint64_t>(declared) - header, bytes);
+  } catch (const std::bad_alloc&) {
+    FRUGAL_FAIL(path, ": cannot allocate the ", declared, " bytes that the header declares");
+  }
+  check_length(path, bytes.size(), declared);
+  if (!in.at_end()) {
+    if (!in.gzipped()) check_length(path, in.file_size(), declared);
+    FRUGAL_FAIL(path, ": trailing garbage: the inflated data runs on past byte ", declared,
+                ", the end the header declares");
+  }
+  return bytes;
 }
+
+}  // namespace
 
 IdxImages parse_idx_images(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::vector<int64_t> d = read_header(path, bytes, kIdxImagesMagic, 3, "images");
@@ -135,7 +108,7 @@ IdxImages parse_idx_images(const std::string& path, const std::vector<uint8_t>& 
     FRUGAL_FAIL(path, ": empty image size ", d[1], "x", d[2], " in the header at byte 8");
   }
   int64_t header = 16;
-  check_length(path, bytes.size(), header + d[0] * d[1] * d[2]);
+  check_length(path, bytes.size(), declared_size(path, d));
   IdxImages out;
   out.path = path;
   out.count = d[0];
@@ -148,7 +121,7 @@ IdxImages parse_idx_images(const std::string& path, const std::vector<uint8_t>& 
 IdxLabels parse_idx_labels(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::vector<int64_t> d = read_header(path, bytes, kIdxLabelsMagic, 1, "labels");
   int64_t header = 8;
-  check_length(path, bytes.size(), header + d[0]);
+  check_length(path, bytes.size(), declared_size(path, d));
   IdxLabels out;
   out.path = path;
   out.count = d[0];
@@ -157,11 +130,11 @@ IdxLabels parse_idx_labels(const std::string& path, const std::vector<uint8_t>& 
 }
 
 IdxImages read_idx_images(const std::string& path) {
-  return parse_idx_images(path, read_maybe_gzip(path));
+  return parse_idx_images(path, read_declared(path, kIdxImagesMagic, 3, "images"));
 }
 
 IdxLabels read_idx_labels(const std::string& path) {
-  return parse_idx_labels(path, read_maybe_gzip(path));
+  return parse_idx_labels(path, read_declared(path, kIdxLabelsMagic, 1, "labels"));
 }
 
 void check_same_count(const IdxImages& images, const IdxLabels& labels) {

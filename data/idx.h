@@ -1,5 +1,6 @@
-// IDX files (the MNIST / Fashion-MNIST format), gzip'd or raw, read whole into memory with zlib.
-// Every rejection throws frugal::Error naming the file and the byte offset where it went wrong.
+// IDX files (the MNIST / Fashion-MNIST format), gzip'd or raw, read whole into memory with zlib,
+// but never more than the header declares. Every rejection throws frugal::Error naming the file
+// and the byte offset where it went wrong; only regular files are read (not FIFOs or /dev/zero).
 //
 //   data::IdxImages x = data::read_idx_images(dir + "/train-images-idx3-ubyte.gz");
 //   data::IdxLabels y = data::read_idx_labels(dir + "/train-labels-idx1-ubyte.gz");
@@ -29,15 +30,11 @@ struct IdxLabels {
   std::vector<uint8_t> labels;  // [count]
 };
 
-// The file's bytes, inflated when it is gzip'd (it starts with 1f 8b, or its name ends in .gz).
-// Concatenated gzip members are joined; a corrupt stream throws with zlib's message and the
-// compressed byte offset, as does anything after the last member that is not another member.
-std::vector<uint8_t> read_maybe_gzip(const std::string& path);
-
 // Parse already-read IDX bytes; `path` only names the file in errors.
 IdxImages parse_idx_images(const std::string& path, const std::vector<uint8_t>& bytes);
 IdxLabels parse_idx_labels(const std::string& path, const std::vector<uint8_t>& bytes);
 
+// gzip'd when the file starts with 1f 8b or its name ends in .gz (data/maybe_gzip_reader.h).
 IdxImages read_idx_images(const std::string& path);
 IdxLabels read_idx_labels(const std::string& path);
 

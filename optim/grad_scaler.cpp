@@ -157,8 +157,12 @@ void GradScaler::load_state_dict(const NamedTensors& state) {
   double tracker = r.scalar("growth_tracker");
   o.growth_factor = r.scalar("growth_factor");
   o.backoff_factor = r.scalar("backoff_factor");
-  o.growth_interval = static_cast<int64_t>(r.scalar("growth_interval"));
+  const double interval = r.scalar("growth_interval");
   r.check_all_used();
+  // Checked before the cast: a NaN or a value past 2^63 has no int64_t (the cast would be UB).
+  FRUGAL_CHECK(interval >= 1 && interval < 0x1p63 && interval == std::floor(interval),
+               "grad_scaler state: growth_interval must be a whole number >= 1, got ", interval);
+  o.growth_interval = static_cast<int64_t>(interval);
   FRUGAL_CHECK(tracker >= 0 && tracker == std::floor(tracker),
                "grad_scaler state: growth_tracker must be a whole number >= 0, got ", tracker);
   GradScaler checked(o);  // validates the hyper-parameters before anything changes

@@ -3,10 +3,12 @@
 #include "train/checkpoint.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
 
+#include "base/half.h"
 #include "core/ops.h"
 
 namespace frugal::train {
@@ -86,6 +88,54 @@ std::string describe_entry(const Tensor& t) {
   return detail::str(t.shape(), " ", safetensors_dtype_name(t.dtype()));
 }
 
+// The index of the first NaN or infinity in a CPU tensor and its value, or -1 (integer tensors
+// have none). The generic reader (load_safetensors) keeps such values, as torch's does: a file may
+// hold them on purpose. Loading them into a model or an optimizer is refused, since a NaN weight
+// or moment turns every later step into NaN without saying where it came from.
+int64_t first_non_finite(const Tensor& t, double* value) {
+  const int64_t n = t.numel();
+  auto scan = [&](auto to_double) -> int64_t {
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = to_double(i);
+      if (!std::isfinite(v)) {
+        *value = v;
+        return i;
+      }
+    }
+    return -1;
+  };
+  switch (t.dtype()) {
+    case DType::f32:
+      return scan([p = static_cast<const float*>(t.data_ptr())](int64_t i) { return p[i]; });
+    case DType::f64:
+      return scan([p = static_cast<const double*>(t.data_ptr())](int64_t i) { return p[i]; });
+    case DType::f16:
+      return scan([p = static_cast<const uint16_t*>(t.data_ptr())](int64_t i) {
+        return static_cast<double>(f16_to_float(p[i]));
+      });
+    case DType::bf16:
+      return scan([p = static_cast<const uint16_t*>(t.data_ptr())](int64_t i) {
+        return static_cast<double>(bf16_to_float(p[i]));
+      });
+    case DType::i64:
+    case DType::u8:
+      return -1;
+  }
+  return -1;
+}
+
+// One line per tensor of `tensors` (names prefixed with `prefix`) that holds a NaN or infinity.
+void list_non_finite(const NamedTensors& tensors, const std::string& prefix,
+                     std::vector<std::string>& problems) {
+  for (const auto& [name, t] : tensors) {
+    double v = 0;
+    if (int64_t i = first_non_finite(t, &v); i >= 0) {
+      problems.push_back(detail::str("tensor '", prefix, name, "' holds ", v, " at element ", i,
+                                     " of ", t.numel()));
+    }
+  }
+}
+
 // The copies a model load will make, computed and checked before any of them runs.
 struct ModelLoad {
   std::vector<std::pair<Tensor, Tensor>> copies;  // (model tensor, file tensor in frugal layout)
@@ -126,6 +176,7 @@ ModelLoad plan_model_load(const char* op, const std::string& path, const nn::Mod
       plan.copies.emplace_back(dst, src);
     }
   }
+  list_non_finite(file_raw, "", problems);
   for (const auto& [name, t] : file) {
     if (!used.count(name)) {
       problems.push_back(detail::str("unexpected tensor '", name, "' (", describe_entry(t),
@@ -220,6 +271,9 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
   state.step = parse_field<int64_t>(path, md, "frugal.step");
   state.seed = parse_field<uint64_t>(path, md, "frugal.seed");
   state.rng_offset = parse_field<uint64_t>(path, md, "frugal.rng_offset");
+  FRUGAL_CHECK(state.epoch >= 0 && state.step >= 0, "load_checkpoint: '", path,
+               "': __metadata__ says epoch ", state.epoch, " and step ", state.step,
+               "; a saved run cannot have done fewer than 0 of either");
   if (auto it = md.find("frugal.optimizer"); it != md.end()) state.optimizer = it->second;
   for (const auto& [k, v] : md) {
     if (k.rfind(kStatePrefix, 0) != 0) state.extra[k] = v;
@@ -235,8 +289,18 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
     else
       model_part.emplace_back(name, t);
   }
-  // 1. The model part, checked only; the scaler part, checked by loading a scratch scaler.
+  // 1. The model part, checked only (its values finite too); the optimizer and scaler parts'
+  // values finite; the scaler part, checked by loading a scratch scaler.
   ModelLoad plan = plan_model_load("load_checkpoint", path, model, model_part);
+  std::vector<std::string> non_finite;
+  if (opt != nullptr) list_non_finite(opt_part, kOptimizerPrefix, non_finite);
+  if (scaler != nullptr) list_non_finite(scaler_part, kScalerPrefix, non_finite);
+  if (!non_finite.empty()) {
+    std::string all;
+    for (const auto& p : non_finite) all += "\n  " + p;
+    FRUGAL_FAIL("load_checkpoint: '", path,
+                "' holds values that are not finite (nothing was loaded):", all);
+  }
   const bool load_scaler = scaler != nullptr && !scaler_part.empty();
   if (load_scaler) {
     try {

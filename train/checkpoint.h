@@ -34,10 +34,11 @@ NamedTensors from_file_layout(const NamedTensors& tensors);
 // i64 scalar, shape []).
 void save_model(const std::string& path, const nn::Module& model, const Metadata& metadata = {});
 
-// Loads a file written by save_model (or torch) into the module. A missing or extra tensor, or a
-// wrong shape or dtype, throws naming the tensor before anything is copied: on error the module is
-// unchanged. Copies in place into the existing tensors, on whatever device they are, then makes
-// each BatchNorm2d forget its cached num_batches_tracked.
+// Loads a file written by save_model (or torch) into the module. A missing or extra tensor, a
+// wrong shape or dtype, or a NaN or infinity in any tensor throws naming the tensor before
+// anything is copied: on error the module is unchanged. Copies in place into the existing
+// tensors, on whatever device they are, then makes each BatchNorm2d forget its cached
+// num_batches_tracked.
 void load_model(const std::string& path, nn::Module& model);
 
 // Where a training run stands, kept in the checkpoint's __metadata__ as "frugal.<field>".
@@ -56,9 +57,10 @@ struct TrainingState {
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* opt,
                      const TrainingState& state, const optim::GradScaler* scaler = nullptr);
 
-// Validates the model part and the scaler part (loaded into a scratch scaler), then loads the
-// optimizer (its load_state_dict is all-or-nothing), then the scaler, then copies the model: any
-// error leaves model, optimizer and scaler unchanged. With a null `opt` the optimizer part is
+// Refuses a negative epoch or step and NaN or infinity in any tensor it would load. Validates
+// the model part and the scaler part (loaded into a scratch scaler), then loads the optimizer
+// (its load_state_dict is all-or-nothing), then the scaler, then copies the model: any error
+// leaves model, optimizer and scaler unchanged. With a null `opt` the optimizer part is
 // ignored (e.g. to evaluate a checkpoint); with one, the file must hold state for an optimizer
 // of the same name. A given `scaler` keeps its state when the file has no scaler part (a run
 // saved in f32 or bf16 and resumed in f16 starts scaling afresh).

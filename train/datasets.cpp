@@ -21,17 +21,25 @@ DataSplits make_data(const DataConfig& cfg) {
     if (cfg.need_train) out.train = std::make_shared<data::FashionMnist>(dir, true, cfg.limit);
     out.test = std::make_shared<data::FashionMnist>(dir, false, cfg.test_limit);
     out.num_classes = data::FashionMnist::kClasses;
-    std::vector<data::TransformPtr> common;
-    if (cfg.image_size != 28) common.push_back(data::make_resize(cfg.image_size, cfg.image_size));
-    common.push_back(data::make_normalize({kFashionMean}, {kFashionStd}));
-    if (cfg.channels != 1) common.push_back(data::make_repeat_channels(cfg.channels));
-    std::vector<data::TransformPtr> train = common;
+    // Crop and resize follow the files' image size, which need not be Fashion-MNIST's 28x28.
+    auto common_for = [&](const data::Dataset& split) {
+      const Shape s = split.sample_shape();  // [H, W, 1]
+      std::vector<data::TransformPtr> t;
+      if (s[0] != cfg.image_size || s[1] != cfg.image_size) {
+        t.push_back(data::make_resize(cfg.image_size, cfg.image_size));
+      }
+      t.push_back(data::make_normalize({kFashionMean}, {kFashionStd}));
+      if (cfg.channels != 1) t.push_back(data::make_repeat_channels(cfg.channels));
+      return t;
+    };
+    std::vector<data::TransformPtr> train = common_for(*out.train);
     if (cfg.augment) {
+      const Shape s = out.train->sample_shape();
       train.insert(train.begin(), data::make_random_horizontal_flip(0.5f));
-      train.insert(train.begin(), data::make_random_crop(28, 28, 2));
+      train.insert(train.begin(), data::make_random_crop(s[0], s[1], 2));
     }
     out.train_transforms = std::make_shared<data::Compose>(train);
-    out.test_transforms = std::make_shared<data::Compose>(common);
+    out.test_transforms = std::make_shared<data::Compose>(common_for(*out.test));
     return out;
   }
   if (cfg.name == "synthetic") {

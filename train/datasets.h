@@ -1,5 +1,6 @@
 // Named data sets with the transforms the model zoo expects, for the command line and examples.
-//   "fashion-mnist": 28x28 grey -> resized to `image_size`, normalised; train adds flips and crops.
+//   "fashion-mnist": grey images (28x28, or whatever size the files hold) -> resized to
+//                    `image_size`, normalised; train adds flips and crops.
 //   "synthetic":     random learnable images of any shape (benchmarks, dry runs, tests).
 #pragma once
 

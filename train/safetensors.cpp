@@ -3,10 +3,10 @@
 #include "train/safetensors.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/input_file.h"
 #include "train/atomic_file.h"
 
 namespace frugal::train {
@@ -23,6 +23,43 @@ constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16,
                            const std::string& what) {
   std::string who = tensor.empty() ? "" : "tensor '" + tensor + "': ";
   FRUGAL_FAIL("load_safetensors: '", path, "': ", who, what, " (at byte offset ", offset, ")");
+}
+
+// A JSON value for a message: at most kBriefChars of it (a hostile header can hold megabytes in
+// one value), invalid UTF-8 replaced rather than thrown on.
+constexpr size_t kBriefChars = 80;
+std::string brief(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > kBriefChars) s = s.substr(0, kBriefChars - 3) + "...";
+  return s;
+}
+
+// A safetensors header nests three levels deep ({name: {"shape": [...]}}); a much deeper one is
+// refused before parsing, so that nothing later (printing a value, say) recurses without bound.
+constexpr int kMaxHeaderDepth = 32;
+
+// The offset within `text` of the first bracket deeper than kMaxHeaderDepth, or npos.
+size_t too_deep_at(const std::string& text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxHeaderDepth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string::npos;
 }
 
 // n_elements * size in bytes, or false when it does not fit in 64 bits.
@@ -56,14 +93,14 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   const json& dt = v["dtype"];
   if (!dt.is_string() || !parse_safetensors_dtype(dt.get<std::string>(), &e.dtype)) {
     bad_file(path, name, header_offset,
-             "unknown dtype " + dt.dump() + " (frugal reads F32, F16, BF16, F64, I64, U8)");
+             "unknown dtype " + brief(dt) + " (frugal reads F32, F16, BF16, F64, I64, U8)");
   }
   const json& shape = v["shape"];
   if (!shape.is_array()) bad_file(path, name, header_offset, "shape is not an array");
   for (const json& d : shape) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
       bad_file(path, name, header_offset,
-               "shape " + shape.dump() + " has a bad extent " + d.dump());
+               "shape " + brief(shape) + " has a bad extent " + brief(d));
     }
     e.dims.push_back(d.get<int64_t>());
   }
@@ -71,20 +108,29 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
       !off[1].is_number_unsigned()) {
     bad_file(path, name, header_offset,
-             "data_offsets " + off.dump() + " is not a pair of non-negative integers");
+             "data_offsets " + brief(off) + " is not a pair of non-negative integers");
   }
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
   if (e.end < e.begin) {
-    bad_file(path, name, header_offset, "data_offsets " + off.dump() + " end before they begin");
+    bad_file(path, name, header_offset, "data_offsets " + brief(off) + " end before they begin");
   }
   uint64_t want = 0;
   if (!byte_size(e.dims, e.dtype, &want) || e.end - e.begin != want) {
     bad_file(
         path, name, header_offset,
-        detail::str("data_offsets ", off.dump(), " hold ", e.end - e.begin, " bytes but shape ",
+        detail::str("data_offsets ", brief(off), " hold ", e.end - e.begin, " bytes but shape ",
                     Shape(e.dims), " of ", safetensors_dtype_name(e.dtype), " needs ",
                     byte_size(e.dims, e.dtype, &want) ? std::to_string(want) : "over 2^64"));
+  }
+  // Even an empty tensor's strides are products of its other extents: they must fit in int64.
+  uint64_t span = 1;
+  for (int64_t d : e.dims) {
+    if (d > 0 && (__builtin_mul_overflow(span, static_cast<uint64_t>(d), &span) ||
+                  span > static_cast<uint64_t>(INT64_MAX))) {
+      bad_file(path, name, header_offset,
+               "shape " + brief(shape) + " spans more than 2^63 elements (its strides overflow)");
+    }
   }
   return e;
 }
@@ -179,18 +225,15 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  FRUGAL_CHECK(in.good(), "load_safetensors: cannot open '", path, "'");
-  in.seekg(0, std::ios::end);
-  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+  InputFile in(path, "load_safetensors");  // a directory, FIFO or device is refused here
+  const uint64_t file_size = in.size();
   if (file_size < 8) {
     bad_file(
         path, "", 0,
         detail::str("the file is ", file_size, " bytes, shorter than the 8-byte header length"));
   }
   unsigned char len_bytes[8];
-  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  in.read_exact_at(0, len_bytes, 8);
   const uint64_t n = get_u64_le(len_bytes);
   if (n > kMaxSafetensorsHeader) {
     bad_file(
@@ -203,24 +246,37 @@ SafetensorsFile load_safetensors(const std::string& path) {
         detail::str("header length ", n, " runs past the end of the ", file_size, "-byte file"));
   }
   std::string text(n, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(n));
-  FRUGAL_CHECK(in.good(), "load_safetensors: '", path, "': reading the header failed");
+  in.read_exact_at(8, text.data(), n);
+  if (size_t at = too_deep_at(text); at != std::string::npos) {
+    bad_file(path, "", 8 + at,
+             detail::str("the header nests deeper than ", kMaxHeaderDepth, " levels"));
+  }
 
   // Parse, noting duplicate top-level keys (a JSON object would silently keep the last one).
   std::set<std::string> keys;
   std::string duplicate;
+  // The last tensor name and field seen, to name them when a number is out of range (nlohmann
+  // reports that without a position).
+  std::string tensor, field;
   json header;
   try {
     header = json::parse(text, [&](int depth, json::parse_event_t ev, json& parsed) {
-      if (depth == 1 && ev == json::parse_event_t::key &&
-          !keys.insert(parsed.get<std::string>()).second) {
-        duplicate = parsed.get<std::string>();
+      if (ev == json::parse_event_t::key && depth == 1) {
+        tensor = parsed.get<std::string>();
+        field.clear();
+        if (!keys.insert(tensor).second) duplicate = tensor;
+      } else if (ev == json::parse_event_t::key && depth == 2) {
+        field = parsed.get<std::string>();
       }
       return true;
     });
   } catch (const json::parse_error& e) {
     bad_file(path, "", 8 + (e.byte > 0 ? e.byte - 1 : 0),
              std::string("the header is not valid JSON: ") + e.what());
+  } catch (const json::exception& e) {  // a number out of range (out_of_range 406)
+    bad_file(path, tensor, 8,
+             (field.empty() ? std::string() : "field '" + field + "': ") +
+                 "a value in the header cannot be read: " + e.what());
   }
   if (!header.is_object()) bad_file(path, "", 8, "the header is not a JSON object");
   if (!duplicate.empty()) bad_file(path, duplicate, 8, "the name appears twice in the header");
@@ -232,7 +288,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
       if (!v.is_object()) bad_file(path, "", 8, "__metadata__ is not a JSON object");
       for (const auto& [k, s] : v.items()) {
         if (!s.is_string()) {
-          bad_file(path, "", 8, "__metadata__ value of '" + k + "' is not a string: " + s.dump());
+          bad_file(path, "", 8, "__metadata__ value of '" + k + "' is not a string: " + brief(s));
         }
         out.metadata[k] = s.get<std::string>();
       }
@@ -278,9 +334,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   for (const Entry& e : entries) {
     Tensor t = Tensor::empty(Shape(e.dims), {.dtype = e.dtype});
     if (t.nbytes() > 0) {
-      in.seekg(static_cast<std::streamoff>(data_start + e.begin));
-      in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
-      if (!in.good()) bad_file(path, e.name, data_start + e.begin, "reading the data failed");
+      in.read_exact_at(data_start + e.begin, t.data_ptr(), t.nbytes());
     }
     out.tensors.emplace_back(e.name, std::move(t));
   }

@@ -46,9 +46,11 @@ bool parse_safetensors_dtype(const std::string& s, DType* out);
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const Metadata& metadata = {});
 
-// Reads and validates a whole file. Every defect (short file, header length, JSON, dtype,
-// shape/offset mismatch, gaps or overlaps between tensors, offsets past the data section, a data
-// section of the wrong size) throws frugal::Error naming the file, the tensor and the byte offset.
+// Reads and validates a whole file. Every defect (not a regular file, short file, header length,
+// JSON nested over 32 levels or otherwise bad, a number out of range, dtype, shape/offset
+// mismatch, gaps or overlaps between tensors, offsets past the data section, a data section of
+// the wrong size) throws frugal::Error naming the file, the tensor and the byte offset. Values
+// are kept as stored, NaN and infinity included (load_model and load_checkpoint refuse those).
 SafetensorsFile load_safetensors(const std::string& path);
 
 }  // namespace frugal::train

@@ -104,7 +104,7 @@ TEST(Idx, TrailingBytes) {
   std::vector<uint8_t> bytes = idx_images_bytes(7, 5, 3, pattern_bytes(108, 6));  // 3 extra
   write_file(p, gzip(bytes));
   expect_error([&] { read_idx_images(p); },
-               {"images.gz", "trailing garbage: 3 extra bytes from byte 121"});
+               {"images.gz", "trailing garbage: the inflated data runs on past byte 121"});
   // Garbage after a complete gzip member (not another member).
   std::string q = dir.file("labels.gz");
   std::vector<uint8_t> gz = gzip(idx_labels_bytes(3, {1, 2, 3}));

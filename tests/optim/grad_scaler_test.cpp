@@ -280,4 +280,19 @@ TEST(GradScaler, StateDictRoundTrip) {
   optim::NamedTensors bad(state.begin(), state.end() - 1);
   EXPECT_THROW(t.load_state_dict(bad), Error);
   EXPECT_EQ(t.get_scale(), 512.0);
+  // A growth_interval that no int64_t holds is refused before the cast (which would be UB).
+  for (double v : {1e300, std::nan(""), 0.5, -3.0}) {
+    optim::NamedTensors odd = state;
+    for (auto& [name, x] : odd)
+      if (name == "growth_interval") x = full({}, v, {.dtype = DType::f64});
+    try {
+      t.load_state_dict(odd);
+      ADD_FAILURE() << "growth_interval " << v << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("growth_interval must be a whole number >= 1"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(t.get_scale(), 512.0);
+  }
 }

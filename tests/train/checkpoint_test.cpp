@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 
 #include "core/factory.h"
@@ -161,6 +162,30 @@ TEST(Checkpoint, BadPartsChangeNothing) {
        },
        {"holds no optimizer state"}},
       {"bad epoch", [](auto&, auto& md) { md["frugal.epoch"] = "3x"; }, {"'frugal.epoch' = '3x'"}},
+      {"negative epoch",
+       [](auto&, auto& md) { md["frugal.epoch"] = "-1"; },
+       {"epoch -1 and step 3", "fewer than 0"}},
+      {"negative step",
+       [](auto&, auto& md) { md["frugal.step"] = "-9223372036854775808"; },
+       {"step -9223372036854775808", "fewer than 0"}},
+      {"nan weight",
+       [](auto& t, auto&) {
+         for (auto& [n, x] : t)
+           if (n == "1.weight") x = full(x.shape(), NAN);
+       },
+       {"tensor '1.weight' holds nan at element 0"}},
+      {"inf momentum",
+       [](auto& t, auto&) {
+         for (auto& [n, x] : t)
+           if (n == "optimizer.state.1.momentum_buffer") x = full(x.shape(), -INFINITY);
+       },
+       {"not finite", "tensor 'optimizer.state.1.momentum_buffer' holds -inf at element 0"}},
+      {"nan learning rate",
+       [](auto& t, auto&) {
+         for (auto& [n, x] : t)
+           if (n == "optimizer.lr") x = full({}, NAN, {.dtype = DType::f64});
+       },
+       {"tensor 'optimizer.lr' holds nan"}},
       {"weights only",
        [](auto&, auto& md) { md.erase("frugal.format"); },
        {"not a frugal checkpoint"}},

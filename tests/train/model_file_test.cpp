@@ -2,8 +2,10 @@
 // mismatched files rejected naming the tensor with the model left bit-for-bit unchanged.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "core/factory.h"
@@ -194,6 +196,17 @@ TEST(ModelFile, MismatchesRejectedWithTheModelUnchanged) {
       {"count dtype",
        with([&](auto& t) { replace(t, "1.num_batches_tracked", full({}, 3.0)); }),
        {"'1.num_batches_tracked' has dtype F32", "expected I64"}},
+      // A weight a model cannot use: loaded, it would turn every later step into NaN.
+      {"nan weight",
+       with([&](auto& t) {
+         Tensor w = full({2, 5}, 1.0);
+         static_cast<float*>(w.data_ptr())[7] = std::numeric_limits<float>::quiet_NaN();
+         replace(t, "2.weight", w);
+       }),
+       {"tensor '2.weight' holds nan at element 7 of 10"}},
+      {"inf running variance",
+       with([&](auto& t) { replace(t, "1.running_var", full({4}, INFINITY)); }),
+       {"tensor '1.running_var' holds inf at element 0 of 4"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);
