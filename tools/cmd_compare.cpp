@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "base/deterministic.h"
 #include "base/error.h"
 #include "kernels/context.h"
 #include "models/registry.h"
@@ -29,6 +30,7 @@ constexpr const char* kHelp =
     "  --steps N         timed steps, default 20\n"
     "  --warmup N        untimed steps first, default 3\n"
     "  --seed N          default 0\n"
+    "  --deterministic   fixed cuDNN algorithms, never chosen by timing: bit-identical runs\n"
     "  --device auto|cpu|cuda|cuda:N   default auto (CUDA when present)\n"
     "  --json PATH       write the rows as JSON\n"
     "  --svg PATH        write a bar chart (ratios to f32) as SVG\n"
@@ -55,11 +57,12 @@ int cmd_compare(const std::vector<std::string>& argv) {
   Args args("compare", argv,
             {"model", "batch", "input", "classes", "width", "steps", "warmup", "seed", "device",
              "json", "svg", "checkpoint", "planner"},
-            {"help", "graph", "recompute-depthwise"});
+            {"help", "graph", "recompute-depthwise", "deterministic"});
   if (args.flag("help")) {
     std::fputs(kHelp, stdout);
     return 0;
   }
+  if (args.flag("deterministic")) set_deterministic(true);
   train::CompareOptions o;
   o.model = checked_model_name("compare", args.str("model", "mobilenet_v2"));
   o.batch = args.integer("batch", 128, 1);
