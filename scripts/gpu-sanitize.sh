@@ -6,7 +6,10 @@
 #   OUT=/tmp/san scripts/gpu-sanitize.sh                 # builds build-gpu first, as gpu-check.sh
 #   TOOLS="memcheck synccheck" MEMCHECK_FILTER='CapturedStep*' scripts/gpu-sanitize.sh
 # What each pass runs (a gtest filter per tool, overridable by <TOOL>_FILTER):
-#   memcheck, synccheck: the whole suite.
+#   memcheck, synccheck: the whole suite but the sweeps that repeat one step thousands of times
+#     (FaultInjectionGpu, OomRecoveryGpu.AnOomAtEveryAllocation*: each allocation of a step in
+#     turn) and the model zoo's estimates (MemoryEstimateGpu): the same kernels as the training
+#     tests that do run, at many times the cost under instrumentation.
 #   racecheck: the kernel parity tests (Gpu*, AmpGpu*): it checks shared-memory hazards inside a
 #     kernel, and those tests launch every kernel of kernels/cuda at odd sizes; the training tests
 #     launch the same kernels and would only cost hours.
@@ -19,8 +22,9 @@ cd "$(dirname "$0")/.."
 OUTDIR="${OUT:-/tmp/sanitize}"
 BIN="${BIN:-build-gpu/test_gpu}"
 TOOLS="${TOOLS:-memcheck racecheck initcheck synccheck}"
-MEMCHECK_FILTER="${MEMCHECK_FILTER:-*}"
-SYNCCHECK_FILTER="${SYNCCHECK_FILTER:-*}"
+LONG_TESTS="FaultInjectionGpu*:OomRecoveryGpu.AnOomAtEveryAllocation*:MemoryEstimateGpu*"
+MEMCHECK_FILTER="${MEMCHECK_FILTER:-*-$LONG_TESTS}"
+SYNCCHECK_FILTER="${SYNCCHECK_FILTER:-*-$LONG_TESTS}"
 RACECHECK_FILTER="${RACECHECK_FILTER:-Gpu*:AmpGpu*}"
 INITCHECK_FILTER="${INITCHECK_FILTER:-Gpu*:AmpGpu*:DeterminismGpu*}"
 # name@call of each API error a test provokes on purpose, and the test:
