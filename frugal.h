@@ -3,6 +3,7 @@
 // header below can also be included on its own, with the same paths as in this tree.
 #pragma once
 
+#include "base/deterministic.h"
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/factory.h"

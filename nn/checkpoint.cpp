@@ -76,7 +76,10 @@ Checkpoint::Checkpoint(std::shared_ptr<Module> inner) : inner_(std::move(inner))
 
 Tensor Checkpoint::forward(const Tensor& x) {
   if (!is_training()) return (*inner_)(x);
-  return checkpoint([this](const Tensor& in) { return (*inner_)(in); }, x, inner_->parameters());
+  // The recomputation holds the inner module itself, not this wrapper: backward may run after
+  // the wrapper is gone (a temporary Checkpoint, a model freed before its loss's backward).
+  return checkpoint([inner = inner_](const Tensor& in) { return (*inner)(in); }, x,
+                    inner_->parameters());
 }
 
 Tensor checkpoint_sequential(const Sequential& seq, int64_t segments, const Tensor& x) {

@@ -2,7 +2,9 @@
 # Installs what is missing, builds frugal (with the CUDA backend when the toolkit is found),
 # runs every test through CTest (GPU tests, label `gpu`, skip cleanly without a device), then
 # installs frugal into build/install and builds and runs examples/consumer against it, as a
-# project using find_package(frugal) would, and once more with frugal as its subdirectory.
+# project using find_package(frugal) would, and once more with frugal as its subdirectory; last,
+# the CPU tests again under AddressSanitizer and UndefinedBehaviorSanitizer
+# (scripts/sanitize-cpu.sh, its own build directory, build-asan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh dataset-fashion-mnist
@@ -19,3 +21,5 @@ build/consumer/consumer
 cmake -S examples/consumer -B build/consumer-subdir -G Ninja -DFRUGAL_SOURCE_DIR="$PWD" > /dev/null
 cmake --build build/consumer-subdir -j"$jobs"
 build/consumer-subdir/consumer
+# A CPU-only build with ASan and UBSan, and the CI-sized test job under it.
+scripts/sanitize-cpu.sh

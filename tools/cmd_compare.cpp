@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "base/deterministic.h"
 #include "base/error.h"
 #include "tools/commands.h"
 #include "tools/options.h"
@@ -26,6 +27,7 @@ constexpr const char* kHelp =
     "  --steps N         timed steps, default 20\n"
     "  --warmup N        untimed steps first, default 3\n"
     "  --seed N          default 0\n"
+    "  --deterministic   fixed cuDNN algorithms, never chosen by timing: bit-identical runs\n"
     "  --device auto|cpu|cuda|cuda:N   default auto (CUDA when present)\n"
     "  --json PATH       write the rows as JSON\n"
     "  --svg PATH        write a bar chart (ratios to f32) as SVG\n"
@@ -54,6 +56,7 @@ int cmd_compare(const std::vector<std::string>& argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
+  if (c.deterministic) set_deterministic(true);
   train::CompareOptions& o = c.options;
   o.device = resolve_device("compare", c.device_flag);
   // Fail on an unwritable output before the runs, not after them.

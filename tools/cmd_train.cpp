@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "base/deterministic.h"
 #include "core/factory.h"
 #include "data/loader.h"
 #include "kernels/context.h"
@@ -46,11 +47,13 @@ constexpr const char* kHelp =
     "  --label-smoothing X   default 0\n"
     "  --width X             model width multiplier, default 1.0\n"
     "  --image-size N        side of the (resized) input, default 32\n"
-    "  --limit N             train on the first N samples only\n"
-    "  --test-limit N        evaluate on the first N test samples only\n"
+    "  --limit N             train on the first N samples only (synthetic: N samples)\n"
+    "  --test-limit N        evaluate on the first N test samples only (synthetic: N)\n"
     "  --device auto|cpu|cuda|cuda:N   default auto (CUDA when present)\n"
     "  --workers N           loader threads, default 2\n"
     "  --seed N              default 0\n"
+    "  --deterministic       bit-identical runs for one seed on one machine: fixed cuDNN\n"
+    "                        algorithms, never chosen by timing (FRUGAL_DETERMINISTIC=1 too)\n"
     "  --save PATH           write a checkpoint after every epoch\n"
     "  --resume PATH         continue from a checkpoint written by --save\n"
     "  --no-augment          no random crops and flips\n"
@@ -142,6 +145,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
+  if (o.deterministic) set_deterministic(true);
   const std::string& model_name = o.model;
   const int64_t epochs = o.epochs, batch = o.batch;
   const bool graph = o.graph;

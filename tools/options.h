@@ -45,6 +45,7 @@ struct TrainOptions {
   std::string save, resume;  // empty: not given
   DType precision = DType::f32;
   bool graph = false, oom_recover = false, planner = true;
+  bool deterministic = false;  // --deterministic: set_deterministic(true) before anything runs
   std::optional<int64_t> memory_budget;
   std::string memory_log, memory_svg, memory_trace;
   train::ReleasePolicy release;
@@ -67,6 +68,7 @@ struct CompareCommand {
   train::CompareOptions options;  // its device still cpu: see device_flag
   std::string device_flag = "auto";
   std::string json, svg;
+  bool deterministic = false;  // --deterministic
 };
 CompareCommand parse_compare_options(const std::vector<std::string>& argv);
 

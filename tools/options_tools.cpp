@@ -8,7 +8,7 @@ CompareCommand parse_compare_options(const std::vector<std::string>& argv) {
   Args args("compare", argv,
             {"model", "batch", "input", "classes", "width", "steps", "warmup", "seed", "device",
              "json", "svg", "checkpoint", "planner"},
-            {"help", "graph", "recompute-depthwise"});
+            {"help", "graph", "recompute-depthwise", "deterministic"});
   CompareCommand c;
   c.help = args.flag("help");
   if (c.help) return c;
@@ -24,6 +24,7 @@ CompareCommand parse_compare_options(const std::vector<std::string>& argv) {
   o.warmup = args.integer("warmup", 3, 0, kMaxSteps);
   o.seed = static_cast<uint64_t>(args.integer("seed", 0, 0, INT64_MAX));
   o.graph = args.flag("graph");
+  c.deterministic = args.flag("deterministic");
   o.checkpoint = parse_checkpoint("compare", args.str("checkpoint", "none"));
   o.planner = parse_planner("compare", args.str("planner", "on"));
   o.recompute_depthwise = args.flag("recompute-depthwise");

@@ -41,7 +41,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
                             "resume",        "precision",  "checkpoint",    "planner",
                             "memory-budget", "memory-log", "memory-svg",    "release",
                             "memory-trace"},
-            {"help", "no-augment", "graph", "recompute-depthwise", "oom-recover"});
+            {"help", "no-augment", "graph", "recompute-depthwise", "oom-recover", "deterministic"});
   TrainOptions o;
   o.help = args.flag("help");
   if (o.help) return o;
@@ -77,6 +77,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
   o.precision = parse_precision("train", args.str("precision", "f32"));
   o.graph = args.flag("graph");
   o.oom_recover = args.flag("oom-recover");
+  o.deterministic = args.flag("deterministic");
   if (o.graph && o.oom_recover) {
     throw UsageError(
         "train: --oom-recover cannot undo a step replayed from a CUDA graph; "

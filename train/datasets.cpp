@@ -44,12 +44,15 @@ DataSplits make_data(const DataConfig& cfg) {
   }
   if (cfg.name == "synthetic") {
     Shape shape{cfg.image_size, cfg.image_size, cfg.channels};
+    // The limits size a synthetic set, as they cut Fashion-MNIST (a soak picks its steps so).
+    const int64_t train_size = cfg.limit > 0 ? cfg.limit : cfg.synthetic_size;
+    const int64_t test_size =
+        cfg.test_limit > 0 ? cfg.test_limit : std::max<int64_t>(cfg.synthetic_size / 4, 1);
     if (cfg.need_train) {
-      out.train = std::make_shared<data::SyntheticDataset>(shape, cfg.synthetic_classes,
-                                                           cfg.synthetic_size, 1);
+      out.train =
+          std::make_shared<data::SyntheticDataset>(shape, cfg.synthetic_classes, train_size, 1);
     }
-    out.test = std::make_shared<data::SyntheticDataset>(shape, cfg.synthetic_classes,
-                                                        std::max<int64_t>(cfg.synthetic_size / 4, 1), 2);
+    out.test = std::make_shared<data::SyntheticDataset>(shape, cfg.synthetic_classes, test_size, 2);
     out.num_classes = cfg.synthetic_classes;
     return out;
   }

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "memory/allocator.h"
+#include "memory/host_rss.h"
 #include "train/svg_chart.h"
 
 namespace frugal::train {
@@ -106,6 +107,7 @@ void MemoryMonitor::record(const StepInfo& info) {
     } else if (info.point == StepPoint::step_end) {
       // A step replayed from a graph has no step_begin: its peak is unknown.
       s.step_peak = in_step_ ? std::max(step_peak_, s.allocated) : -1;
+      s.host_rss = memory::host_rss_bytes();
       in_step_ = false;
       if (profiling_) profile_.push_back({(now_seconds() - profile_start_) * 1e3, s.allocated});
       profiling_ = false;
@@ -154,15 +156,16 @@ void MemoryMonitor::check_growth(const MemorySample& s) {
 std::string MemoryMonitor::csv() const {
   std::string out =
       "epoch,step,global_step,point,seconds,allocated_bytes,reserved_bytes,device_used_bytes,"
-      "step_peak_bytes\n";
+      "step_peak_bytes,host_rss_bytes\n";
   for (const MemorySample& s : samples_) {
     char line[256];
-    std::snprintf(line, sizeof line, "%lld,%lld,%lld,%s,%.6f,%lld,%lld,%s,%s\n",
+    std::snprintf(line, sizeof line, "%lld,%lld,%lld,%s,%.6f,%lld,%lld,%s,%s,%s\n",
                   static_cast<long long>(s.epoch), static_cast<long long>(s.step),
                   static_cast<long long>(s.global_step), step_point_name(s.point), s.seconds,
                   static_cast<long long>(s.allocated), static_cast<long long>(s.reserved),
                   s.device_used < 0 ? "" : std::to_string(s.device_used).c_str(),
-                  s.step_peak < 0 ? "" : std::to_string(s.step_peak).c_str());
+                  s.step_peak < 0 ? "" : std::to_string(s.step_peak).c_str(),
+                  s.host_rss < 0 ? "" : std::to_string(s.host_rss).c_str());
     out += line;
   }
   return out;
@@ -182,6 +185,7 @@ std::string MemoryMonitor::json() const {
                         {"reserved_bytes", s.reserved}};
     if (s.device_used >= 0) o["device_used_bytes"] = s.device_used;
     if (s.step_peak >= 0) o["step_peak_bytes"] = s.step_peak;
+    if (s.host_rss >= 0) o["host_rss_bytes"] = s.host_rss;
     samples.push_back(std::move(o));
   }
   j["samples"] = std::move(samples);

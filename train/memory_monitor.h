@@ -1,7 +1,8 @@
 // The memory monitor: what people hand-write around PyTorch as callbacks that log
 // memory_allocated() and memory_reserved() at points of the step, built in. It records the
 // device allocator's allocated and reserved bytes, and the device's used memory as the driver
-// sees it (NVML: the difference is the CUDA context and the libraries), at every step point;
+// sees it (NVML: the difference is the CUDA context and the libraries), at every step point, and
+// the process's resident host memory at every step's end;
 // writes them as CSV or JSON; draws one step's allocations over time with its phases marked and
 // the whole run step by step (SVG); and flags allocated memory that keeps growing.
 //
@@ -43,6 +44,9 @@ struct MemorySample {
   int64_t allocated = 0, reserved = 0;
   int64_t device_used = -1;  // from MemoryMonitorOptions::device_used; -1 when unknown
   int64_t step_peak = -1;    // at step_end: the largest allocated during the step
+  // At step_end: the process's resident host memory (memory/host_rss.h), -1 elsewhere or when
+  // unknown. Once a step, as a file read costs more than the allocator's counters.
+  int64_t host_rss = -1;
 };
 
 struct MemoryGrowth {

@@ -16,6 +16,9 @@
 // events and moves the fastest to the front. That call synchronises the host once; every
 // candidate writes the complete output (beta = 0), so the call's result is valid whichever ran
 // last. Heuristic order alone picked algorithms several times slower for NHWC depthwise shapes.
+// Deterministic mode (Note [Deterministic mode] in base/deterministic.h) never benchmarks and
+// keeps only the algorithms cuDNN marks CUDNN_DETERMINISTIC, so the heuristic's first
+// deterministic algorithm that runs is the one used, on every run.
 #include <climits>
 #include <cstdlib>
 #include <limits>
@@ -24,11 +27,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/deterministic.h"
 #include "kernels/conv.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/depthwise_conv.h"
 #include "kernels/cuda/few_channel_conv.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/runtime.h"
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
 
@@ -139,15 +144,18 @@ size_t workspace_size(cudnnHandle_t h, const ConvDescriptors& d, Direction dir, 
   return bytes;
 }
 
-// Keeps the heuristic's order; drops failures, workspaces above the cap and, for f32, any
-// conversion to 16 bits (and TF32 too when conv_allow_tf32() is off).
+// Keeps the heuristic's order; drops failures, workspaces above the cap, for f32 any
+// conversion to 16 bits (and TF32 too when conv_allow_tf32() is off), and in deterministic mode
+// the algorithms that cuDNN does not mark deterministic (those that sum with atomics).
 template <typename Perf>
 std::vector<Candidate> filter(cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
                               bool is_f32, const Perf* perf, int count) {
   const bool tf32 = conv_allow_tf32();
+  const bool only_deterministic = deterministic();
   std::vector<Candidate> out;
   for (int i = 0; i < count; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (only_deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
     cudnnMathType_t math = perf[i].mathType;
     if (is_f32) {
       if (math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
@@ -256,8 +264,9 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
               DType dtype, const Conv2dShape& s, Launch launch) {
   const char* op = direction_name(dir);
   const bool tf32 = dtype == DType::f32 && conv_allow_tf32();
+  const bool fixed = deterministic();  // its list holds deterministic algorithms only
   std::string key = ::frugal::detail::str(op, '|', ctx.device.index, '|', dtype_name(dtype),
-                                           tf32 ? "+tf32|" : "|", s.str());
+                                          tf32 ? "+tf32|" : "|", fixed ? "det|" : "", s.str());
   std::vector<Candidate> list;
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
@@ -266,9 +275,10 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
   }
   if (list.empty()) {
     list = heuristic_candidates(h, d, dir, dtype == DType::f32);
-    FRUGAL_CHECK(!list.empty(), op, ": cuDNN offers no algorithm for ", s.str(), " in ", dtype,
-                 " within the ", kConvWorkspaceCap >> 20, " MiB workspace cap");
-    const bool benchmarked = benchmark_enabled() && list.size() > 1;
+    FRUGAL_CHECK(!list.empty(), op, ": cuDNN offers no ", fixed ? "deterministic " : "",
+                 "algorithm for ", s.str(), " in ", dtype, " within the ", kConvWorkspaceCap >> 20,
+                 " MiB workspace cap");
+    const bool benchmarked = benchmark_enabled() && !fixed && list.size() > 1;
     if (benchmarked) benchmark(ctx, d, list, launch);  // also computes this call's output
     std::lock_guard<std::mutex> lock(g_cache_mu);
     g_cache[key] = list;
@@ -317,6 +327,11 @@ __global__ void add_bias_kernel(int64_t n, int64_t k, const T* bias, T* y) {
 }
 
 }  // namespace
+
+void forget_conv_algorithms() {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  g_cache.clear();
+}
 
 void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
                     const void* w, const void* bias, void* y) {

@@ -17,5 +17,8 @@ void* copy_stream(Device device);
 void synchronize(Device device);
 void copy_bytes(const Context& ctx, Device dst_device, void* dst, Device src_device,
                 const void* src, size_t bytes);
+// Forgets the convolution algorithms chosen so far (Note [Conv algorithm cache] in conv.cu): the
+// next call of each configuration chooses again, as in a new process. For tests of the choice.
+void forget_conv_algorithms();
 
 }  // namespace frugal::kernels::cuda

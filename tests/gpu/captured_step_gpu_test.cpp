@@ -1,10 +1,12 @@
 // CapturedStep on the device: replayed steps do what the same eager steps do (dropout masks,
 // BatchNorm counts, GradScaler skips), a step that cannot be captured leaves the model alone,
-// and the graph's private pool goes back to the allocator with it.
+// and the graph's private pool goes back to the allocator with it. Tests that compare two runs
+// use deterministic mode, so cuDNN's algorithms are the same whatever the timing (sanitizers).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "base/deterministic.h"
 #include "core/factory.h"
 #include "core/ops.h"
 #include "data/loader.h"
@@ -130,6 +132,7 @@ TEST(CapturedStepGpu, DropoutDrawsTheEagerMasksOnEveryReplay) {
 
 TEST(CapturedStepGpu, TrainingReplaysMatchEagerSteps) {
   SKIP_WITHOUT_GPU();
+  DeterministicGuard same_algorithms;
   for (DType precision : {DType::f32, DType::f16}) {
     SCOPED_TRACE(dtype_name(precision));
     const uint64_t offset = default_generator().offset();
@@ -142,7 +145,7 @@ TEST(CapturedStepGpu, TrainingReplaysMatchEagerSteps) {
           << "step " << k;
     }
     EXPECT_NE(graphed.losses[2], graphed.losses[3]);  // new batches reach the replays
-    // Same kernels on the same data; only cuDNN's non-deterministic weight gradients differ.
+    // Same kernels on the same data, cuDNN's algorithms fixed by deterministic mode.
     EXPECT_LT(max_rel_diff(graphed.state, eager.state), 1e-3);
     EXPECT_EQ(graphed.generator_offset, eager.generator_offset);
     EXPECT_EQ(graphed.scale, eager.scale);
@@ -156,6 +159,7 @@ TEST(CapturedStepGpu, TrainingReplaysMatchEagerSteps) {
 // BatchNorm statistics once, replay after replay.
 TEST(CapturedStepGpu, CheckpointedReplaysMatchEagerSteps) {
   SKIP_WITHOUT_GPU();
+  DeterministicGuard same_algorithms;
   const models::CheckpointPolicy blocks = models::CheckpointPolicy::parse("blocks");
   const uint64_t offset = default_generator().offset();
   StepsRun eager = train_steps(DType::f16, false, 6, blocks);
@@ -271,6 +275,7 @@ TEST(CapturedStepGpu, ThePoolGoesBackToTheAllocatorWithTheStep) {
 
 TEST(CapturedStepGpu, CompareWithGraphTrainsLikeEager) {
   SKIP_WITHOUT_GPU();
+  DeterministicGuard same_algorithms;
   train::CompareOptions o{.batch = 32,
                           .channels = 1,
                           .height = 32,
@@ -295,6 +300,7 @@ TEST(CapturedStepGpu, CompareWithGraphTrainsLikeEager) {
 // epoch it trains like the eager loop.
 TEST(CapturedStepGpu, TrainEpochWithGraphTracksEager) {
   SKIP_WITHOUT_GPU();
+  DeterministicGuard same_algorithms;
   auto run = [](bool graph) {
     auto ds = std::make_shared<data::SyntheticDataset>(Shape{32, 32, 1}, 10, 88, 7);
     data::DataLoader loader(

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 
+#include "base/deterministic.h"
 #include "core/autocast.h"
 #include "core/factory.h"
 #include "core/ops.h"
@@ -41,6 +42,7 @@ std::vector<std::vector<double>> gradients(bool recompute, DType precision) {
 
 TEST(RecomputedConvGpu, MobileNetV2GradientsMatchTheKeptOutputs) {
   SKIP_WITHOUT_GPU();
+  DeterministicGuard same_algorithms;  // the same cuDNN algorithms in both runs, any timing
   for (DType precision : {DType::f32, DType::f16}) {
     SCOPED_TRACE(dtype_name(precision));
     auto kept = gradients(false, precision), recomputed = gradients(true, precision);

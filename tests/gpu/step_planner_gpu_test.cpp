@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 
+#include "base/deterministic.h"
 #include "core/factory.h"
 #include "core/ops.h"
 #include "gpu_test_util.h"
@@ -79,6 +80,7 @@ PlannedRun train_steps(bool planned, models::CheckpointPolicy checkpoint, int st
 
 TEST(StepPlannerGpu, PlannedStepsTrainAsTheCachingAllocatorsDo) {
   SKIP_WITHOUT_GPU();
+  DeterministicGuard same_algorithms;  // the same cuDNN algorithms in both runs, any timing
   for (const char* ckpt : {"none", "blocks"}) {
     SCOPED_TRACE(ckpt);
     const auto policy = models::CheckpointPolicy::parse(ckpt);

@@ -131,6 +131,29 @@ TEST(Checkpoint, DropoutMasksAreReproduced) {
   EXPECT_EQ(grads(false), grads(true));
 }
 
+// The graph keeps the wrapped module for its recomputation: backward runs after the Checkpoint
+// is gone (ASan found the recomputation reading the destroyed wrapper), and the module goes with
+// the graph.
+TEST(Checkpoint, BackwardOutlivesTheWrapper) {
+  auto seq = std::make_shared<nn::Sequential>();
+  seq->push_back(std::make_shared<nn::Linear>(4, 3));
+  std::weak_ptr<nn::Sequential> inner = seq;
+  Tensor w = seq->parameters()[0];
+  Generator gen(3);
+  Tensor x = randn({2, 4}, gen, {.requires_grad = true});
+  Tensor loss;
+  {
+    auto wrapper = std::make_shared<nn::Checkpoint>(std::move(seq));
+    loss = sum(wrapper->forward(x));
+  }
+  EXPECT_FALSE(inner.expired()) << "the graph must keep the module it recomputes";
+  loss.backward();
+  EXPECT_TRUE(w.grad().defined());
+  EXPECT_TRUE(x.grad().defined());
+  loss = Tensor();
+  EXPECT_TRUE(inner.expired()) << "the graph kept the module after it was dropped";
+}
+
 TEST(Checkpoint, WrapperKeepsParameterNames) {
   auto plain = models::create("mobilenet_v2", {.num_classes = 5, .width = 0.35});
   auto wrapped = models::create(

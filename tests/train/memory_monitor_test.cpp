@@ -77,9 +77,12 @@ TEST(MemoryMonitor, RecordsTheAllocatorsCountersAtEveryPoint) {
   // The step's own allocations: its activations are there after forward and gone at its end.
   EXPECT_GT(samples[1].allocated, samples[0].allocated);
   EXPECT_EQ(samples[1].point, train::StepPoint::after_forward);
-  // Each step end knows the step's peak, at least as high as any point inside it.
+  // Each step end knows the step's peak, at least as high as any point inside it, and the
+  // process's resident host memory (read at step ends only).
   for (size_t i = 4; i < 20; i += 5) {
     ASSERT_EQ(samples[i].point, train::StepPoint::step_end);
+    EXPECT_GT(samples[i].host_rss, 0);
+    EXPECT_EQ(samples[i - 1].host_rss, -1);
     for (size_t j = i - 4; j <= i; ++j) EXPECT_GE(samples[i].step_peak, samples[j].allocated);
   }
   EXPECT_FALSE(run.monitor->growth().has_value());
@@ -94,7 +97,7 @@ TEST(MemoryMonitor, CsvAndJsonHoldEverySample) {
   std::getline(csv, line);
   EXPECT_EQ(line,
             "epoch,step,global_step,point,seconds,allocated_bytes,reserved_bytes,"
-            "device_used_bytes,step_peak_bytes");
+            "device_used_bytes,step_peak_bytes,host_rss_bytes");
   size_t rows = 0;
   while (std::getline(csv, line)) {
     const std::string alloc = std::to_string(samples[rows].allocated);
@@ -109,6 +112,8 @@ TEST(MemoryMonitor, CsvAndJsonHoldEverySample) {
   EXPECT_EQ(j["samples"][4]["point"], "step_end");
   EXPECT_EQ(j["samples"][4]["allocated_bytes"].get<int64_t>(), samples[4].allocated);
   EXPECT_EQ(j["samples"][4]["step_peak_bytes"].get<int64_t>(), samples[4].step_peak);
+  EXPECT_EQ(j["samples"][4]["host_rss_bytes"].get<int64_t>(), samples[4].host_rss);
+  EXPECT_FALSE(j["samples"][0].contains("host_rss_bytes"));  // step_begin: not read
   EXPECT_TRUE(j["growth"].is_null());
 }
 

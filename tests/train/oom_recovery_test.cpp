@@ -15,6 +15,7 @@
 #include "memory/allocator.h"
 #include "memory/oom_injection.h"
 #include "optim/grad_scaler.h"
+#include "step_fixtures.h"
 #include "train/trainer.h"
 #include "train_test_util.h"
 
@@ -22,11 +23,8 @@ using namespace frugal;
 
 namespace {
 
-using Snapshot = std::vector<std::pair<std::string, std::vector<double>>>;
-
-void add(Snapshot& s, const std::string& prefix, const optim::NamedTensors& tensors) {
-  for (const auto& [name, t] : tensors) s.emplace_back(prefix + name, t.to_vector());
-}
+using train_test::expect_identical;
+using train_test::Snapshot;
 
 // One training setup, the same every time it is made.
 struct TrainSetup {
@@ -56,54 +54,20 @@ struct TrainSetup {
   Tensor step(int64_t micro_batches = 1) {
     return train::train_step(*net, *opt, x, y, precision, scaler.get(), 0.0, micro_batches);
   }
-  Snapshot state() const {
-    Snapshot s;
-    add(s, "model.", net->state_dict());
-    add(s, "opt.", opt->state_dict());
-    if (scaler) add(s, "scaler.", scaler->state_dict());
-    s.emplace_back("rng", std::vector<double>{static_cast<double>(default_generator().offset())});
-    return s;
+  Tensor undoable_step() {
+    return train::run_undoable(*net, *opt, scaler.get(), [&] { return step(); });
+  }
+  Snapshot state() const { return train_test::snapshot(*net, *opt, scaler.get()); }
+  train_test::SavedState save() const { return train_test::save(*net, *opt, scaler.get()); }
+  void restore(const train_test::SavedState& saved) {
+    train_test::restore(saved, *net, *opt, scaler.get());
   }
 };
 
-// Bit-identical: the same names, and every value the same bits (NaN never expected here).
-void expect_identical(const Snapshot& a, const Snapshot& b, const std::string& where) {
-  ASSERT_EQ(a.size(), b.size()) << where;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(a[i].first, b[i].first) << where;
-    EXPECT_EQ(a[i].second, b[i].second) << where << ": " << a[i].first << " changed";
-  }
-}
-
-// Fails each allocation of the setup's step `warm_steps` + 1 in turn (a fresh setup each time).
+// train_test::oom_at_every_allocation on the tiny CNN.
 void oom_at_every_allocation(bool adamw, DType precision, int warm_steps) {
-  Snapshot clean_after;
-  int64_t allocations = 0;
-  {
-    TrainSetup s(adamw, precision);
-    for (int i = 0; i < warm_steps; ++i) s.step();
-    memory::InjectOom count(Device::cpu(), std::numeric_limits<int64_t>::max());
-    train::run_undoable(*s.net, *s.opt, s.scaler.get(), [&] { return s.step(); });
-    allocations = count.seen();
-    clean_after = s.state();
-  }
-  ASSERT_GT(allocations, 20);
-  for (int64_t k = 0; k < allocations; ++k) {
-    TrainSetup s(adamw, precision);
-    for (int i = 0; i < warm_steps; ++i) s.step();
-    const Snapshot before = s.state();
-    {
-      memory::InjectOom fail(Device::cpu(), k);
-      EXPECT_THROW(train::run_undoable(*s.net, *s.opt, s.scaler.get(), [&] { return s.step(); }),
-                   OutOfMemoryError);
-      ASSERT_TRUE(fail.fired());
-    }
-    expect_identical(s.state(), before, "after an OOM at allocation " + std::to_string(k));
-    // The step tried again computes what the step that never failed did.
-    s.step();
-    expect_identical(s.state(), clean_after, "the retry after allocation " + std::to_string(k));
-    if (::testing::Test::HasFailure()) return;  // one allocation's report is enough
-  }
+  train_test::oom_at_every_allocation(
+      Device::cpu(), [&] { return std::make_unique<TrainSetup>(adamw, precision); }, warm_steps);
 }
 
 struct CpuCap {
