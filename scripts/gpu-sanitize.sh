@@ -12,7 +12,11 @@
 #     tests that do run, at many times the cost under instrumentation.
 #   racecheck: the kernel parity tests (Gpu*, AmpGpu*): it checks shared-memory hazards inside a
 #     kernel, and those tests launch every kernel of kernels/cuda at odd sizes; the training tests
-#     launch the same kernels and would only cost hours.
+#     launch the same kernels and would only cost hours. It checks frugal's kernels only
+#     (RACECHECK_ARGS: cuDNN's kernels, "*cudnn*" by name, are left out): on the H200 it reports
+#     hazards inside cuDNN 9's Hopper dgrad kernels (sm90_xmma_dgrad_implicit_gemm_..._cudnn,
+#     TF32), whose shared memory is ordered by asynchronous barriers that it does not follow, and
+#     those kernels are NVIDIA's, not ours to change.
 #   initcheck: the kernel parity tests and DeterminismGpu (f32 and f16 MobileNetV2 steps, so
 #     every layer's forward, backward and optimizer reads are checked once).
 # memcheck runs with the caching allocator as it is: a read past a tensor but inside its segment
@@ -23,14 +27,18 @@ OUTDIR="${OUT:-/tmp/sanitize}"
 BIN="${BIN:-build-gpu/test_gpu}"
 TOOLS="${TOOLS:-memcheck racecheck initcheck synccheck}"
 LONG_TESTS="FaultInjectionGpu*:OomRecoveryGpu.AnOomAtEveryAllocation*:MemoryEstimateGpu*"
-MEMCHECK_FILTER="${MEMCHECK_FILTER:-*-$LONG_TESTS}"
-SYNCCHECK_FILTER="${SYNCCHECK_FILTER:-*-$LONG_TESTS}"
+# NvmlGpu compares NVML's device-used memory with the test's cudaMalloc; memcheck puts its own
+# allocator (with padding) in between, so the test's expectation does not hold under it.
+MEMCHECK_FILTER="${MEMCHECK_FILTER:-*-$LONG_TESTS:NvmlGpu*}"
+SYNCCHECK_FILTER="${SYNCCHECK_FILTER:-*-$LONG_TESTS:NvmlGpu*}"
 RACECHECK_FILTER="${RACECHECK_FILTER:-Gpu*:AmpGpu*}"
 INITCHECK_FILTER="${INITCHECK_FILTER:-Gpu*:AmpGpu*:DeterminismGpu*}"
+RACECHECK_ARGS="${RACECHECK_ARGS:---kernel-name-exclude kns=cudnn}"
 # name@call of each API error a test provokes on purpose, and the test:
 #   CapturedStepGpu.AStepThatReadsBackFailsToCaptureAndChangesNothing reads a value back inside a
-#   stream capture: the copy fails as unsupported and ending the capture reports it invalidated.
-ALLOWED_API_ERRORS="${ALLOWED_API_ERRORS:-cudaErrorStreamCaptureUnsupported@cudaMemcpyAsync cudaErrorStreamCaptureUnsupported@cudaStreamSynchronize cudaErrorStreamCaptureInvalidated@cudaStreamEndCapture}"
+#   stream capture: the copy fails as unsupported, ending the capture reports it invalidated, and
+#   the error check after it (cudaGetLastError, which clears it) sees the same.
+ALLOWED_API_ERRORS="${ALLOWED_API_ERRORS:-cudaErrorStreamCaptureUnsupported@cudaMemcpyAsync cudaErrorStreamCaptureUnsupported@cudaStreamSynchronize cudaErrorStreamCaptureInvalidated@cudaStreamEndCapture cudaErrorStreamCaptureInvalidated@cudaGetLastError}"
 mkdir -p "$OUTDIR"
 SANITIZER="${SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}"
 [ -x "$SANITIZER" ] || { echo "gpu-sanitize: no compute-sanitizer (CUDA toolkit) here"; exit 1; }
@@ -70,7 +78,10 @@ for tool in $TOOLS; do
   log="$OUTDIR/sanitize-$tool.log"
   echo "== $tool over $BIN --gtest_filter='$filter'"
   start=$(date +%s)
-  "$SANITIZER" --tool "$tool" --print-limit 1000 "$BIN" --gtest_filter="$filter" > "$log" 2>&1
+  extra=()
+  if [ "$tool" = racecheck ]; then read -r -a extra <<< "$RACECHECK_ARGS"; fi
+  "$SANITIZER" --tool "$tool" --print-limit 1000 "${extra[@]}" "$BIN" --gtest_filter="$filter" \
+    > "$log" 2>&1
   rc=$?
   read -r total allowed unexpected < <(count_errors "$log" 2> "$OUTDIR/sanitize-$tool.api")
   cat "$OUTDIR/sanitize-$tool.api"

@@ -192,3 +192,16 @@ TEST(ResolveDevice, AMissingCudaDeviceIsSaidPlainly) {
   }
   EXPECT_EQ(resolve_device("train", "cpu"), Device::cpu());
 }
+
+namespace {
+
+TEST(TrainOptions, DeterministicIsAFlagOfTrainAndCompare) {
+  EXPECT_FALSE(parse_train_options({}).deterministic);
+  EXPECT_TRUE(parse_train_options({"--deterministic"}).deterministic);
+  EXPECT_FALSE(parse_compare_options({}).deterministic);
+  EXPECT_TRUE(parse_compare_options({"--deterministic"}).deterministic);
+  // a flag, not an option with a value
+  EXPECT_THROW(parse_train_options({"--deterministic", "yes"}), UsageError);
+}
+
+}  // namespace
