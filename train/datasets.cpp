@@ -32,13 +32,15 @@ DataSplits make_data(const DataConfig& cfg) {
       if (cfg.channels != 1) t.push_back(data::make_repeat_channels(cfg.channels));
       return t;
     };
-    std::vector<data::TransformPtr> train = common_for(*out.train);
-    if (cfg.augment) {
-      const Shape s = out.train->sample_shape();
-      train.insert(train.begin(), data::make_random_horizontal_flip(0.5f));
-      train.insert(train.begin(), data::make_random_crop(s[0], s[1], 2));
+    if (out.train) {  // eval reads the test files alone (need_train false)
+      std::vector<data::TransformPtr> train = common_for(*out.train);
+      if (cfg.augment) {
+        const Shape s = out.train->sample_shape();
+        train.insert(train.begin(), data::make_random_horizontal_flip(0.5f));
+        train.insert(train.begin(), data::make_random_crop(s[0], s[1], 2));
+      }
+      out.train_transforms = std::make_shared<data::Compose>(train);
     }
-    out.train_transforms = std::make_shared<data::Compose>(train);
     out.test_transforms = std::make_shared<data::Compose>(common_for(*out.test));
     return out;
   }

@@ -29,7 +29,8 @@ TEST(FaultInjection, AnOomAtEachAllocationOfALaterF32MobileNetV2Step) {
   EXPECT_GT(sweep(DType::f32, 1), 1000);
 }
 
-// Autocast's f16 weight copies and the scaler's unscale and inf check allocate too.
+// Autocast's f16 weight copies and the scaler's unscale and inf check allocate too (the CPU's
+// 16-bit kernels allocate no f32 copies, Note [CPU dtypes]).
 TEST(FaultInjection, AnOomAtEachAllocationOfAnF16MobileNetV2StepWithGradScaler) {
-  EXPECT_GT(sweep(DType::f16, 1), 2000);
+  EXPECT_GT(sweep(DType::f16, 1), 1000);
 }
