@@ -112,7 +112,7 @@ inline constexpr bool is_narrow_v = !std::is_same_v<S, typename Num<S>::C>;
 template <typename S, typename T>
 inline void fma_widened(T* __restrict y, const S* __restrict a, const T* __restrict b, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
   if constexpr (std::is_same_v<S, bf16_t> || std::is_same_v<S, f16_t>) {
     for (; i + 8 <= n; i += 8) {
       __m256 av = load8(a + i);
@@ -127,7 +127,7 @@ inline void fma_widened(T* __restrict y, const S* __restrict a, const T* __restr
 template <typename S, typename T>
 inline void fma_both_widened(T* __restrict y, const S* __restrict a, const S* __restrict b, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
   if constexpr (std::is_same_v<S, bf16_t> || std::is_same_v<S, f16_t>) {
     for (; i + 8 <= n; i += 8) {
       _mm256_storeu_ps(y + i, _mm256_fmadd_ps(load8(a + i), load8(b + i), _mm256_loadu_ps(y + i)));
