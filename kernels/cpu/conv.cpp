@@ -95,8 +95,8 @@ int64_t narrow_chunk_rows(int64_t cols) { return std::max<int64_t>(64, 131072 / 
 
 // Threads that the 16-bit pointwise paths split m rows over, each with its own buffers.
 int64_t narrow_slices(int64_t m, int64_t chunk_rows) {
-  return std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(),
-                                                (m + chunk_rows - 1) / chunk_rows));
+  return std::max<int64_t>(
+      1, std::min<int64_t>(omp_get_max_threads(), (m + chunk_rows - 1) / chunk_rows));
 }
 
 // out[m, out_cols] = in[m, in_cols] * W (+ bias) per group for 16-bit storage, W and bias in
@@ -230,8 +230,8 @@ void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const
           memory::DataPtr wf = widened_weights(ctx, s, wp, bp);
           const float* w32 = static_cast<const float*>(wf.get());
           const float* b32 = bp != nullptr ? w32 + s.k * s.c / s.groups : nullptr;
-          narrow_rows_times_weights<S>(ctx, s.n * s.h * s.w, s.groups, s.c, s.k, xp, w32, true,
-                                       b32, yp);
+          narrow_rows_times_weights<S>(ctx, s.n * s.h * s.w, s.groups, s.c, s.k, xp, w32, true, b32,
+                                       yp);
         } else {
           pointwise_forward<S>(s, xp, wp, yp);
           if (bp != nullptr) add_bias<S>(s.n * s.h * s.w, s.k, bp, yp);
@@ -317,7 +317,6 @@ template void gemm_tn_split_depth<float>(const Context&, int64_t, int64_t, int64
 template void gemm_tn_split_depth<double>(const Context&, int64_t, int64_t, int64_t, const double*,
                                           int64_t, const double*, int64_t, double*, bool);
 template void bias_grad<float, float>(const Context&, int64_t, int64_t, const float*, float*);
-template void bias_grad<double, double>(const Context&, int64_t, int64_t, const double*,
-                                        double*);
+template void bias_grad<double, double>(const Context&, int64_t, int64_t, const double*, double*);
 
 }  // namespace frugal::kernels::cpu

@@ -234,20 +234,20 @@ void im2col_backward_weight(const Context& ctx, const Conv2dShape& s, const S* x
   if constexpr (!std::is_same_v<D, T>) narrow(static_cast<const T*>(dw), w_numel, dw_out);
 }
 
-#define FRUGAL_INSTANTIATE(S)                                                                     \
+#define FRUGAL_INSTANTIATE(S)                                                                    \
   template void im2col_forward<S>(const Context&, const Conv2dShape&, const S*, const S*,        \
-                                  const S*, S*);                                                  \
-  template void im2col_backward_input<S>(const Context&, const Conv2dShape&, const S*, const S*,  \
-                                         S*);                                                     \
-  template void im2col_backward_weight<S, S>(const Context&, const Conv2dShape&, const S*,        \
+                                  const S*, S*);                                                 \
+  template void im2col_backward_input<S>(const Context&, const Conv2dShape&, const S*, const S*, \
+                                         S*);                                                    \
+  template void im2col_backward_weight<S, S>(const Context&, const Conv2dShape&, const S*,       \
                                              const S*, S*);
 FRUGAL_INSTANTIATE(float)
 FRUGAL_INSTANTIATE(double)
 FRUGAL_INSTANTIATE(f16_t)
 FRUGAL_INSTANTIATE(bf16_t)
 #undef FRUGAL_INSTANTIATE
-template void im2col_backward_weight<f16_t, float>(const Context&, const Conv2dShape&,
-                                                   const f16_t*, const f16_t*, float*);
+template void im2col_backward_weight<f16_t, float>(const Context&, const Conv2dShape&, const f16_t*,
+                                                   const f16_t*, float*);
 template void im2col_backward_weight<bf16_t, float>(const Context&, const Conv2dShape&,
                                                     const bf16_t*, const bf16_t*, float*);
 

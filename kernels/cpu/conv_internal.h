@@ -71,8 +71,8 @@ void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const S
 
 // y = conv(x, w) (+ bias when not null)
 template <typename S>
-void im2col_forward(const Context& ctx, const Conv2dShape& s, const S* x, const S* w,
-                    const S* bias, S* y);
+void im2col_forward(const Context& ctx, const Conv2dShape& s, const S* x, const S* w, const S* bias,
+                    S* y);
 template <typename S>
 void im2col_backward_input(const Context& ctx, const Conv2dShape& s, const S* dy, const S* w,
                            S* dx);

@@ -121,8 +121,7 @@ void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const S
           for (int64_t j = 0; j < s.kw; ++j) {
             int64_t iw = ow * s.stride_w - s.pad_w + j * s.dil_w;
             if (iw < 0 || iw >= s.w) continue;
-            fma_both_widened(acc + (i * s.kw + j) * c, x + ((n * s.h + ih) * s.w + iw) * c, dyr,
-                             c);
+            fma_both_widened(acc + (i * s.kw + j) * c, x + ((n * s.h + ih) * s.w + iw) * c, dyr, c);
           }
         }
       }
@@ -138,11 +137,11 @@ void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const S
   }
 }
 
-#define FRUGAL_INSTANTIATE(S)                                                                \
-  template void depthwise_forward<S>(const Context&, const Conv2dShape&, const S*, const S*, \
-                                     const S*, S*);                                          \
-  template void depthwise_backward_input<S>(const Context&, const Conv2dShape&, const S*,    \
-                                            const S*, S*);                                   \
+#define FRUGAL_INSTANTIATE(S)                                                                 \
+  template void depthwise_forward<S>(const Context&, const Conv2dShape&, const S*, const S*,  \
+                                     const S*, S*);                                           \
+  template void depthwise_backward_input<S>(const Context&, const Conv2dShape&, const S*,     \
+                                            const S*, S*);                                    \
   template void depthwise_backward_weight<S, S>(const Context&, const Conv2dShape&, const S*, \
                                                 const S*, S*);
 FRUGAL_INSTANTIATE(float)

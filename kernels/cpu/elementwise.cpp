@@ -116,8 +116,7 @@ void binary_impl(const Broadcast& bc, const T* a, const T* b, T* out) {
   const int64_t isa = c.sa[last], isb = c.sb[last];
   if (rows == 1) {  // one long row: split it across threads
     parallel_for(inner, kGrain, [&](int64_t begin, int64_t end) {
-      binary_row_stored<op>(out + begin, a + begin * isa, isa, b + begin * isb, isb,
-                            end - begin);
+      binary_row_stored<op>(out + begin, a + begin * isa, isa, b + begin * isb, isb, end - begin);
     });
     return;
   }

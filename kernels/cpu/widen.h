@@ -125,7 +125,8 @@ inline void fma_widened(T* __restrict y, const S* __restrict a, const T* __restr
 
 // y[i] += a[i] * b[i] with both a and b in storage S.
 template <typename S, typename T>
-inline void fma_both_widened(T* __restrict y, const S* __restrict a, const S* __restrict b, int64_t n) {
+inline void fma_both_widened(T* __restrict y, const S* __restrict a, const S* __restrict b,
+                             int64_t n) {
   int64_t i = 0;
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
   if constexpr (std::is_same_v<S, bf16_t> || std::is_same_v<S, f16_t>) {

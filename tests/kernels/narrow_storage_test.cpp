@@ -16,8 +16,8 @@
 #include "kernels/conv.h"
 #include "kernels/cpu/widen.h"
 #include "kernels/elementwise.h"
-#include "kernels/pooling.h"
 #include "kernels/kernel_test_util.h"
+#include "kernels/pooling.h"
 
 namespace frugal::test {
 namespace {
@@ -28,15 +28,20 @@ using kernels::cpu::widen;
 
 const DType kHalfTypes[] = {DType::f16, DType::bf16};
 
-uint16_t to_bits(DType dt, float v) { return dt == DType::f16 ? float_to_f16(v) : float_to_bf16(v); }
-float from_bits(DType dt, uint16_t h) { return dt == DType::f16 ? f16_to_float(h) : bf16_to_float(h); }
+uint16_t to_bits(DType dt, float v) {
+  return dt == DType::f16 ? float_to_f16(v) : float_to_bf16(v);
+}
+float from_bits(DType dt, uint16_t h) {
+  return dt == DType::f16 ? f16_to_float(h) : bf16_to_float(h);
+}
 
 // A 16-bit tensor of n values: bits, and the same values as f32.
 struct Half {
   DType dtype;
   std::vector<uint16_t> bits;
   std::vector<float> f32;
-  Half(DType dt, int64_t n) : dtype(dt), bits(static_cast<size_t>(n)), f32(static_cast<size_t>(n)) {}
+  Half(DType dt, int64_t n)
+      : dtype(dt), bits(static_cast<size_t>(n)), f32(static_cast<size_t>(n)) {}
   Half(DType dt, const std::vector<double>& v) : Half(dt, static_cast<int64_t>(v.size())) {
     for (size_t i = 0; i < v.size(); ++i) {
       bits[i] = to_bits(dt, static_cast<float>(v[i]));
@@ -72,8 +77,7 @@ void expect_within_rounding(const Half& got, const std::vector<float>& want,
   for (float w : want) scale = std::max(scale, std::abs(static_cast<double>(w)));
   for (size_t i = 0; i < want.size(); ++i) {
     const double g = from_bits(got.dtype, got.bits[i]);
-    ASSERT_NEAR(g, want[i], ulp * std::abs(want[i]) + 1e-5 * scale)
-        << what << " at element " << i;
+    ASSERT_NEAR(g, want[i], ulp * std::abs(want[i]) + 1e-5 * scale) << what << " at element " << i;
   }
 }
 
@@ -97,11 +101,19 @@ TEST(WidenNarrow, EveryBitPatternWidensAsTheScalarConversion) {
 }
 
 TEST(WidenNarrow, NarrowRoundsAsTheScalarConversion) {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65520.0f, 1e-8f, -3e-5f,
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65520.0f,
+                          1e-8f,
+                          -3e-5f,
                           std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::infinity(),
                           std::numeric_limits<float>::quiet_NaN(),
-                          std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
+                          std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::denorm_min(),
                           bits_float(0x3f808000u),   // a bf16 tie, rounds to even (down)
                           bits_float(0x3f818000u),   // a bf16 tie, rounds to even (up)
                           bits_float(0x7f7fffffu)};  // rounds up to infinity in bf16
@@ -184,8 +196,8 @@ TEST(NarrowStorageConv, ForwardAndGradientsAreTheF32ResultsRoundedOnce) {
       std::vector<float> dwf(static_cast<size_t>(nw)), dbf(static_cast<size_t>(s.k));
       kernels::conv2d_backward_weight(cpu_ctx(), DType::f32, DType::f32, s, x.f32.data(),
                                       dy.f32.data(), dw32.data(), db32.data());
-      kernels::conv2d_backward_weight(cpu_ctx(), dt, DType::f32, s, x.data(), dy.data(),
-                                      dwf.data(), dbf.data());
+      kernels::conv2d_backward_weight(cpu_ctx(), dt, DType::f32, s, x.data(), dy.data(), dwf.data(),
+                                      dbf.data());
       double scale = 0;
       for (float v : dw32) scale = std::max(scale, std::abs(static_cast<double>(v)));
       for (size_t i = 0; i < dw32.size(); ++i) {
@@ -213,7 +225,8 @@ TEST(NarrowStorageBatchNorm, EveryKernelIsItsF32ResultRoundedOnce) {
   const int64_t rows = 301, c = 24;  // rows split over threads, with a tail
   for (DType dt : kHalfTypes) {
     for (Activation act : {Activation::identity, Activation::relu6, Activation::hardswish}) {
-      const std::string what = std::string(dtype_name(dt)) + " act " + std::to_string(static_cast<int>(act));
+      const std::string what =
+          std::string(dtype_name(dt)) + " act " + std::to_string(static_cast<int>(act));
       Half x(dt, random_values(rows * c, 11, -3, 5)), dy(dt, random_values(rows * c, 12));
       std::vector<float> gamma(c), beta(c);
       for (int64_t j = 0; j < c; ++j) gamma[j] = 0.5f + 0.05f * j, beta[j] = 0.1f * j - 1;
@@ -252,18 +265,17 @@ TEST(NarrowStorageBatchNorm, EveryKernelIsItsF32ResultRoundedOnce) {
       EXPECT_EQ(db16, db32) << what;
       // dx written over dy, as functional::batch_norm does when it holds the only handle
       Half dy_in_place = dy;
-      kernels::batch_norm_act_backward(cpu_ctx(), dt, act, rows, c, x.data(),
-                                       dy_in_place.data(), gamma.data(), beta.data(),
-                                       mean16.data(), inv16.data(), dy_in_place.data(),
-                                       dg16.data(), db16.data());
+      kernels::batch_norm_act_backward(cpu_ctx(), dt, act, rows, c, x.data(), dy_in_place.data(),
+                                       gamma.data(), beta.data(), mean16.data(), inv16.data(),
+                                       dy_in_place.data(), dg16.data(), db16.data());
       EXPECT_EQ(dy_in_place.bits, dx.bits) << what << ": dx over dy";
     }
     Half x(dt, random_values(rows * c, 13)), y(dt, rows * c);
     std::vector<float> rm(c, 0.3f), rv(c, 2.0f), y32(static_cast<size_t>(rows * c));
-    kernels::batch_norm_forward_eval(cpu_ctx(), DType::f32, rows, c, x.f32.data(), nullptr,
-                                     nullptr, rm.data(), rv.data(), 1e-5, y32.data());
-    kernels::batch_norm_forward_eval(cpu_ctx(), dt, rows, c, x.data(), nullptr, nullptr,
-                                     rm.data(), rv.data(), 1e-5, y.data());
+    kernels::batch_norm_forward_eval(cpu_ctx(), DType::f32, rows, c, x.f32.data(), nullptr, nullptr,
+                                     rm.data(), rv.data(), 1e-5, y32.data());
+    kernels::batch_norm_forward_eval(cpu_ctx(), dt, rows, c, x.data(), nullptr, nullptr, rm.data(),
+                                     rv.data(), 1e-5, y.data());
     expect_rounded(y, y32, std::string(dtype_name(dt)) + " evaluation forward");
   }
 }
@@ -282,8 +294,9 @@ TEST(NarrowStorageElementwise, BinaryAndAffineAreTheF32ResultsRoundedOnce) {
         std::vector<float> y32(static_cast<size_t>(out.numel()));
         kernels::binary(cpu_ctx(), op, dt, bc, a.data(), b.data(), y.data());
         kernels::binary(cpu_ctx(), op, DType::f32, bc, a.f32.data(), b.f32.data(), y32.data());
-        expect_rounded(y, y32, std::string(dtype_name(dt)) + " binary op " +
-                                   std::to_string(static_cast<int>(op)) + " b " + sb.str());
+        expect_rounded(y, y32,
+                       std::string(dtype_name(dt)) + " binary op " +
+                           std::to_string(static_cast<int>(op)) + " b " + sb.str());
       }
       // b op a: the broadcast operand first, a stride-0 or strided left side
       auto bc_swapped = kernels::make_broadcast(out, sb, out);
@@ -334,8 +347,7 @@ TEST(NarrowStoragePooling, GlobalAveragePoolIsItsF32ResultRoundedOnce) {
     kernels::global_avg_pool_forward(cpu_ctx(), DType::f32, n, hw, c, x.f32.data(), y32.data());
     expect_rounded(y, y32, std::string(dtype_name(dt)) + " global average pool");
     kernels::global_avg_pool_backward(cpu_ctx(), dt, n, hw, c, dy.data(), dx.data());
-    kernels::global_avg_pool_backward(cpu_ctx(), DType::f32, n, hw, c, dy.f32.data(),
-                                      dx32.data());
+    kernels::global_avg_pool_backward(cpu_ctx(), DType::f32, n, hw, c, dy.f32.data(), dx32.data());
     expect_rounded(dx, dx32, std::string(dtype_name(dt)) + " global average pool backward");
   }
 }

@@ -52,8 +52,7 @@ TEST(CpuHalfMemory, OpsOnSixteenBitInputsAllocateNoF32Copies) {
         << name << " 3x3 conv";
     F::Conv2dOptions dw;
     dw.padding = 1, dw.groups = 32;
-    EXPECT_EQ(non_workspace_bytes_beyond_output([&] { return F::conv2d(x, wd, Tensor(), dw); }),
-              0)
+    EXPECT_EQ(non_workspace_bytes_beyond_output([&] { return F::conv2d(x, wd, Tensor(), dw); }), 0)
         << name << " depthwise conv";
     Tensor gamma = ones(Shape{32}), beta = zeros(Shape{32});
     Tensor rm = zeros(Shape{32}), rv = ones(Shape{32});

@@ -104,7 +104,9 @@ TEST(TrainOptions, EveryNumericFlagIsChecked) {
   EXPECT_EQ(o.save, "c.st");
   EXPECT_EQ(o.weight_decay, 4e-5);
   EXPECT_EQ(parse_train_options({"--optimizer", "adamw"}).weight_decay, 0.01);
-  expect_mentions(usage_error_of([] { parse_train_options({"--lr", "nan"}); }),
+  expect_mentions(usage_error_of([] {
+                    parse_train_options({"--lr", "nan"});
+                  }),
                   {"train: --lr expects a finite number >= 0, got 'nan'"});
 
   expect_train_refuses("batch", "0");
