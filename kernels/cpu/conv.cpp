@@ -78,16 +78,6 @@ void gemm_tn_split_depth(const Context& ctx, int64_t m, int64_t p, int64_t q, co
 
 namespace {
 
-template <typename T>
-void add_bias(int64_t rows, int64_t k, const T* bias, T* y) {
-  parallel_for(rows, std::max<int64_t>(1, 32768 / k), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      T* __restrict row = y + r * k;
-      for (int64_t j = 0; j < k; ++j) row[j] += bias[j];
-    }
-  });
-}
-
 // Rows per chunk of the 16-bit pointwise paths: a chunk's widened input and output rows (up to
 // 1 MiB of f32) stay in the core's cache from widening through the GEMM to narrowing, and the
 // chunk is deep enough for an efficient GEMM.

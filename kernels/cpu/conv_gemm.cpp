@@ -161,14 +161,7 @@ void im2col_forward(const Context& ctx, const Conv2dShape& s, const S* x, const 
           mat(static_cast<const T*>(col) + grp * wcols, m, wcols, g.cols) *
           mat(w + grp * kg * wcols, kg, wcols, wcols).transpose();
     }
-    if (bias != nullptr) {
-      parallel_for(m, std::max<int64_t>(1, 32768 / s.k), [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-          T* __restrict row = yc + r * s.k;
-          for (int64_t j = 0; j < s.k; ++j) row[j] += bias[j];
-        }
-      });
-    }
+    if (bias != nullptr) add_bias(m, s.k, bias, yc);
     narrowed_rows(static_cast<const T*>(ybuf), n0 * g.p, m, s.k, y);
   }
 }

@@ -11,10 +11,12 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/context.h"
 #include "kernels/conv.h"
+#include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/typed.h"
 
 namespace frugal::kernels::cpu {
@@ -54,6 +56,17 @@ void gemm_tn_split_depth(const Context& ctx, int64_t m, int64_t p, int64_t q, co
 
 // The algorithms below take tensors of storage type S (float, double, f16_t, bf16_t) and compute
 // in Num<S>::C (kernels/cpu/typed.h); weight gradients are stored in D: S, or float for 16-bit S.
+
+// y[rows, K] += bias[K] on every row, in the compute type.
+template <typename T>
+void add_bias(int64_t rows, int64_t k, const T* bias, T* y) {
+  parallel_for(rows, std::max<int64_t>(1, 32768 / k), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      T* __restrict row = y + r * k;
+      for (int64_t j = 0; j < k; ++j) row[j] += bias[j];
+    }
+  });
+}
 
 // dbias[K] = sum over the rows of dy[rows, K].
 template <typename S, typename D>

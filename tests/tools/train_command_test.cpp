@@ -13,31 +13,14 @@
 #include "tools/run_command.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
+#include "train/file_test_util.h"
 
 using namespace frugal;
 using namespace frugal::tools;
+using frugal::test::ScratchDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("frugal_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 struct CommandRun {
   int code = -1;

@@ -17,38 +17,12 @@ using namespace frugal;
 using frugal::test::error_of;
 using frugal::test::expect_mentions;
 using frugal::test::read_bytes;
+using frugal::test::ScratchDir;
 using frugal::test::ScratchFile;
 using frugal::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh folder under the temp directory, removed with everything in it.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("frugal_dir_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  // Entries of the folder (temporary files a save must not leave behind).
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  fs::path path_;
-};
 
 train::NamedTensors tensors_of(float v) { return {{"w", full({3}, v)}}; }
 
