@@ -2,7 +2,7 @@
 # Installs the Debian packages frugal needs when any is missing (run as root, or with sudo).
 # Usage: scripts/deps.sh [extra packages...]
 set -euo pipefail
-packages=(cmake ninja-build g++ libeigen3-dev libgtest-dev zlib1g-dev nlohmann-json3-dev "$@")
+packages=(cmake ninja-build g++ libeigen3-dev libgtest-dev zlib1g-dev nlohmann-json3-dev libdnnl-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -2,6 +2,9 @@
 # The CPU test suite under AddressSanitizer and UndefinedBehaviorSanitizer: a CPU-only build
 # (-DFRUGAL_CUDA=OFF) in its own directory (build-asan, so the normal build's flags stay as they
 # are), -O1 -g, every sanitizer report fatal, then the CI-sized test job below through CTest.
+# It is also built without oneDNN (-DFRUGAL_ONEDNN=OFF): the normal build multiplies the CPU
+# GEMMs with oneDNN where it is installed, so this job is where the Eigen paths that replace it
+# elsewhere (Note [oneDNN GEMMs]) run their tests.
 # scripts/test.sh runs it after the normal suite.
 #   scripts/sanitize-cpu.sh            # SANITIZE_TESTS=all: every CPU test, whatever it costs
 #
@@ -25,7 +28,7 @@ launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # Build type "Sanitize": none of CMakeLists.txt's per-type flags (Release's -O3 -DNDEBUG), so the
 # flags above are all; asserts stay on.
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DFRUGAL_CUDA=OFF \
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DFRUGAL_CUDA=OFF -DFRUGAL_ONEDNN=OFF \
   -DFRUGAL_BUILD_TESTS=ON -DFRUGAL_BUILD_PROGRAMS=OFF "${launcher[@]}" \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" > /dev/null

@@ -3,8 +3,9 @@
 // statistics, and backward. Statistics are summed in double (two passes: mean, then
 // squared deviations) with per-chunk partial sums per channel, so rows split over threads.
 // x, y, dy and dx may be f16 or bf16 (storage S): rows are widened into per-thread f32 buffers
-// and results narrowed row by row (kernels/cpu/widen.h); parameters and statistics are in the
-// compute type T = Num<S>::C, as acc_dtype says.
+// and results narrowed a block of rows at a time (kernels/cpu/widen.h), so that the conversions,
+// the fused activation's call and the loop tails are paid per block, not per row of a few dozen
+// channels; parameters and statistics are in the compute type T = Num<S>::C, as acc_dtype says.
 #include "kernels/batch_norm.h"
 
 #include <algorithm>
@@ -72,21 +73,23 @@ inline void affine_row(int64_t c, const T* __restrict xr, const T* __restrict af
   for (int64_t j = 0; j < c; ++j) ur[j] = (xr[j] - mean[j]) * scale[j] + beta[j];
 }
 
-// y = act(affine(x)) row by row.
+// y = act(affine(x)), a block of rows at a time.
 template <typename S, typename T = typename Num<S>::C>
 void apply_affine(Activation act, int64_t rows, int64_t c, const S* x, const T* affine, S* y) {
+  const bool fused = act != Activation::identity;
+  const int64_t block = rows_per_block(c);
   parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
-    std::vector<T> u(act == Activation::identity ? 0 : static_cast<size_t>(c));
-    RowReader<S> read(c);
-    RowWriter<S> write(y, c);
-    for (int64_t r = b; r < e; ++r) {
-      if (act == Activation::identity) {
-        affine_row(c, read(x, r), affine, write.row(r));
-      } else {
-        affine_row(c, read(x, r), affine, u.data());
-        activation_forward_serial(act, c, u.data(), write.row(r));
-      }
-      write.commit(r);
+    std::vector<T> u(fused ? static_cast<size_t>(block * c) : 0);
+    RowReader<S> read(c, block);
+    RowWriter<S> write(y, c, block);
+    for (int64_t r = b; r < e; r += block) {
+      const int64_t n = std::min(block, e - r);
+      const T* xs = read(x, r, n);
+      T* ys = write.row(r);
+      T* us = fused ? u.data() : ys;
+      for (int64_t i = 0; i < n; ++i) affine_row(c, xs + i * c, affine, us + i * c);
+      if (fused) activation_forward_serial(act, n * c, us, ys);
+      write.commit(r, n);
     }
   });
 }
@@ -101,21 +104,30 @@ void forward_train(const Context& ctx, Activation act, int64_t rows, int64_t c, 
   memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(5 * c) * sizeof(T));
   T* affine = static_cast<T*>(affine_buf.get());  // [3, C]: mean, scale, beta
   T* rounded = affine + 3 * c;                    // [2, C]: mean and invstd as saved
+  const int64_t block = rows_per_block(c);
   channel_sums(ctx, rows, c, 1, mean, [&](int64_t b, int64_t e, double* __restrict acc) {
-    RowReader<S> read(c);
-    for (int64_t r = b; r < e; ++r) {
-      const T* __restrict xr = read(x, r);
-      for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(xr[j]);
+    RowReader<S> read(c, block);
+    for (int64_t r = b; r < e; r += block) {
+      const int64_t n = std::min(block, e - r);
+      const T* xs = read(x, r, n);
+      for (int64_t i = 0; i < n; ++i) {
+        const T* __restrict xr = xs + i * c;
+        for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(xr[j]);
+      }
     }
   });
   for (int64_t j = 0; j < c; ++j) mean[j] /= static_cast<double>(rows);
   channel_sums(ctx, rows, c, 1, var, [&](int64_t b, int64_t e, double* __restrict acc) {
-    RowReader<S> read(c);
-    for (int64_t r = b; r < e; ++r) {
-      const T* __restrict xr = read(x, r);
-      for (int64_t j = 0; j < c; ++j) {
-        double d = static_cast<double>(xr[j]) - mean[j];
-        acc[j] += d * d;
+    RowReader<S> read(c, block);
+    for (int64_t r = b; r < e; r += block) {
+      const int64_t n = std::min(block, e - r);
+      const T* xs = read(x, r, n);
+      for (int64_t i = 0; i < n; ++i) {
+        const T* __restrict xr = xs + i * c;
+        for (int64_t j = 0; j < c; ++j) {
+          double d = static_cast<double>(xr[j]) - mean[j];
+          acc[j] += d * d;
+        }
       }
     }
   });
@@ -174,28 +186,34 @@ void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const
   memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(3 * c) * sizeof(T));
   T* affine = static_cast<T*>(affine_buf.get());
   make_affine(c, save_mean, save_invstd, gamma, beta, affine);
-  // The gradient reaching bn's output for row r (x's row xr, dy's row dyr, both in T): dy
-  // itself, or act'(u) * dy into `du`.
-  auto grad_row = [&](const T* xr, const T* dyr, T* u, T* du) -> const T* {
-    if (!fused) return dyr;
-    affine_row(c, xr, affine, u);
-    activation_backward_serial(act, c, u, dyr, du);
+  const int64_t block = rows_per_block(c);
+  // The gradient reaching bn's output for n rows (x's rows xs, dy's rows dys, both in T): dy
+  // itself, or act'(u) * dy into `du` (u and du hold a block of rows each).
+  auto grad_rows = [&](int64_t n, const T* xs, const T* dys, T* u, T* du) -> const T* {
+    if (!fused) return dys;
+    for (int64_t i = 0; i < n; ++i) affine_row(c, xs + i * c, affine, u + i * c);
+    activation_backward_serial(act, n * c, u, dys, du);
     return du;
   };
   memory::DataPtr sums_buf = ctx.workspace(static_cast<size_t>(2 * c) * sizeof(double));
   double* sums = static_cast<double*>(sums_buf.get());  // [2, C]: sum du, sum du * (x - mean)
   {
-    // channel_sums walks rows in chunks on threads; each chunk has its own row buffers.
+    // channel_sums walks rows in chunks on threads; each chunk has its own block buffers.
     channel_sums(ctx, rows, c, 2, sums, [&](int64_t b, int64_t e, double* __restrict acc) {
-      std::vector<T> buf(fused ? static_cast<size_t>(2 * c) : 0);
-      RowReader<S> read_x(c), read_dy(c);
-      for (int64_t r = b; r < e; ++r) {
-        const T* __restrict xr = read_x(x, r);
-        const T* __restrict gr = grad_row(xr, read_dy(dy, r), buf.data(), buf.data() + c);
-        for (int64_t j = 0; j < c; ++j) {
-          double g = static_cast<double>(gr[j]);
-          acc[j] += g;
-          acc[c + j] += g * (static_cast<double>(xr[j]) - static_cast<double>(save_mean[j]));
+      std::vector<T> buf(fused ? static_cast<size_t>(2 * block * c) : 0);
+      RowReader<S> read_x(c, block), read_dy(c, block);
+      for (int64_t r = b; r < e; r += block) {
+        const int64_t n = std::min(block, e - r);
+        const T* xs = read_x(x, r, n);
+        const T* gs = grad_rows(n, xs, read_dy(dy, r, n), buf.data(), buf.data() + block * c);
+        for (int64_t i = 0; i < n; ++i) {
+          const T* __restrict xr = xs + i * c;
+          const T* __restrict gr = gs + i * c;
+          for (int64_t j = 0; j < c; ++j) {
+            double g = static_cast<double>(gr[j]);
+            acc[j] += g;
+            acc[c + j] += g * (static_cast<double>(xr[j]) - static_cast<double>(save_mean[j]));
+          }
         }
       }
     });
@@ -227,17 +245,23 @@ void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const
     cm[j] = static_cast<T>(mean);
   }
   parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
-    std::vector<T> buf(fused ? static_cast<size_t>(2 * c) : 0);
-    RowReader<S> read_x(c), read_dy(c);
-    RowWriter<S> write(dx, c);
-    for (int64_t r = b; r < e; ++r) {
-      // dx may be dy itself (kernels/batch_norm.h): gr and dxr may alias, element for element
-      // (when S is 16-bit, gr is a widened copy and dxr a buffer narrowed after the row).
-      const T* __restrict xr = read_x(x, r);
-      const T* gr = grad_row(xr, read_dy(dy, r), buf.data(), buf.data() + c);
-      T* dxr = write.row(r);
-      for (int64_t j = 0; j < c; ++j) dxr[j] = ca[j] * gr[j] + cb[j] * (xr[j] - cm[j]) + cd[j];
-      write.commit(r);
+    std::vector<T> buf(fused ? static_cast<size_t>(2 * block * c) : 0);
+    RowReader<S> read_x(c, block), read_dy(c, block);
+    RowWriter<S> write(dx, c, block);
+    for (int64_t r = b; r < e; r += block) {
+      // dx may be dy itself (kernels/batch_norm.h): gs and dxs may alias, element for element
+      // (when S is 16-bit, gs is a widened copy and dxs a buffer narrowed after the block).
+      const int64_t n = std::min(block, e - r);
+      const T* xs = read_x(x, r, n);
+      const T* gs = grad_rows(n, xs, read_dy(dy, r, n), buf.data(), buf.data() + block * c);
+      T* dxs = write.row(r);
+      for (int64_t i = 0; i < n * c; i += c) {
+        const T* __restrict xr = xs + i;
+        const T* gr = gs + i;
+        T* dxr = dxs + i;
+        for (int64_t j = 0; j < c; ++j) dxr[j] = ca[j] * gr[j] + cb[j] * (xr[j] - cm[j]) + cd[j];
+      }
+      write.commit(r, n);
     }
   });
 }

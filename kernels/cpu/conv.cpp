@@ -10,6 +10,7 @@
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/conv_internal.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/onednn_gemm.h"
 #include "kernels/cpu/widen.h"
 
 namespace frugal::kernels::cpu {
@@ -151,11 +152,15 @@ void narrow_pointwise_backward_weight(const Context& ctx, const Conv2dShape& s, 
       }
     }
   });
-  for (int64_t q = 0; q < w_numel; ++q) {
-    float sum = base[q];
-    for (int64_t t = 1; t < slices; ++t) sum += base[t * per_slice + q];
-    dw[q] = Num<D>::store(sum);
-  }
+  // The slices' sum, split over the threads too: on one thread it would leave the others
+  // waiting for a pass over every weight (320x1280 of them in MobileNetV2's last conv).
+  parallel_for(w_numel, 16384, [&](int64_t b, int64_t e) {
+    for (int64_t q = b; q < e; ++q) {
+      float sum = base[q];
+      for (int64_t t = 1; t < slices; ++t) sum += base[t * per_slice + q];
+      dw[q] = Num<D>::store(sum);
+    }
+  });
 }
 
 // The weights of a 16-bit conv in f32, for the GEMM paths (K * kh * kw * C/g elements), and
@@ -165,9 +170,57 @@ memory::DataPtr widened_weights(const Context& ctx, const Conv2dShape& s, const 
                                 const S* bias) {
   const int64_t numel = s.k * s.kh * s.kw * s.cin_per_group();
   memory::DataPtr buf = ctx.workspace(static_cast<size_t>(numel + s.k) * sizeof(float));
-  widen(w, numel, static_cast<float*>(buf.get()));
+  // on the threads: run serially, the others would wait through it
+  parallel_for(numel, 32768, [&](int64_t b, int64_t e) {
+    widen(w + b, e - b, static_cast<float*>(buf.get()) + b);
+  });
   if (bias != nullptr) widen(bias, s.k, static_cast<float*>(buf.get()) + numel);
   return buf;
+}
+
+// The one-group pointwise convs through oneDNN (Note [oneDNN GEMMs]), f32 and bf16 storage read
+// and written directly; false when oneDNN declines, for the Eigen paths. Y[M, K] = X[M, C] *
+// W[K, C]^T (+ bias, in f32 before the one rounding), M = N*H*W.
+template <typename S>
+bool onednn_pointwise_forward(const Context& ctx, const Conv2dShape& s, const S* x, const S* w,
+                              const S* bias, S* y) {
+  if constexpr (std::is_same_v<S, double>) {
+    return false;
+  } else {
+    if (s.groups != 1) return false;
+    memory::DataPtr bias_buf;
+    const float* b32 = nullptr;
+    if (bias != nullptr) {
+      if constexpr (std::is_same_v<S, float>) {
+        b32 = bias;
+      } else {
+        bias_buf = ctx.workspace(static_cast<size_t>(s.k) * sizeof(float));
+        widen(bias, s.k, static_cast<float*>(bias_buf.get()));
+        b32 = static_cast<const float*>(bias_buf.get());
+      }
+    }
+    const DType t = Num<S>::dtype;
+    return onednn_gemm(ctx, s.n * s.h * s.w, s.k, s.c, {x, t, s.c}, {w, t, s.c, true}, y, t, s.k,
+                       b32);
+  }
+}
+
+// dX[M, C] = dY[M, K] * W[K, C]
+template <typename S>
+bool onednn_pointwise_backward_input(const Context& ctx, const Conv2dShape& s, const S* dy,
+                                     const S* w, S* dx) {
+  const DType t = Num<S>::dtype;
+  return s.groups == 1 &&
+         onednn_gemm(ctx, s.n * s.h * s.w, s.c, s.k, {dy, t, s.k}, {w, t, s.c}, dx, t, s.c);
+}
+
+// dW[K, C] = dY[M, K]^T * X[M, C], dW in D (f32 for 16-bit S, or S)
+template <typename S, typename D>
+bool onednn_pointwise_backward_weight(const Context& ctx, const Conv2dShape& s, const S* x,
+                                      const S* dy, D* dw) {
+  const DType t = Num<S>::dtype;
+  return s.groups == 1 && onednn_gemm(ctx, s.k, s.c, s.n * s.h * s.w, {dy, t, s.k, true},
+                                      {x, t, s.c}, dw, Num<D>::dtype, s.c);
 }
 
 // Per group g: Y_g[M, K/g] = X_g[M, C/g] * W_g[K/g, C/g]^T, M = N*H*W.
@@ -215,7 +268,9 @@ void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const
       depthwise_forward<S>(ctx, s, xp, wp, bp, yp);  // bias fused
     } else {
       // the bias joins before any rounding to 16 bits
-      if (is_pointwise(s)) {
+      if (is_pointwise(s) && onednn_pointwise_forward<S>(ctx, s, xp, wp, bp, yp)) {
+        // done, bias included
+      } else if (is_pointwise(s)) {
         if constexpr (is_narrow_v<S>) {
           memory::DataPtr wf = widened_weights(ctx, s, wp, bp);
           const float* w32 = static_cast<const float*>(wf.get());
@@ -243,6 +298,8 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
     auto* dxp = static_cast<S*>(dx);
     if (s.depthwise()) {
       depthwise_backward_input<S>(ctx, s, dyp, wp, dxp);
+    } else if (is_pointwise(s) && onednn_pointwise_backward_input<S>(ctx, s, dyp, wp, dxp)) {
+      // done
     } else if (is_pointwise(s)) {
       if constexpr (is_narrow_v<S>) {
         memory::DataPtr wf = widened_weights<S>(ctx, s, wp, nullptr);
@@ -270,6 +327,8 @@ void backward_weight(const Context& ctx, const Conv2dShape& s, const S* x, const
   }
   if (s.depthwise()) {
     depthwise_backward_weight<S, D>(ctx, s, x, dy, dw);
+  } else if (is_pointwise(s) && onednn_pointwise_backward_weight<S, D>(ctx, s, x, dy, dw)) {
+    // done
   } else if (is_pointwise(s)) {
     if constexpr (is_narrow_v<S>) {
       narrow_pointwise_backward_weight<S, D>(ctx, s, x, dy, dw);

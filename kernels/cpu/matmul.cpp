@@ -1,10 +1,11 @@
-// CPU gemm through Eigen on row-major maps (Eigen's own blocking and OpenMP threads); the
-// transposes are views, so nothing is copied outside Eigen's packing.
+// CPU gemm: oneDNN first where it takes the call (Note [oneDNN GEMMs]), else Eigen on row-major
+// maps (its own blocking and OpenMP threads); the transposes are views, nothing is copied.
 #include "kernels/matmul.h"
 
 #include <Eigen/Core>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/onednn_gemm.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -44,9 +45,14 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
 
 void gemm(const Context& ctx, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
           int64_t k, const void* a, const void* b, double beta, void* c) {
-  (void)ctx;
   FRUGAL_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm: bad sizes m=", m, " n=", n, " k=", k);
   if (m == 0 || n == 0) return;
+  // oneDNN first (Note [oneDNN GEMMs]); it reads c only for beta == 1
+  if (dtype == DType::f32 && (beta == 0 || beta == 1) &&
+      onednn_gemm(ctx, m, n, k, {a, dtype, trans_a ? m : k, trans_a},
+                  {b, dtype, trans_b ? k : n, trans_b}, c, dtype, n, nullptr, beta == 1)) {
+    return;
+  }
   FRUGAL_CPU_FLOAT_SWITCH(dtype, "gemm",
                           gemm_impl<T>(trans_a, trans_b, m, n, k, static_cast<const T*>(a),
                                        static_cast<const T*>(b), beta, static_cast<T*>(c)));

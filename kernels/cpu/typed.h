@@ -9,27 +9,31 @@
 namespace frugal::kernels::cpu {
 
 template <typename S>
-struct Num;  // S: the storage type; C: the compute type
+struct Num;  // S: the storage type (its DType: dtype); C: the compute type
 template <>
 struct Num<float> {
+  static constexpr DType dtype = DType::f32;
   using C = float;
   static C load(float v) { return v; }
   static float store(C v) { return v; }
 };
 template <>
 struct Num<double> {
+  static constexpr DType dtype = DType::f64;
   using C = double;
   static C load(double v) { return v; }
   static double store(C v) { return v; }
 };
 template <>
 struct Num<f16_t> {
+  static constexpr DType dtype = DType::f16;
   using C = float;
   static C load(f16_t v) { return f16_to_float(v.bits); }
   static f16_t store(C v) { return {float_to_f16(v)}; }
 };
 template <>
 struct Num<bf16_t> {
+  static constexpr DType dtype = DType::bf16;
   using C = float;
   static C load(bf16_t v) { return bf16_to_float(v.bits); }
   static bf16_t store(C v) { return {float_to_bf16(v)}; }

@@ -138,19 +138,28 @@ inline void fma_both_widened(T* __restrict y, const S* __restrict a, const S* __
   for (; i < n; ++i) y[i] += Num<S>::load(a[i]) * Num<S>::load(b[i]);
 }
 
-// Rows of `c` elements of S seen as the compute type: a pointer into the tensor itself when S is
-// the compute type, else into a per-reader buffer that holds the widened row. One reader per
-// thread, and one per row that must be alive at the same time.
+// Rows per block for kernels that walk [rows, c] tensors a block of rows at a time: about 8 KiB
+// of f32 per block buffer, so a few of them stay in L1, and a per-block cost (a call, a loop
+// tail) is paid once per many rows when c is a few dozen channels.
+inline int64_t rows_per_block(int64_t c) {
+  return std::max<int64_t>(1, 2048 / std::max<int64_t>(c, 1));
+}
+
+// Rows of `c` elements of S seen as the compute type, up to `max_rows` consecutive rows at a
+// time: a pointer into the tensor itself when S is the compute type, else into a per-reader
+// buffer that holds the widened rows. One reader per thread, and one per block that must be
+// alive at the same time.
 template <typename S>
 class RowReader {
  public:
   using C = typename Num<S>::C;
-  explicit RowReader(int64_t c) : c_(c) {
-    if constexpr (is_narrow_v<S>) buf_.resize(static_cast<size_t>(c));
+  explicit RowReader(int64_t c, int64_t max_rows = 1) : c_(c) {
+    if constexpr (is_narrow_v<S>) buf_.resize(static_cast<size_t>(c * max_rows));
   }
-  const C* operator()(const S* base, int64_t r) {
+  // Rows r .. r + n - 1 (n <= max_rows), contiguous.
+  const C* operator()(const S* base, int64_t r, int64_t n = 1) {
     if constexpr (is_narrow_v<S>) {
-      widen(base + r * c_, c_, buf_.data());
+      widen(base + r * c_, n * c_, buf_.data());
       return buf_.data();
     } else {
       return base + r * c_;
@@ -162,14 +171,15 @@ class RowReader {
   std::vector<C> buf_;
 };
 
-// The output side: row(r) gives where to write row r in the compute type, commit(r) stores it
-// (narrowing when S is 16-bit). Writing straight into the tensor when S is the compute type.
+// The output side: row(r) gives where to write rows r .. r + n - 1 (n <= max_rows) in the
+// compute type, commit(r, n) stores them (narrowing when S is 16-bit). Writing straight into
+// the tensor when S is the compute type.
 template <typename S>
 class RowWriter {
  public:
   using C = typename Num<S>::C;
-  RowWriter(S* base, int64_t c) : base_(base), c_(c) {
-    if constexpr (is_narrow_v<S>) buf_.resize(static_cast<size_t>(c));
+  RowWriter(S* base, int64_t c, int64_t max_rows = 1) : base_(base), c_(c) {
+    if constexpr (is_narrow_v<S>) buf_.resize(static_cast<size_t>(c * max_rows));
   }
   C* row(int64_t r) {
     if constexpr (is_narrow_v<S>) {
@@ -178,8 +188,8 @@ class RowWriter {
       return base_ + r * c_;
     }
   }
-  void commit(int64_t r) {
-    if constexpr (is_narrow_v<S>) narrow(buf_.data(), c_, base_ + r * c_);
+  void commit(int64_t r, int64_t n = 1) {
+    if constexpr (is_narrow_v<S>) narrow(buf_.data(), n * c_, base_ + r * c_);
   }
 
  private:
