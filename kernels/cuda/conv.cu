@@ -144,13 +144,26 @@ size_t workspace_size(cudnnHandle_t h, const ConvDescriptors& d, Direction dir, 
   return bytes;
 }
 
+// Whether an f32 call of this direction and shape may run TF32 kernels: as conv_allow_tf32()
+// says, but not in deterministic mode for the input gradient of strided convolutions. There
+// cuDNN 9's only deterministic TF32 algorithm on sm90 runs sm90_xmma_dgrad_implicit_gemm_indexed_
+// ..._strided, the one kernel of the gpu suite where compute-sanitizer's racecheck reports
+// shared-memory races (2 errors in NVIDIA's code, bench/RESULTS.md; FMA math and the
+// nondeterministic algorithm 0 show none). A race may make a result depend on timing, which
+// deterministic mode rules out, so that gradient runs in full f32 there (slower, as with
+// FRUGAL_ALLOW_TF32=0); everywhere else TF32 stays as configured.
+bool tf32_for(Direction dir, const Conv2dShape& s) {
+  if (!conv_allow_tf32()) return false;
+  const bool strided = s.stride_h > 1 || s.stride_w > 1;
+  return !(deterministic() && dir == Direction::backward_data && strided);
+}
+
 // Keeps the heuristic's order; drops failures, workspaces above the cap, for f32 any
-// conversion to 16 bits (and TF32 too when conv_allow_tf32() is off), and in deterministic mode
-// the algorithms that cuDNN does not mark deterministic (those that sum with atomics).
+// conversion to 16 bits (and TF32 too unless `tf32`), and in deterministic mode the
+// algorithms that cuDNN does not mark deterministic (those that sum with atomics).
 template <typename Perf>
 std::vector<Candidate> filter(cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
-                              bool is_f32, const Perf* perf, int count) {
-  const bool tf32 = conv_allow_tf32();
+                              bool is_f32, bool tf32, const Perf* perf, int count) {
   const bool only_deterministic = deterministic();
   std::vector<Candidate> out;
   for (int i = 0; i < count; ++i) {
@@ -177,26 +190,26 @@ std::vector<Candidate> filter(cudnnHandle_t h, const ConvDescriptors& d, Directi
 }
 
 std::vector<Candidate> heuristic_candidates(cudnnHandle_t h, const ConvDescriptors& d,
-                                            Direction dir, bool is_f32) {
+                                            Direction dir, bool is_f32, bool tf32) {
   int got = 0;
   switch (dir) {
     case Direction::forward: {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
           h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
-      return filter(h, d, dir, is_f32, perf, got);
+      return filter(h, d, dir, is_f32, tf32, perf, got);
     }
     case Direction::backward_data: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
       CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
           h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf));
-      return filter(h, d, dir, is_f32, perf, got);
+      return filter(h, d, dir, is_f32, tf32, perf, got);
     }
     case Direction::backward_filter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
       CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf));
-      return filter(h, d, dir, is_f32, perf, got);
+      return filter(h, d, dir, is_f32, tf32, perf, got);
     }
   }
   return {};
@@ -263,7 +276,7 @@ template <typename Launch>
 void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
               DType dtype, const Conv2dShape& s, Launch launch) {
   const char* op = direction_name(dir);
-  const bool tf32 = dtype == DType::f32 && conv_allow_tf32();
+  const bool tf32 = dtype == DType::f32 && tf32_for(dir, s);
   const bool fixed = deterministic();  // its list holds deterministic algorithms only
   std::string key = ::frugal::detail::str(op, '|', ctx.device.index, '|', dtype_name(dtype),
                                           tf32 ? "+tf32|" : "|", fixed ? "det|" : "", s.str());
@@ -274,7 +287,7 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
     if (it != g_cache.end()) list = it->second;
   }
   if (list.empty()) {
-    list = heuristic_candidates(h, d, dir, dtype == DType::f32);
+    list = heuristic_candidates(h, d, dir, dtype == DType::f32, tf32);
     FRUGAL_CHECK(!list.empty(), op, ": cuDNN offers no ", fixed ? "deterministic " : "",
                  "algorithm for ", s.str(), " in ", dtype, " within the ", kConvWorkspaceCap >> 20,
                  " MiB workspace cap");

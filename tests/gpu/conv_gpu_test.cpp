@@ -4,6 +4,7 @@
 // and odd channel counts and a batch big enough for many weight-gradient splits, and 16-bit 3x3
 // weight gradients with 1-4 input channels (frugal's own kernels), in f32 (TF32 off, so 1e-5 holds),
 // f16 and bf16; then f32 with TF32 allowed (PyTorch's default) within TF32's rounding.
+#include "base/deterministic.h"
 #include "gpu_test_util.h"
 #include "kernels/conv.h"
 
@@ -114,6 +115,34 @@ TEST(GpuConv, F32WithTf32MatchesCpuWithinTf32Rounding) {
   SKIP_WITHOUT_GPU();
   Tf32Scope tf32(true);
   expect_matches_cpu(DType::f32, tolerance(DType::f16));
+}
+
+// Deterministic mode keeps the input gradient of strided convolutions off cuDNN's TF32 kernel
+// (racecheck reports races in it; tf32_for in kernels/cuda/conv.cu): with TF32 allowed, the
+// result is bit for bit the full-f32 one; outside deterministic mode the flag stays in force.
+TEST(GpuConv, DeterministicStridedInputGradientsRunInFullF32) {
+  SKIP_WITHOUT_GPU();
+  DeterministicGuard fixed(true);
+  for (const kernels::Conv2dShape& s : {conv(2, 11, 9, 5, 7, 3, 3, 2, 1, 1, 1, 1),
+                                         conv(2, 9, 9, 8, 16, 1, 1, 2, 0, 0, 1, 1)}) {
+    SCOPED_TRACE(s.str());
+    const int64_t nx = s.n * s.h * s.w * s.c, ny = s.n * s.oh() * s.ow() * s.k;
+    DeviceBuffer dy = to_device(DType::f32, random_values(static_cast<size_t>(ny), 31, DType::f32));
+    DeviceBuffer w = to_device(
+        DType::f32, random_values(static_cast<size_t>(s.k * s.kh * s.kw * s.c), 32, DType::f32));
+    auto input_grad = [&](bool tf32) {
+      Tf32Scope scope(tf32);
+      DeviceBuffer dx(DType::f32, nx);
+      dx.poison();
+      kernels::cuda::conv2d_backward_input(gpu(), DType::f32, s, dy.get(), w.get(), dx.get());
+      return dx.download();
+    };
+    std::vector<float> full = input_grad(false), allowed = input_grad(true);
+    ASSERT_EQ(full.size(), allowed.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+      ASSERT_EQ(full[i], allowed[i]) << "element " << i << ": TF32 ran in deterministic mode";
+    }
+  }
 }
 
 TEST(GpuConv, F64IsRejectedNamingTheOp) {
