@@ -162,8 +162,8 @@ bool tf32_for(Direction dir, const Conv2dShape& s) {
 // conversion to 16 bits (and TF32 too unless `tf32`), and in deterministic mode the
 // algorithms that cuDNN does not mark deterministic (those that sum with atomics).
 template <typename Perf>
-std::vector<Candidate> filter(cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
-                              bool is_f32, bool tf32, const Perf* perf, int count) {
+std::vector<Candidate> filter(cudnnHandle_t h, const ConvDescriptors& d, Direction dir, bool is_f32,
+                              bool tf32, const Perf* perf, int count) {
   const bool only_deterministic = deterministic();
   std::vector<Candidate> out;
   for (int i = 0; i < count; ++i) {

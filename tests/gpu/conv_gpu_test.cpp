@@ -123,8 +123,8 @@ TEST(GpuConv, F32WithTf32MatchesCpuWithinTf32Rounding) {
 TEST(GpuConv, DeterministicStridedInputGradientsRunInFullF32) {
   SKIP_WITHOUT_GPU();
   DeterministicGuard fixed(true);
-  for (const kernels::Conv2dShape& s : {conv(2, 11, 9, 5, 7, 3, 3, 2, 1, 1, 1, 1),
-                                         conv(2, 9, 9, 8, 16, 1, 1, 2, 0, 0, 1, 1)}) {
+  for (const kernels::Conv2dShape& s :
+       {conv(2, 11, 9, 5, 7, 3, 3, 2, 1, 1, 1, 1), conv(2, 9, 9, 8, 16, 1, 1, 2, 0, 0, 1, 1)}) {
     SCOPED_TRACE(s.str());
     const int64_t nx = s.n * s.h * s.w * s.c, ny = s.n * s.oh() * s.ow() * s.k;
     DeviceBuffer dy = to_device(DType::f32, random_values(static_cast<size_t>(ny), 31, DType::f32));
