@@ -14,10 +14,10 @@
 #     kernel, and those tests launch every kernel of kernels/cuda at odd sizes; the training tests
 #     launch the same kernels and would only cost hours. It runs in deterministic mode
 #     (FRUGAL_DETERMINISTIC=1), so the kernels chosen do not depend on timings. It used to report
-#     2 races inside cuDNN 9's TF32 input-gradient kernel for strided 1x1 convolutions
+#     2 races inside cuDNN 9's TF32 input-gradient kernel for strided convolutions
 #     (sm90_xmma_dgrad_implicit_gemm_indexed_..._strided), NVIDIA's code and cuDNN's only
-#     deterministic algorithm there; those convolutions now run on cuBLAS (Note [Strided
-#     pointwise convolutions] in kernels/cuda/conv.cu). Nothing is excluded by kernel name.
+#     deterministic TF32 algorithm there; deterministic mode now runs that gradient in full f32
+#     (tf32_for in kernels/cuda/conv.cu). Nothing is excluded by kernel name.
 #   initcheck: the kernel parity tests and DeterminismGpu (f32 and f16 MobileNetV2 steps, so
 #     every layer's forward, backward and optimizer reads are checked once).
 # memcheck runs with the caching allocator as it is: a read past a tensor but inside its segment
