@@ -37,11 +37,12 @@ void depthwise_forward(const Context& ctx, const Conv2dShape& s, const S* x, con
   transpose_taps(w, c, kk, wt);
   if (bias != nullptr) widen(bias, c, bias_c);
   parallel_for(s.n * oh_n, row_grain(s, ow_n), [&](int64_t b, int64_t e) {
-    RowWriter<S> write(y, c);
+    RowWriter<S> write(y, c, ow_n);  // one output image row at a time
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / oh_n, oh = r % oh_n;
+      T* y_row = write.row(r * ow_n);
       for (int64_t ow = 0; ow < ow_n; ++ow) {
-        T* yr = write.row(r * ow_n + ow);
+        T* yr = y_row + ow * c;
         if (bias != nullptr) {
           std::copy(bias_c, bias_c + c, yr);
         } else {
@@ -56,8 +57,8 @@ void depthwise_forward(const Context& ctx, const Conv2dShape& s, const S* x, con
             fma_widened(yr, x + ((n * s.h + ih) * s.w + iw) * c, wt + (i * s.kw + j) * c, c);
           }
         }
-        write.commit(r * ow_n + ow);
       }
+      write.commit(r * ow_n, ow_n);
     }
   });
 }
@@ -72,11 +73,12 @@ void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const S*
   T* wt = static_cast<T*>(buf.get());
   transpose_taps(w, c, kk, wt);
   parallel_for(s.n * s.h, row_grain(s, s.w), [&](int64_t b, int64_t e) {
-    RowWriter<S> write(dx, c);
+    RowWriter<S> write(dx, c, s.w);  // one input image row at a time
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / s.h, ih = r % s.h;
+      T* dx_row = write.row(r * s.w);
       for (int64_t iw = 0; iw < s.w; ++iw) {
-        T* dxr = write.row(r * s.w + iw);
+        T* dxr = dx_row + iw * c;
         std::fill(dxr, dxr + c, T(0));
         for (int64_t i = 0; i < s.kh; ++i) {
           int64_t th = ih + s.pad_h - i * s.dil_h;
@@ -89,8 +91,8 @@ void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const S*
             fma_widened(dxr, dy + ((n * oh_n + oh) * ow_n + ow) * c, wt + (i * s.kw + j) * c, c);
           }
         }
-        write.commit(r * s.w + iw);
       }
+      write.commit(r * s.w, s.w);
     }
   });
 }
