@@ -1,9 +1,8 @@
-// The model, optimizer and scaler that checkpoint_fuzz loads into and checkpoint_seed saves
-// from, and a byte snapshot of all three (a rejected file must leave them bit-identical).
+// The model and optimizer settings that checkpoint_fuzz loads into and checkpoint_seed saves from
+// (tensor_snapshot.h keeps their state, to tell whether a rejected file changed it).
 #pragma once
 
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "core/factory.h"
@@ -23,22 +22,5 @@ inline std::shared_ptr<nn::Sequential> tiny_model() {
 }
 
 constexpr optim::SgdOptions kSgd = {.lr = 0.1, .momentum = 0.9};
-
-// Every tensor's name, shape, dtype and bytes.
-inline std::vector<std::string> snapshot(const nn::NamedTensors& tensors) {
-  std::vector<std::string> out;
-  for (const auto& [name, t] : tensors) {
-    Tensor h = t.detach().to(Device::cpu());
-    out.push_back(name + " " + h.shape().str() + " " + dtype_name(h.dtype()) + " " +
-                  std::string(static_cast<const char*>(h.data_ptr()), h.nbytes()));
-  }
-  return out;
-}
-
-inline std::vector<std::string> snapshot(const nn::Module& model) {
-  nn::NamedTensors all = model.named_parameters();
-  for (auto& b : model.named_buffers()) all.push_back(b);
-  return snapshot(all);
-}
 
 }  // namespace frugal::fuzz

@@ -4,8 +4,9 @@
 #include "fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = frugal::fuzz::scratch_path("input.idx");
-  frugal::fuzz::write_input(path, data, size);
+  static frugal::fuzz::ScratchFile input("input.idx");
+  input.write(data, size);
+  const std::string& path = input.path();
   frugal::fuzz::loads_or_names(path, [&] { frugal::data::read_idx_images(path); });
   frugal::fuzz::loads_or_names(path, [&] { frugal::data::read_idx_labels(path); });
   return 0;

@@ -3,8 +3,9 @@
 #include "train/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = frugal::fuzz::scratch_path("input.safetensors");
-  frugal::fuzz::write_input(path, data, size);
+  static frugal::fuzz::ScratchFile input("input.safetensors");
+  input.write(data, size);
+  const std::string& path = input.path();
   frugal::fuzz::loads_or_names(path, [&] { frugal::train::load_safetensors(path); });
   return 0;
 }
