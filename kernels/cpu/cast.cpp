@@ -1,5 +1,6 @@
 // CPU dtype conversion between every pair of dtypes. f16 <-> f32 in bulk uses the F16C
-// instructions (round to nearest even, like base/half.h); other pairs go through f32 (16-bit
+// instructions and bf16 <-> f32 widen.h's AVX2 ones (round to nearest even, like base/half.h,
+// bit for bit); other pairs go through f32 (16-bit
 // types, like PyTorch's c10::Half(double)) or double (f64, integers).
 #include <immintrin.h>
 
@@ -7,6 +8,7 @@
 
 #include "base/half.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/widen.h"
 #include "kernels/elementwise.h"
 
 namespace frugal::kernels::cpu {
@@ -91,6 +93,12 @@ void cast_typed(int64_t n, const void* x, void* y) {
       f16_to_f32(end - begin, px + begin, py + begin);
     } else if constexpr (from == DType::f32 && to == DType::f16) {
       f32_to_f16(end - begin, px + begin, py + begin);
+    } else if constexpr (from == DType::f32 && to == DType::bf16) {
+      // widen.h's AVX2 conversions: autocast casts every weight each step (3% of a bf16
+      // MobileNetV2 step on the CPU through the scalar loop below)
+      narrow(px + begin, end - begin, static_cast<bf16_t*>(y) + begin);
+    } else if constexpr (from == DType::bf16 && to == DType::f32) {
+      widen(static_cast<const bf16_t*>(x) + begin, end - begin, py + begin);
     } else {
       for (int64_t i = begin; i < end; ++i) py[i] = Io<to>::store(Io<from>::load(px[i]));
     }

@@ -1,8 +1,10 @@
 // Direct depthwise conv (groups == C == K) in NHWC: the channel is the inner, contiguous,
 // vectorised loop; weights are first transposed from [C, kh, kw, 1] to [kh, kw, C] so every tap
-// is a contiguous channel vector too. 16-bit tensors (storage S) are read a pixel's channels at
-// a time into f32 rows and written back the same way (kernels/cpu/widen.h).
+// is a contiguous channel vector too. 16-bit tensors (storage S) are read an image row at a time
+// into f32 buffers, one per kernel row (so an element is widened kh times, not kh*kw), and
+// written back an image row at a time (kernels/cpu/widen.h).
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/conv_internal.h"
@@ -18,6 +20,12 @@ void transpose_taps(const S* w, int64_t c, int64_t kk, typename Num<S>::C* wt) {
   for (int64_t ch = 0; ch < c; ++ch) {
     for (int64_t t = 0; t < kk; ++t) wt[t * c + ch] = Num<S>::load(w[ch * kk + t]);
   }
+}
+
+// y[i] += a[i] * b[i], one channel vector (vectorised by the compiler)
+template <typename T>
+inline void fma_row(T* __restrict y, const T* __restrict a, const T* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a[i] * b[i];
 }
 
 int64_t row_grain(const Conv2dShape& s, int64_t width) {
@@ -38,8 +46,14 @@ void depthwise_forward(const Context& ctx, const Conv2dShape& s, const S* x, con
   if (bias != nullptr) widen(bias, c, bias_c);
   parallel_for(s.n * oh_n, row_grain(s, ow_n), [&](int64_t b, int64_t e) {
     RowWriter<S> write(y, c, ow_n);  // one output image row at a time
+    std::vector<RowReader<S>> read(static_cast<size_t>(s.kh), RowReader<S>(c, s.w));
+    std::vector<const T*> x_rows(static_cast<size_t>(s.kh));  // the input row of each kernel row
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / oh_n, oh = r % oh_n;
+      for (int64_t i = 0; i < s.kh; ++i) {
+        int64_t ih = oh * s.stride_h - s.pad_h + i * s.dil_h;
+        x_rows[i] = ih < 0 || ih >= s.h ? nullptr : read[i](x, (n * s.h + ih) * s.w, s.w);
+      }
       T* y_row = write.row(r * ow_n);
       for (int64_t ow = 0; ow < ow_n; ++ow) {
         T* yr = y_row + ow * c;
@@ -49,12 +63,11 @@ void depthwise_forward(const Context& ctx, const Conv2dShape& s, const S* x, con
           std::fill(yr, yr + c, T(0));
         }
         for (int64_t i = 0; i < s.kh; ++i) {
-          int64_t ih = oh * s.stride_h - s.pad_h + i * s.dil_h;
-          if (ih < 0 || ih >= s.h) continue;
+          if (x_rows[i] == nullptr) continue;
           for (int64_t j = 0; j < s.kw; ++j) {
             int64_t iw = ow * s.stride_w - s.pad_w + j * s.dil_w;
             if (iw < 0 || iw >= s.w) continue;
-            fma_widened(yr, x + ((n * s.h + ih) * s.w + iw) * c, wt + (i * s.kw + j) * c, c);
+            fma_row(yr, x_rows[i] + iw * c, wt + (i * s.kw + j) * c, c);
           }
         }
       }
@@ -74,21 +87,26 @@ void depthwise_backward_input(const Context& ctx, const Conv2dShape& s, const S*
   transpose_taps(w, c, kk, wt);
   parallel_for(s.n * s.h, row_grain(s, s.w), [&](int64_t b, int64_t e) {
     RowWriter<S> write(dx, c, s.w);  // one input image row at a time
+    std::vector<RowReader<S>> read(static_cast<size_t>(s.kh), RowReader<S>(c, ow_n));
+    std::vector<const T*> dy_rows(static_cast<size_t>(s.kh));  // the dy row of each kernel row
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / s.h, ih = r % s.h;
+      for (int64_t i = 0; i < s.kh; ++i) {
+        int64_t th = ih + s.pad_h - i * s.dil_h;
+        const bool reads = th >= 0 && th % s.stride_h == 0 && th / s.stride_h < oh_n;
+        dy_rows[i] = reads ? read[i](dy, (n * oh_n + th / s.stride_h) * ow_n, ow_n) : nullptr;
+      }
       T* dx_row = write.row(r * s.w);
       for (int64_t iw = 0; iw < s.w; ++iw) {
         T* dxr = dx_row + iw * c;
         std::fill(dxr, dxr + c, T(0));
         for (int64_t i = 0; i < s.kh; ++i) {
-          int64_t th = ih + s.pad_h - i * s.dil_h;
-          if (th < 0 || th % s.stride_h != 0 || th / s.stride_h >= oh_n) continue;
-          int64_t oh = th / s.stride_h;
+          if (dy_rows[i] == nullptr) continue;
           for (int64_t j = 0; j < s.kw; ++j) {
             int64_t tw = iw + s.pad_w - j * s.dil_w;
             if (tw < 0 || tw % s.stride_w != 0 || tw / s.stride_w >= ow_n) continue;
             int64_t ow = tw / s.stride_w;
-            fma_widened(dxr, dy + ((n * oh_n + oh) * ow_n + ow) * c, wt + (i * s.kw + j) * c, c);
+            fma_row(dxr, dy_rows[i] + ow * c, wt + (i * s.kw + j) * c, c);
           }
         }
       }
@@ -112,18 +130,24 @@ void depthwise_backward_weight(const Context& ctx, const Conv2dShape& s, const S
   for_each_chunk(rows, chunks, [&](int64_t t, int64_t b, int64_t e) {
     T* acc = partial + t * kk * c;
     std::fill(acc, acc + kk * c, T(0));
-
+    RowReader<S> read_dy(c, ow_n);
+    std::vector<RowReader<S>> read_x(static_cast<size_t>(s.kh), RowReader<S>(c, s.w));
+    std::vector<const T*> x_rows(static_cast<size_t>(s.kh));  // the input row of each kernel row
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / oh_n, oh = r % oh_n;
+      const T* dy_row = read_dy(dy, r * ow_n, ow_n);
+      for (int64_t i = 0; i < s.kh; ++i) {
+        int64_t ih = oh * s.stride_h - s.pad_h + i * s.dil_h;
+        x_rows[i] = ih < 0 || ih >= s.h ? nullptr : read_x[i](x, (n * s.h + ih) * s.w, s.w);
+      }
       for (int64_t ow = 0; ow < ow_n; ++ow) {
-        const S* dyr = dy + (r * ow_n + ow) * c;
+        const T* dyr = dy_row + ow * c;
         for (int64_t i = 0; i < s.kh; ++i) {
-          int64_t ih = oh * s.stride_h - s.pad_h + i * s.dil_h;
-          if (ih < 0 || ih >= s.h) continue;
+          if (x_rows[i] == nullptr) continue;
           for (int64_t j = 0; j < s.kw; ++j) {
             int64_t iw = ow * s.stride_w - s.pad_w + j * s.dil_w;
             if (iw < 0 || iw >= s.w) continue;
-            fma_both_widened(acc + (i * s.kw + j) * c, x + ((n * s.h + ih) * s.w + iw) * c, dyr, c);
+            fma_row(acc + (i * s.kw + j) * c, x_rows[i] + iw * c, dyr, c);
           }
         }
       }

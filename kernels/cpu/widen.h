@@ -89,54 +89,9 @@ void narrow(const T* src, int64_t n, T* dst) {
   std::copy(src, src + n, dst);
 }
 
-#if defined(__AVX2__)
-// Eight 16-bit values as f32 in a register.
-inline __m256 load8(const bf16_t* p) {
-  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-#if defined(__F16C__)
-inline __m256 load8(const f16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-#endif
-#endif
-
 // True when S is stored in fewer bits than it is computed in (f16, bf16).
 template <typename S>
 inline constexpr bool is_narrow_v = !std::is_same_v<S, typename Num<S>::C>;
-
-// y[i] += a[i] * b[i] over n elements, a in storage S (widened in registers, eight at a time
-// for 16-bit S), y and b in the compute type: an inner loop that reads 16-bit data with no
-// buffer between the load and the arithmetic.
-template <typename S, typename T>
-inline void fma_widened(T* __restrict y, const S* __restrict a, const T* __restrict b, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-  if constexpr (std::is_same_v<S, bf16_t> || std::is_same_v<S, f16_t>) {
-    for (; i + 8 <= n; i += 8) {
-      __m256 av = load8(a + i);
-      _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(b + i), _mm256_loadu_ps(y + i)));
-    }
-  }
-#endif
-  for (; i < n; ++i) y[i] += Num<S>::load(a[i]) * b[i];
-}
-
-// y[i] += a[i] * b[i] with both a and b in storage S.
-template <typename S, typename T>
-inline void fma_both_widened(T* __restrict y, const S* __restrict a, const S* __restrict b,
-                             int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-  if constexpr (std::is_same_v<S, bf16_t> || std::is_same_v<S, f16_t>) {
-    for (; i + 8 <= n; i += 8) {
-      _mm256_storeu_ps(y + i, _mm256_fmadd_ps(load8(a + i), load8(b + i), _mm256_loadu_ps(y + i)));
-    }
-  }
-#endif
-  for (; i < n; ++i) y[i] += Num<S>::load(a[i]) * Num<S>::load(b[i]);
-}
 
 // Rows per block for kernels that walk [rows, c] tensors a block of rows at a time: about 8 KiB
 // of f32 per block buffer, so a few of them stay in L1, and a per-block cost (a call, a loop
