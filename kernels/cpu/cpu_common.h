@@ -4,7 +4,9 @@
 // are computed in f32 inside the kernels, never through an f32 copy of the tensor: conv, batch
 // norm, activations, binary/affine ops and global pooling widen a row, a block or a GEMM chunk
 // into a buffer that stays in cache and narrow the result into the 16-bit output (cpu/widen.h,
-// rounding once, so a 16-bit result is the f32 result on the same values, rounded); the kernels
+// rounding once, so a 16-bit result is the f32 result on the same values, rounded), except the
+// pointwise convs' GEMMs, which oneDNN reads and writes in bf16 itself where it can (Note
+// [oneDNN GEMMs] in cpu/onednn_gemm.h, accumulating in f32 and rounding once too); the kernels
 // of kernels/math.h and dim_reduce.h convert one element at a time (cpu/typed.h). The few ops
 // left (max/avg pool2d, matmul, loss, dropout, sum_to: small tensors in a CNN) still run on an
 // f32 copy and round back (detail::cpu_half in core/op_util.h). Strided copies move elements of
