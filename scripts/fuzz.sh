@@ -2,10 +2,14 @@
 # Builds the libFuzzer targets of fuzz/ in build-fuzz (clang, ASan + UBSan, CPU only), makes
 # their seed corpora from real files, runs each for SECONDS and prints its executions. A crash,
 # leak, timeout or unclear error stops that target; its input is left in build-fuzz/crashes/.
-# Not part of CI (see fuzz/README.md).
+# The command-line parsers' target (cli_fuzz) runs too, through scripts/fuzz-cli.sh (its own
+# project in fuzz/cli, build-fuzz-cli; crashes in build-fuzz-cli/). Not part of CI (see
+# fuzz/README.md).
 #
 #   scripts/fuzz.sh 300                      # five minutes per target
-#   scripts/fuzz.sh 900 checkpoint_fuzz      # one target (idx_fuzz, safetensors_fuzz, checkpoint_fuzz)
+#   scripts/fuzz.sh 900 checkpoint_fuzz      # one target (idx_fuzz, safetensors_fuzz, checkpoint_fuzz,
+#                                            # cli_fuzz: the command-line parsers, through
+#                                            # scripts/fuzz-cli.sh and its own build-fuzz-cli)
 #   FRUGAL_FUZZ_PARALLEL=1 scripts/fuzz.sh 900  # the targets side by side, a core each
 #   FRUGAL_FUZZ_JOBS=2 scripts/fuzz.sh 60       # build with 2 jobs
 set -euo pipefail
@@ -13,7 +17,8 @@ cd "$(dirname "$0")/.."
 seconds=${1:?usage: scripts/fuzz.sh SECONDS [TARGET...]}
 shift
 build=build-fuzz
-all_targets=(idx_fuzz safetensors_fuzz checkpoint_fuzz)
+reader_targets=(idx_fuzz safetensors_fuzz checkpoint_fuzz)  # built here, in build-fuzz
+all_targets=("${reader_targets[@]}" cli_fuzz)
 targets=("${all_targets[@]}")
 if [ $# -gt 0 ]; then targets=("$@"); fi
 launcher=()
@@ -22,7 +27,7 @@ if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=c
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DFRUGAL_CUDA=OFF -DFRUGAL_FUZZ=ON -DFRUGAL_BUILD_TESTS=OFF -DFRUGAL_BUILD_PROGRAMS=OFF \
   "${launcher[@]}" > /dev/null
-cmake --build "$build" -j"${FRUGAL_FUZZ_JOBS:-$(nproc)}" --target "${all_targets[@]}" checkpoint_seed
+cmake --build "$build" -j"${FRUGAL_FUZZ_JOBS:-$(nproc)}" --target "${reader_targets[@]}" checkpoint_seed
 
 # Seeds: the first images and labels of Fashion-MNIST's test files, raw and gzip'd; the golden
 # safetensors files' first tensors; a checkpoint and a model saved by frugal itself.
@@ -80,11 +85,15 @@ export OMP_NUM_THREADS=1  # the loaders' tensors are tiny; no thread pool per in
 # One target: its log, then a line for the summary in $build/logs/<target>.summary.
 run_target() {
   local t=$1 rc=0 execs
-  mkdir -p "$build/corpus/$t" "$build/crashes/$t"
-  # -timeout: an input taking over 10 s counts as a hang; -rss_limit_mb bounds memory per input.
-  "$build/fuzz/$t" "$build/corpus/$t" "$seeds/$t" -max_total_time="$seconds" -timeout=10 \
-    -rss_limit_mb=2048 -max_len="${max_len[$t]}" ${dict[$t]} -print_final_stats=1 \
-    -artifact_prefix="$build/crashes/$t/" > "$build/logs/$t.log" 2>&1 || rc=$?
+  if [ "$t" = cli_fuzz ]; then  # its own project, build and corpus (scripts/fuzz-cli.sh)
+    scripts/fuzz-cli.sh "$seconds" > "$build/logs/$t.log" 2>&1 || rc=$?
+  else
+    mkdir -p "$build/corpus/$t" "$build/crashes/$t"
+    # -timeout: an input taking over 10 s counts as a hang; -rss_limit_mb bounds memory per input.
+    "$build/fuzz/$t" "$build/corpus/$t" "$seeds/$t" -max_total_time="$seconds" -timeout=10 \
+      -rss_limit_mb=2048 -max_len="${max_len[$t]}" ${dict[$t]} -print_final_stats=1 \
+      -artifact_prefix="$build/crashes/$t/" > "$build/logs/$t.log" 2>&1 || rc=$?
+  fi
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$build/logs/$t.log" | grep -o '[0-9]*$' || echo "?")
   if [ "$rc" -ne 0 ]; then
     tail -n 40 "$build/logs/$t.log" >&2
