@@ -48,6 +48,19 @@ void channel_sums(const Context& ctx, int64_t rows, int64_t c, int64_t width, do
   }
 }
 
+// Calls per_row(row) for rows b .. e - 1 of x ([rows, c]) in the compute type, widened a block
+// of rows at a time.
+template <typename S, typename PerRow>
+void for_each_row(const S* x, int64_t c, int64_t b, int64_t e, PerRow&& per_row) {
+  const int64_t block = rows_per_block(c);
+  RowReader<S> read(c, block);
+  for (int64_t r = b; r < e; r += block) {
+    const int64_t n = std::min(block, e - r);
+    const auto* xs = read(x, r, n);
+    for (int64_t i = 0; i < n; ++i) per_row(xs + i * c);
+  }
+}
+
 // Per-channel affine [mean, scale, beta] from the saved (rounded) statistics, so that the forward
 // and a later recompute (batch_norm_act_apply) build the same numbers (Note [Batch norm with its
 // activation]).
@@ -104,32 +117,19 @@ void forward_train(const Context& ctx, Activation act, int64_t rows, int64_t c, 
   memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(5 * c) * sizeof(T));
   T* affine = static_cast<T*>(affine_buf.get());  // [3, C]: mean, scale, beta
   T* rounded = affine + 3 * c;                    // [2, C]: mean and invstd as saved
-  const int64_t block = rows_per_block(c);
   channel_sums(ctx, rows, c, 1, mean, [&](int64_t b, int64_t e, double* __restrict acc) {
-    RowReader<S> read(c, block);
-    for (int64_t r = b; r < e; r += block) {
-      const int64_t n = std::min(block, e - r);
-      const T* xs = read(x, r, n);
-      for (int64_t i = 0; i < n; ++i) {
-        const T* __restrict xr = xs + i * c;
-        for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(xr[j]);
-      }
-    }
+    for_each_row(x, c, b, e, [&](const T* __restrict xr) {
+      for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(xr[j]);
+    });
   });
   for (int64_t j = 0; j < c; ++j) mean[j] /= static_cast<double>(rows);
   channel_sums(ctx, rows, c, 1, var, [&](int64_t b, int64_t e, double* __restrict acc) {
-    RowReader<S> read(c, block);
-    for (int64_t r = b; r < e; r += block) {
-      const int64_t n = std::min(block, e - r);
-      const T* xs = read(x, r, n);
-      for (int64_t i = 0; i < n; ++i) {
-        const T* __restrict xr = xs + i * c;
-        for (int64_t j = 0; j < c; ++j) {
-          double d = static_cast<double>(xr[j]) - mean[j];
-          acc[j] += d * d;
-        }
+    for_each_row(x, c, b, e, [&](const T* __restrict xr) {
+      for (int64_t j = 0; j < c; ++j) {
+        double d = static_cast<double>(xr[j]) - mean[j];
+        acc[j] += d * d;
       }
-    }
+    });
   });
   for (int64_t j = 0; j < c; ++j) {
     double biased = var[j] / static_cast<double>(rows);
