@@ -88,9 +88,13 @@ Built build(int64_t m, int64_t n, int64_t k, const GemmOperand& a, const GemmOpe
 }
 
 // Shapes repeat every step, so each is built once; a model has a few dozen.
-const Built& built_for(const Key& key, int64_t m, int64_t n, int64_t k, const GemmOperand& a,
+const Built& built_for(int64_t m, int64_t n, int64_t k, const GemmOperand& a,
                        const GemmOperand& b, DType c_dtype, int64_t ldc, bool bias,
                        bool accumulate) {
+  const auto dt = [](DType t) { return static_cast<int64_t>(t); };
+  const Key key{m,           n,           k,           ldc,          a.ld,         b.ld,
+                dt(a.dtype), dt(b.dtype), dt(c_dtype), a.transposed, b.transposed, bias,
+                accumulate};
   static std::mutex mutex;
   static std::map<Key, Built> cache;
   std::lock_guard<std::mutex> lock(mutex);
@@ -107,11 +111,7 @@ bool onednn_gemm(const Context& ctx, int64_t m, int64_t n, int64_t k, const Gemm
                  const GemmOperand& b, void* c, DType c_dtype, int64_t ldc, const float* bias,
                  bool accumulate) {
   if (!enabled_by_environment() || m <= 0 || n <= 0 || k <= 0) return false;
-  const auto dt = [](DType t) { return static_cast<int64_t>(t); };
-  const Key key{m,           n,           k,           ldc,          a.ld,         b.ld,
-                dt(a.dtype), dt(b.dtype), dt(c_dtype), a.transposed, b.transposed, bias != nullptr,
-                accumulate};
-  const Built& built = built_for(key, m, n, k, a, b, c_dtype, ldc, bias != nullptr, accumulate);
+  const Built& built = built_for(m, n, k, a, b, c_dtype, ldc, bias != nullptr, accumulate);
   if (!built.primitive) return false;
   const dnnl::engine& engine = cpu_engine();
   const dnnl::matmul::primitive_desc& pd = built.pd;
@@ -124,7 +124,7 @@ bool onednn_gemm(const Context& ctx, int64_t m, int64_t n, int64_t k, const Gemm
   if (bias != nullptr) {
     args.emplace(DNNL_ARG_BIAS, dnnl::memory(pd.bias_desc(), engine, const_cast<float*>(bias)));
   }
-  dnnl::stream stream(engine);
+  thread_local dnnl::stream stream(engine);  // one per calling thread, not one per call
   built.primitive->execute(stream, args);
   stream.wait();
   return true;
