@@ -2,17 +2,19 @@
 // training forward with running-stat update, evaluation forward, recompute from saved
 // statistics, and backward. Statistics are summed in double (two passes: mean, then
 // squared deviations) with per-chunk partial sums per channel, so rows split over threads.
-// x, y, dy and dx may be f16 or bf16 (storage S): rows are widened into per-thread f32 buffers
-// and results narrowed a block of rows at a time (kernels/cpu/widen.h), so that the conversions,
-// the fused activation's call and the loop tails are paid per block, not per row of a few dozen
-// channels; parameters and statistics are in the compute type T = Num<S>::C, as acc_dtype says.
+// x, y, dy and dx may be f16 or bf16 (storage S), computed in f32: bf16 is read and written where
+// it is stored, converted element by element inside the vectorised loops (a shift each way), f16
+// widened into per-thread buffers and narrowed a block of rows at a time (RowSource and RowSink,
+// kernels/cpu/widen.h). The activation is applied element by element inside the same loops
+// (kernels/cpu/activation_one.h), so each pass reads x (and dy) once and writes once. Parameters
+// and statistics are in the compute type T = Num<S>::C, as acc_dtype says.
 #include "kernels/batch_norm.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/activation_serial.h"
+#include "kernels/cpu/activation_one.h"
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/widen.h"
@@ -48,16 +50,38 @@ void channel_sums(const Context& ctx, int64_t rows, int64_t c, int64_t width, do
   }
 }
 
-// Calls per_row(row) for rows b .. e - 1 of x ([rows, c]) in the compute type, widened a block
-// of rows at a time.
-template <typename S, typename PerRow>
-void for_each_row(const S* x, int64_t c, int64_t b, int64_t e, PerRow&& per_row) {
+// Calls per_block(xs, n) for rows b .. e - 1 of x ([rows, c]), n <= rows_per_block(c) rows at a
+// time, xs their RowElement<S>s.
+template <typename S, typename PerBlock>
+void for_each_block(const S* x, int64_t c, int64_t b, int64_t e, PerBlock&& per_block) {
   const int64_t block = rows_per_block(c);
-  RowReader<S> read(c, block);
+  RowSource<S> read(c, block);
   for (int64_t r = b; r < e; r += block) {
     const int64_t n = std::min(block, e - r);
-    const auto* xs = read(x, r, n);
-    for (int64_t i = 0; i < n; ++i) per_row(xs + i * c);
+    per_block(read(x, r, n), n);
+  }
+}
+
+// The loops of the passes below are named functions, one per activation and element type, so
+// that each is vectorised with its activation inlined.
+
+// acc[j] += x[i, j] over n rows.
+template <typename E>
+void add_rows(int64_t n, int64_t c, const E* __restrict xs, double* __restrict acc) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(widen1(xs[i * c + j]));
+  }
+}
+
+// acc[j] += (x[i, j] - mean[j])^2 over n rows.
+template <typename E>
+void add_squared_deviations(int64_t n, int64_t c, const E* __restrict xs,
+                            const double* __restrict mean, double* __restrict acc) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < c; ++j) {
+      double d = static_cast<double>(widen1(xs[i * c + j])) - mean[j];
+      acc[j] += d * d;
+    }
   }
 }
 
@@ -75,35 +99,40 @@ void make_affine(int64_t c, const T* mean, const T* invstd, const T* gamma, cons
   }
 }
 
-// u = (x - mean) * scale + beta for one row; (x - mean) is explicit so that f32 does not cancel
-// two large terms when |mean| >> std.
+// u = (x - mean) * scale + beta, bn's output before its activation; (x - mean) is explicit so
+// that f32 does not cancel two large terms when |mean| >> std.
 template <typename T>
-inline void affine_row(int64_t c, const T* __restrict xr, const T* __restrict affine,
-                       T* __restrict ur) {
-  const T* mean = affine;
-  const T* scale = affine + c;
-  const T* beta = affine + 2 * c;
-  for (int64_t j = 0; j < c; ++j) ur[j] = (xr[j] - mean[j]) * scale[j] + beta[j];
+inline T affine_of(T x, const T* affine, int64_t c, int64_t j) {
+  return (x - affine[j]) * affine[c + j] + affine[2 * c + j];
+}
+
+// y = act(u) over n rows; y may be x itself.
+template <Activation act, typename E, typename T>
+__attribute__((noinline)) void apply_rows(int64_t n, int64_t c, const E* xs,
+                                          const T* __restrict affine, E* ys) {
+  for (int64_t i = 0; i < n * c; i += c) {
+#pragma GCC ivdep
+    for (int64_t j = 0; j < c; ++j) {
+      narrow1(forward_one<act>(affine_of(static_cast<T>(widen1(xs[i + j])), affine, c, j)),
+              ys[i + j]);
+    }
+  }
 }
 
 // y = act(affine(x)), a block of rows at a time.
 template <typename S, typename T = typename Num<S>::C>
 void apply_affine(Activation act, int64_t rows, int64_t c, const S* x, const T* affine, S* y) {
-  const bool fused = act != Activation::identity;
   const int64_t block = rows_per_block(c);
-  parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
-    std::vector<T> u(fused ? static_cast<size_t>(block * c) : 0);
-    RowReader<S> read(c, block);
-    RowWriter<S> write(y, c, block);
-    for (int64_t r = b; r < e; r += block) {
-      const int64_t n = std::min(block, e - r);
-      const T* xs = read(x, r, n);
-      T* ys = write.row(r);
-      T* us = fused ? u.data() : ys;
-      for (int64_t i = 0; i < n; ++i) affine_row(c, xs + i * c, affine, us + i * c);
-      if (fused) activation_forward_serial(act, n * c, us, ys);
-      write.commit(r, n);
-    }
+  with_activation(act, "batch_norm", [&](auto a) {
+    parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
+      RowSource<S> read(c, block);
+      RowSink<S> write(y, c, block);
+      for (int64_t r = b; r < e; r += block) {
+        const int64_t n = std::min(block, e - r);
+        apply_rows<decltype(a)::value>(n, c, read(x, r, n), affine, write.row(r));
+        write.commit(r, n);
+      }
+    });
   });
 }
 
@@ -117,19 +146,13 @@ void forward_train(const Context& ctx, Activation act, int64_t rows, int64_t c, 
   memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(5 * c) * sizeof(T));
   T* affine = static_cast<T*>(affine_buf.get());  // [3, C]: mean, scale, beta
   T* rounded = affine + 3 * c;                    // [2, C]: mean and invstd as saved
-  channel_sums(ctx, rows, c, 1, mean, [&](int64_t b, int64_t e, double* __restrict acc) {
-    for_each_row(x, c, b, e, [&](const T* __restrict xr) {
-      for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(xr[j]);
-    });
+  channel_sums(ctx, rows, c, 1, mean, [&](int64_t b, int64_t e, double* acc) {
+    for_each_block(x, c, b, e, [&](const auto* xs, int64_t n) { add_rows(n, c, xs, acc); });
   });
   for (int64_t j = 0; j < c; ++j) mean[j] /= static_cast<double>(rows);
-  channel_sums(ctx, rows, c, 1, var, [&](int64_t b, int64_t e, double* __restrict acc) {
-    for_each_row(x, c, b, e, [&](const T* __restrict xr) {
-      for (int64_t j = 0; j < c; ++j) {
-        double d = static_cast<double>(xr[j]) - mean[j];
-        acc[j] += d * d;
-      }
-    });
+  channel_sums(ctx, rows, c, 1, var, [&](int64_t b, int64_t e, double* acc) {
+    for_each_block(x, c, b, e,
+                   [&](const auto* xs, int64_t n) { add_squared_deviations(n, c, xs, mean, acc); });
   });
   for (int64_t j = 0; j < c; ++j) {
     double biased = var[j] / static_cast<double>(rows);
@@ -174,50 +197,76 @@ void apply_saved(const Context& ctx, Activation act, int64_t rows, int64_t c, co
   apply_affine(act, rows, c, x, affine, y);
 }
 
+// The gradient reaching bn's output: act'(u) * dy, u recomputed from x (dy itself for identity).
+template <Activation act, typename T>
+inline T grad_of(T x, T dy, const T* affine, int64_t c, int64_t j) {
+  if constexpr (act == Activation::identity) {
+    return dy;
+  } else {
+    return backward_one<act>(affine_of(x, affine, c, j), dy);
+  }
+}
+
+// acc[j] += du, acc[c + j] += du * (x - mean) over n rows (du = grad_of).
+template <Activation act, typename E, typename T>
+__attribute__((noinline)) void add_grad_terms(int64_t n, int64_t c, const E* __restrict xs,
+                                              const E* __restrict dys, const T* __restrict affine,
+                                              double* __restrict acc) {
+  for (int64_t i = 0; i < n * c; i += c) {
+    for (int64_t j = 0; j < c; ++j) {
+      T xv = widen1(xs[i + j]);
+      double g =
+          static_cast<double>(grad_of<act>(xv, static_cast<T>(widen1(dys[i + j])), affine, c, j));
+      acc[j] += g;
+      acc[c + j] += g * (static_cast<double>(xv) - static_cast<double>(affine[j]));
+    }
+  }
+}
+
+// dx = a * du + b * (x - mean) + d over n rows, coef = [a, b, d, mean] per channel; dx may be
+// dy itself, element for element.
+template <Activation act, typename E, typename T>
+__attribute__((noinline)) void grad_input_rows(int64_t n, int64_t c, const E* xs, const E* dys,
+                                               const T* __restrict affine, const T* __restrict coef,
+                                               E* dxs) {
+  const T* ca = coef;
+  const T* cb = coef + c;
+  const T* cd = coef + 2 * c;
+  const T* cm = coef + 3 * c;
+  for (int64_t i = 0; i < n * c; i += c) {
+#pragma GCC ivdep
+    for (int64_t j = 0; j < c; ++j) {
+      T xv = widen1(xs[i + j]);
+      T g = grad_of<act>(xv, static_cast<T>(widen1(dys[i + j])), affine, c, j);
+      narrow1(ca[j] * g + cb[j] * (xv - cm[j]) + cd[j], dxs[i + j]);
+    }
+  }
+}
+
 // With u = bn(x), du = act'(u) * dy, xhat = (x - mean) * invstd, M = rows:
 //   dbeta = sum du, dgamma = sum du * xhat,
 //   dx = gamma * invstd / M * (M * du - dbeta - xhat * dgamma).
-// du is recomputed per row in both passes, never stored.
+// du is recomputed per element in both passes, never stored.
 template <typename S, typename T = typename Num<S>::C>
 void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const S* x, const S* dy,
               const T* gamma, const T* beta, const T* save_mean, const T* save_invstd, S* dx,
               T* dgamma, T* dbeta) {
-  const bool fused = act != Activation::identity;
   memory::DataPtr affine_buf = ctx.workspace(static_cast<size_t>(3 * c) * sizeof(T));
   T* affine = static_cast<T*>(affine_buf.get());
   make_affine(c, save_mean, save_invstd, gamma, beta, affine);
   const int64_t block = rows_per_block(c);
-  // The gradient reaching bn's output for n rows (x's rows xs, dy's rows dys, both in T): dy
-  // itself, or act'(u) * dy into `du` (u and du hold a block of rows each).
-  auto grad_rows = [&](int64_t n, const T* xs, const T* dys, T* u, T* du) -> const T* {
-    if (!fused) return dys;
-    for (int64_t i = 0; i < n; ++i) affine_row(c, xs + i * c, affine, u + i * c);
-    activation_backward_serial(act, n * c, u, dys, du);
-    return du;
-  };
   memory::DataPtr sums_buf = ctx.workspace(static_cast<size_t>(2 * c) * sizeof(double));
   double* sums = static_cast<double*>(sums_buf.get());  // [2, C]: sum du, sum du * (x - mean)
-  {
-    // channel_sums walks rows in chunks on threads; each chunk has its own block buffers.
-    channel_sums(ctx, rows, c, 2, sums, [&](int64_t b, int64_t e, double* __restrict acc) {
-      std::vector<T> buf(fused ? static_cast<size_t>(2 * block * c) : 0);
-      RowReader<S> read_x(c, block), read_dy(c, block);
+  with_activation(act, "batch_norm_backward", [&](auto a) {
+    constexpr Activation kAct = decltype(a)::value;
+    channel_sums(ctx, rows, c, 2, sums, [&](int64_t b, int64_t e, double* acc) {
+      RowSource<S> read_x(c, block), read_dy(c, block);
       for (int64_t r = b; r < e; r += block) {
         const int64_t n = std::min(block, e - r);
-        const T* xs = read_x(x, r, n);
-        const T* gs = grad_rows(n, xs, read_dy(dy, r, n), buf.data(), buf.data() + block * c);
-        for (int64_t i = 0; i < n; ++i) {
-          const T* __restrict xr = xs + i * c;
-          const T* __restrict gr = gs + i * c;
-          for (int64_t j = 0; j < c; ++j) {
-            double g = static_cast<double>(gr[j]);
-            acc[j] += g;
-            acc[c + j] += g * (static_cast<double>(xr[j]) - static_cast<double>(save_mean[j]));
-          }
-        }
+        add_grad_terms<kAct>(n, c, read_x(x, r, n), read_dy(dy, r, n), affine, acc);
       }
     });
-  }
+  });
   for (int64_t j = 0; j < c; ++j) {
     if (dbeta != nullptr) dbeta[j] = static_cast<T>(sums[j]);
     if (dgamma != nullptr) {
@@ -228,10 +277,7 @@ void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const
   // dx = a * du + b * (x - mean) + d per channel, folding every constant ahead of the row
   // loop; (x - mean) stays explicit so f32 does not cancel two large terms when |mean| >> std.
   memory::DataPtr coef_buf = ctx.workspace(static_cast<size_t>(4 * c) * sizeof(T));
-  T* ca = static_cast<T*>(coef_buf.get());
-  T* cb = ca + c;
-  T* cd = cb + c;
-  T* cm = cd + c;
+  T* coef = static_cast<T*>(coef_buf.get());  // [4, C]: a, b, d, mean
   double m = static_cast<double>(rows);
   for (int64_t j = 0; j < c; ++j) {
     double invstd = static_cast<double>(save_invstd[j]);
@@ -239,30 +285,22 @@ void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const
     double g = gamma != nullptr ? static_cast<double>(gamma[j]) : 1.0;
     double a = g * invstd;
     double b = -a * sums[c + j] * invstd * invstd / m;  // coefficient of (x - mean)
-    ca[j] = static_cast<T>(a);
-    cb[j] = static_cast<T>(b);
-    cd[j] = static_cast<T>(-a * sums[j] / m);
-    cm[j] = static_cast<T>(mean);
+    coef[j] = static_cast<T>(a);
+    coef[c + j] = static_cast<T>(b);
+    coef[2 * c + j] = static_cast<T>(-a * sums[j] / m);
+    coef[3 * c + j] = static_cast<T>(mean);
   }
-  parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
-    std::vector<T> buf(fused ? static_cast<size_t>(2 * block * c) : 0);
-    RowReader<S> read_x(c, block), read_dy(c, block);
-    RowWriter<S> write(dx, c, block);
-    for (int64_t r = b; r < e; r += block) {
-      // dx may be dy itself (kernels/batch_norm.h): gs and dxs may alias, element for element
-      // (when S is 16-bit, gs is a widened copy and dxs a buffer narrowed after the block).
-      const int64_t n = std::min(block, e - r);
-      const T* xs = read_x(x, r, n);
-      const T* gs = grad_rows(n, xs, read_dy(dy, r, n), buf.data(), buf.data() + block * c);
-      T* dxs = write.row(r);
-      for (int64_t i = 0; i < n * c; i += c) {
-        const T* __restrict xr = xs + i;
-        const T* gr = gs + i;
-        T* dxr = dxs + i;
-        for (int64_t j = 0; j < c; ++j) dxr[j] = ca[j] * gr[j] + cb[j] * (xr[j] - cm[j]) + cd[j];
+  with_activation(act, "batch_norm_backward", [&](auto a) {
+    constexpr Activation kAct = decltype(a)::value;
+    parallel_for(rows, std::max<int64_t>(1, 32768 / c), [&](int64_t b, int64_t e) {
+      RowSource<S> read_x(c, block), read_dy(c, block);
+      RowSink<S> write(dx, c, block);
+      for (int64_t r = b; r < e; r += block) {
+        const int64_t n = std::min(block, e - r);
+        grad_input_rows<kAct>(n, c, read_x(x, r, n), read_dy(dy, r, n), affine, coef, write.row(r));
+        write.commit(r, n);
       }
-      write.commit(r, n);
-    }
+    });
   });
 }
 

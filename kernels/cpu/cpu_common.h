@@ -4,7 +4,9 @@
 // are computed in f32 inside the kernels, never through an f32 copy of the tensor: conv, batch
 // norm, activations, binary/affine ops and global pooling widen a row, a block or a GEMM chunk
 // into a buffer that stays in cache and narrow the result into the 16-bit output (cpu/widen.h,
-// rounding once, so a 16-bit result is the f32 result on the same values, rounded), except the
+// rounding once, so a 16-bit result is the f32 result on the same values, rounded). Two
+// exceptions: batch norm reads and writes bf16 where it is stored, converting element by element
+// inside its vectorised loops (a shift each way; cpu/widen.h's RowSource and RowSink), and the
 // pointwise convs' GEMMs, which oneDNN reads and writes in bf16 itself where it can (Note
 // [oneDNN GEMMs] in cpu/onednn_gemm.h, accumulating in f32 and rounding once too); the kernels
 // of kernels/math.h and dim_reduce.h convert one element at a time (cpu/typed.h). The few ops

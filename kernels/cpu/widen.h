@@ -93,6 +93,34 @@ void narrow(const T* src, int64_t n, T* dst) {
 template <typename S>
 inline constexpr bool is_narrow_v = !std::is_same_v<S, typename Num<S>::C>;
 
+// One element in the compute type, for loops that convert as they go: written in plain shifts
+// and selects so that the compiler vectorises the loops around them (bf16 widens with one shift,
+// and narrows with round to nearest even, NaN kept a NaN, as float_to_bf16 does).
+inline float widen1(bf16_t v) {
+  return __builtin_bit_cast(float, static_cast<uint32_t>(v.bits) << 16);
+}
+inline float widen1(float v) { return v; }
+inline double widen1(double v) { return v; }
+inline void narrow1(float v, bf16_t& out) {
+  const uint32_t u = __builtin_bit_cast(uint32_t, v);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  out.bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+inline void narrow1(float v, float& out) { out = v; }
+inline void narrow1(double v, double& out) { out = v; }
+
+// Whether loops read and write S where it is stored, converting one element at a time (widen1,
+// narrow1): f32, f64, and bf16, whose conversions are shifts that vectorise. f16's need F16C's
+// instructions, which the compiler does not use for single elements: f16 rows are widened into a
+// buffer and narrowed from one (widen, narrow above).
+template <typename S>
+inline constexpr bool converts_in_place_v = !std::is_same_v<S, f16_t>;
+
+// What such loops see of S: S itself, or the compute type for rows widened into a buffer.
+template <typename S>
+using RowElement = std::conditional_t<converts_in_place_v<S>, S, typename Num<S>::C>;
+
 // Rows per block for kernels that walk [rows, c] tensors a block of rows at a time: about 8 KiB
 // of f32 per block buffer, so a few of them stay in L1, and a per-block cost (a call, a loop
 // tail) is paid once per many rows when c is a few dozen channels.
@@ -151,6 +179,55 @@ class RowWriter {
   S* base_;
   int64_t c_;
   std::vector<C> buf_;
+};
+
+// RowReader and RowWriter for loops that convert as they go: up to `max_rows` consecutive rows
+// of `c` elements as RowElement<S> (the tensor itself where S converts in place, else a widened
+// buffer), and where to write them (commit narrows the buffer of f16 rows). Loops read with
+// widen1 and write with narrow1, so one body serves every dtype.
+template <typename S>
+class RowSource {
+ public:
+  using E = RowElement<S>;
+  explicit RowSource(int64_t c, int64_t max_rows = 1) : c_(c) {
+    if constexpr (!converts_in_place_v<S>) buf_.resize(static_cast<size_t>(c * max_rows));
+  }
+  const E* operator()(const S* base, int64_t r, int64_t n = 1) {
+    if constexpr (converts_in_place_v<S>) {
+      return base + r * c_;
+    } else {
+      widen(base + r * c_, n * c_, buf_.data());
+      return buf_.data();
+    }
+  }
+
+ private:
+  int64_t c_;
+  std::vector<E> buf_;
+};
+
+template <typename S>
+class RowSink {
+ public:
+  using E = RowElement<S>;
+  RowSink(S* base, int64_t c, int64_t max_rows = 1) : base_(base), c_(c) {
+    if constexpr (!converts_in_place_v<S>) buf_.resize(static_cast<size_t>(c * max_rows));
+  }
+  E* row(int64_t r) {
+    if constexpr (converts_in_place_v<S>) {
+      return base_ + r * c_;
+    } else {
+      return buf_.data();
+    }
+  }
+  void commit(int64_t r, int64_t n = 1) {
+    if constexpr (!converts_in_place_v<S>) narrow(buf_.data(), n * c_, base_ + r * c_);
+  }
+
+ private:
+  S* base_;
+  int64_t c_;
+  std::vector<E> buf_;
 };
 
 }  // namespace frugal::kernels::cpu

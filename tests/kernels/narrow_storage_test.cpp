@@ -88,6 +88,9 @@ TEST(WidenNarrow, EveryBitPatternWidensAsTheScalarConversion) {
   widen(reinterpret_cast<const bf16_t*>(all.data()), static_cast<int64_t>(all.size()), got.data());
   for (size_t i = 0; i < all.size(); ++i) {
     ASSERT_EQ(float_bits(got[i]), float_bits(bf16_to_float(all[i]))) << "bf16 bits " << i;
+    // the one-element conversion that kernels converting in place use (batch norm)
+    const float one = kernels::cpu::widen1(bf16_t{all[i]});
+    ASSERT_EQ(float_bits(one), float_bits(bf16_to_float(all[i]))) << "widen1, bf16 bits " << i;
   }
   widen(reinterpret_cast<const f16_t*>(all.data()), static_cast<int64_t>(all.size()), got.data());
   for (size_t i = 0; i < all.size(); ++i) {
@@ -135,6 +138,12 @@ TEST(WidenNarrow, NarrowRoundsAsTheScalarConversion) {
         ASSERT_EQ(got[i], want) << dt << " element " << i << " = " << v[i];
       }
     }
+  }
+  // bf16's one-element narrowing: float_to_bf16 bit for bit, NaNs included
+  for (size_t i = 0; i < v.size(); ++i) {
+    bf16_t one;
+    kernels::cpu::narrow1(v[i], one);
+    ASSERT_EQ(one.bits, float_to_bf16(v[i])) << "narrow1, element " << i << " = " << v[i];
   }
 }
 
