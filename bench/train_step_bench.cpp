@@ -26,6 +26,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "train/captured_step.h"
+#include "train/memory_budget.h"
 #include "train/step_planner.h"
 #include "train/step_timer.h"
 #include "train/trainer.h"
@@ -46,8 +47,13 @@ constexpr const char* kUsage =
     "                        [--input CxHxW] [--classes K] [--precision f32|f16|bf16]\n"
     "                        [--warmup N] [--steps N] [--seed S] [--json] [--profile]\n"
     "                        [--graph] [--checkpoint none|blocks|first:K|N] [--memory-cap-mib M]\n"
-    "                        [--planner on|off] [--recompute-depthwise]\n"
+    "                        [--planner on|off] [--recompute-depthwise] [--micro-batches N]\n"
+    "                        [--memory-budget-mib M]\n"
     "  --checkpoint:     activation checkpointing (models::CheckpointPolicy)\n"
+    "  --micro-batches:  accumulate gradients over N slices of the batch (train::train_step)\n"
+    "  --memory-budget-mib: the cheapest way to fit M MiB (train::choose_for_budget: plain,\n"
+    "      checkpointed leading blocks, micro-batches), as frugal train --memory-budget does,\n"
+    "      with the allocator capped at M; overrides --checkpoint and --micro-batches\n"
     "  --planner on|off: plan the step's memory before the first step and replay it from one\n"
     "      arena (on by default, off with --graph)\n"
     "  --memory-cap-mib: cap the CUDA caching allocator's reserved memory (an OOM beyond it)\n"
@@ -91,10 +97,11 @@ std::string device_name(Device device) {
 }
 
 int run(int argc, char** argv) {
-  Flags flags(argc, argv,
-              {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps",
-               "seed", "checkpoint", "memory-cap-mib", "planner"},
-              {"json", "help", "profile", "graph", "recompute-depthwise"});
+  Flags flags(
+      argc, argv,
+      {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps", "seed",
+       "checkpoint", "memory-cap-mib", "planner", "micro-batches", "memory-budget-mib"},
+      {"json", "help", "profile", "graph", "recompute-depthwise"});
   if (flags.flag("help")) {
     std::cout << kUsage;
     return 0;
@@ -117,9 +124,23 @@ int run(int argc, char** argv) {
   if (device.is_meta()) throw std::invalid_argument("--device meta has no clock to time");
 
   const bool recompute_depthwise = flags.flag("recompute-depthwise");
-  const models::CheckpointPolicy checkpoint =
+  models::CheckpointPolicy checkpoint =
       models::CheckpointPolicy::parse(flags.str("checkpoint", "none"));
-  if (const int64_t cap_mib = flags.integer("memory-cap-mib", 0, 0); cap_mib > 0) {
+  int64_t micro_batches = flags.integer("micro-batches", 1, 1);
+  int64_t cap_mib = flags.integer("memory-cap-mib", 0, 0);
+  std::string budget_choice;
+  if (const int64_t budget_mib = flags.integer("memory-budget-mib", 0, 0); budget_mib > 0) {
+    // Note [Fitting a memory budget], as frugal train --memory-budget chooses.
+    const train::BudgetChoice c = train::choose_for_budget(
+        model_name, {.num_classes = classes, .in_channels = chw[0]},
+        Shape{batch, chw[1], chw[2], chw[0]}, amp_dtype, "sgd", budget_mib << 20, device.is_cuda());
+    if (!c.fits) throw std::invalid_argument("--memory-budget-mib: nothing fits, " + c.str());
+    checkpoint = c.checkpoint;
+    micro_batches = c.micro_batches;
+    cap_mib = budget_mib;
+    budget_choice = c.str();
+  }
+  if (cap_mib > 0) {
     if (!device.is_cuda()) throw std::invalid_argument("--memory-cap-mib needs a CUDA device");
     memory::cuda_caching_allocator(device.index)
         .set_memory_cap_bytes(static_cast<size_t>(cap_mib) << 20);
@@ -153,11 +174,13 @@ int run(int argc, char** argv) {
     throw std::invalid_argument("--planner expects on or off, got '" + planner_flag + "'");
   train::StepPlanner planner(planner_flag == "on" ? device : Device::cpu());
   train::plan_before_first_step(planner, model_name, config, Shape{batch, chw[1], chw[2], chw[0]},
-                                amp_dtype);  // nothing when the planner is off
+                                amp_dtype, micro_batches);  // nothing when the planner is off
   auto eager_step = [&]() -> Tensor {
     Tensor out;
-    planner.run(
-        [&] { out = train::train_step(*model, opt, images, labels, amp_dtype, scaler.get()); });
+    planner.run([&] {
+      out = train::train_step(*model, opt, images, labels, amp_dtype, scaler.get(), 0.0,
+                              micro_batches);
+    });
     return out;
   };
   // --graph: the warm-up runs eagerly but for its last step, which captures (and replays).
@@ -213,7 +236,9 @@ int run(int argc, char** argv) {
   j["graph"] = graph && captured.captured();
   j["config"] = "checkpoint " + checkpoint.str() +
                 (recompute_depthwise ? ", depthwise recomputed" : "") +
+                (micro_batches > 1 ? ", " + std::to_string(micro_batches) + " micro-batches" : "") +
                 (planner.active() ? ", planner" : "");
+  if (!budget_choice.empty()) j["memory_budget_choice"] = budget_choice;
   j["layout"] = "NHWC";
   j["batch"] = batch;
   j["input"] = input;

@@ -21,8 +21,10 @@ struct Context {
 
   // The default context of a device: its allocator and (on CUDA) its compute stream.
   static Context of(Device device);
-  memory::DataPtr workspace(size_t bytes) const {
-    memory::CategoryScope tag(memory::Category::workspace);  // Note [Allocation events]
+  // `category`: workspace, or conv_workspace for cuDNN's (Note [Bounded conv workspace]).
+  memory::DataPtr workspace(size_t bytes,
+                            memory::Category category = memory::Category::workspace) const {
+    memory::CategoryScope tag(category);  // Note [Allocation events]
     return (scratch != nullptr ? *scratch : memory::allocator_for(device)).allocate(bytes);
   }
 };

@@ -118,21 +118,24 @@ ArenaPlan plan_arena(const std::vector<Lifetime>& lifetimes) {
                      [&](size_t a, size_t b) { return key(lifetimes[a]) > key(lifetimes[b]); });
     return order;
   };
-  ArenaPlan by_size = place_in_order(lifetimes, sorted_by([](const Lifetime& l) {
-                                       return static_cast<double>(round_request(l.bytes));
-                                     }));
-  ArenaPlan by_area = place_in_order(lifetimes, sorted_by([](const Lifetime& l) {
-                                       return static_cast<double>(round_request(l.bytes)) *
-                                              static_cast<double>(l.end - l.begin);
-                                     }));
-  ArenaPlan plan =
-      by_area.arena_bytes < by_size.arena_bytes ? std::move(by_area) : std::move(by_size);
+  const std::vector<size_t> size_order =
+      sorted_by([](const Lifetime& l) { return static_cast<double>(round_request(l.bytes)); });
+  const std::vector<size_t> area_order = sorted_by([](const Lifetime& l) {
+    return static_cast<double>(round_request(l.bytes)) * static_cast<double>(l.end - l.begin);
+  });
+  ArenaPlan by_size = place_in_order(lifetimes, size_order);
+  ArenaPlan by_area = place_in_order(lifetimes, area_order);
+  const bool area_first = by_area.arena_bytes < by_size.arena_bytes;
+  ArenaPlan plan = area_first ? std::move(by_area) : std::move(by_size);
   plan.lower_bound = peak_live_bytes(lifetimes);
-  if (static_cast<double>(plan.arena_bytes) > kSearchAbove * static_cast<double>(plan.lower_bound)) {
-    search_orders(lifetimes, sorted_by([](const Lifetime& l) {
-                    return static_cast<double>(round_request(l.bytes));
-                  }),
-                  plan);
+  // The search starts from the better greedy order, then from the other while still above.
+  for (const std::vector<size_t>* order :
+       {area_first ? &area_order : &size_order, area_first ? &size_order : &area_order}) {
+    if (static_cast<double>(plan.arena_bytes) <=
+        kSearchAbove * static_cast<double>(plan.lower_bound)) {
+      break;
+    }
+    search_orders(lifetimes, *order, plan);
   }
   return plan;
 }

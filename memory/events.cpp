@@ -49,6 +49,8 @@ const char* category_name(Category c) {
       return "optimizer step";
     case Category::workspace:
       return "kernel workspace";
+    case Category::conv_workspace:
+      return "convolution workspace (cuDNN, bounded)";
   }
   return "?";
 }

@@ -42,9 +42,11 @@ enum class Phase : uint8_t { outside, forward, backward, optimizer };
 // What an allocation is for, as far as its tags tell: allocated outside a step (parameters,
 // buffers, the batch, optimizer state of earlier steps), in the forward (what survives it is
 // saved for backward), in the backward (gradients and transients), in the optimizer step (state
-// made lazily, transients), or a kernel's workspace.
-enum class Category : uint8_t { resident, forward, backward, optimizer, workspace };
-constexpr int kNumCategories = 5;
+// made lazily, transients), a kernel's workspace, or the bounded workspace of a cuDNN
+// convolution, which every step asks for alike (Note [Bounded conv workspace] in
+// kernels/conv_workspace.h).
+enum class Category : uint8_t { resident, forward, backward, optimizer, workspace, conv_workspace };
+constexpr int kNumCategories = 6;
 const char* phase_name(Phase p);
 const char* category_name(Category c);
 

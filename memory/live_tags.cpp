@@ -28,6 +28,8 @@ const char* short_name(Category c) {
       return "optimizer";
     case Category::workspace:
       return "workspace";
+    case Category::conv_workspace:
+      return "conv_workspace";
   }
   return "?";
 }

@@ -5,7 +5,9 @@
 
 namespace frugal::memory {
 
-bool plannable(Category c) { return c == Category::forward || c == Category::backward; }
+bool plannable(Category c) {
+  return c == Category::forward || c == Category::backward || c == Category::conv_workspace;
+}
 
 StepRecorder::StepRecorder(Device device, int64_t live_before)
     : device_(device), thread_(std::this_thread::get_id()) {

@@ -9,12 +9,13 @@
 //   - record: a StepRecorder observes the events of one device; it keeps the allocations made by
 //     its own thread, in order, with their category, and pairs each with its release (from any
 //     thread);
-//   - plan: plan_step keeps the allocations whose category is forward or backward (the step's
-//     activations, gradients and transients). Those released within the step get an arena offset;
-//     those that outlive it (this step's parameter gradients, the loss) stay in the sequence, to be
-//     matched, but are served by the caching allocator, as is everything else: parameters,
-//     optimizer state (made lazily in the first step), kernel workspace (cuDNN's benchmark asks
-//     for sizes a later step does not), other threads and streams;
+//   - plan: plan_step keeps the allocations whose category is forward, backward (the step's
+//     activations, gradients and transients) or conv_workspace (cuDNN's, the same bytes every
+//     step: Note [Bounded conv workspace] in kernels/conv_workspace.h). Those released within the
+//     step get an arena offset; those that outlive it (this step's parameter gradients, the loss)
+//     stay in the sequence, to be matched, but are served by the caching allocator, as is
+//     everything else: parameters, optimizer state (made lazily in the first step), other kernel
+//     workspace (not mirrored on meta), other threads and streams;
 //   - replay (CachingAllocator::begin_planned_step): each plannable request of the stepping thread
 //     takes the next entry of its size in plan order (so requests of different sizes may
 //     interleave differently from the recorded step, a request the plan does not know costs only

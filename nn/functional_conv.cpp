@@ -4,6 +4,7 @@
 #include "core/op_util.h"
 #include "core/ops.h"
 #include "kernels/conv.h"
+#include "kernels/conv_workspace.h"
 #include "nn/functional.h"
 
 namespace frugal::nn::functional {
@@ -35,7 +36,10 @@ kernels::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Conv2dOp
 Tensor conv_forward_raw(const Tensor& x, const Tensor& w, const Tensor& b,
                         const kernels::Conv2dShape& s) {
   Tensor y = Tensor::empty(Shape{s.n, s.oh(), s.ow(), s.k}, x.options());
-  if (x.device().is_meta()) return y;
+  if (x.device().is_meta()) {  // Note [Bounded conv workspace]
+    kernels::meta_conv_workspace(detail::ctx_of(x), kernels::ConvPass::forward, x.dtype(), s);
+    return y;
+  }
   kernels::conv2d_forward(detail::ctx_of(x), x.dtype(), s, x.data_ptr(), w.data_ptr(),
                           b.defined() ? b.data_ptr() : nullptr, y.data_ptr());
   return y;
@@ -62,13 +66,18 @@ std::vector<Tensor> conv_backward_raw(const Tensor& g, Tensor&& x, const Tensor&
     if (!meta) {
       kernels::conv2d_backward_weight(ctx, dt, dw_dt, s, xc.data_ptr(), gc.data_ptr(),
                                       dw.data_ptr(), need_b ? db.data_ptr() : nullptr);
+    } else {
+      kernels::meta_conv_workspace(ctx, kernels::ConvPass::backward_weight, dt, s);
     }
   }
   x = Tensor();
   if (need_x) {
     dx = Tensor::empty(Shape{s.n, s.h, s.w, s.c}, {dt, g.device()});
-    if (!meta)
+    if (!meta) {
       kernels::conv2d_backward_input(ctx, dt, s, gc.data_ptr(), wc.data_ptr(), dx.data_ptr());
+    } else {
+      kernels::meta_conv_workspace(ctx, kernels::ConvPass::backward_input, dt, s);
+    }
   }
   return {dx, dw, db};
 }

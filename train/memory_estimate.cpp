@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "kernels/conv_workspace.h"
 #include "kernels/matmul.h"
 #include "memory/arena_plan.h"
 #include "memory/step_trace.h"
@@ -57,10 +58,13 @@ struct StepInputs {
 
 // Runs `steps` training steps of `model` on a fixed batch (uninitialised on meta), handing each to
 // `around(s, step, inputs)`, which runs it between whatever observation it sets up.
-void run_steps(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc, int64_t classes,
-               DType precision, int steps, int64_t micro_batches,
-               const std::function<void(int, const std::function<void()>&, const StepInputs&)>&
-                   around) {
+// On meta, `for_cuda` makes the convolutions ask for the workspace CUDA's would (Note [Bounded
+// conv workspace]).
+void run_steps(
+    nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc, int64_t classes,
+    DType precision, int steps, int64_t micro_batches, bool for_cuda,
+    const std::function<void(int, const std::function<void()>&, const StepInputs&)>& around) {
+  kernels::MetaPredictsCuda predicting(for_cuda);
   FRUGAL_CHECK(steps >= 1, "estimating a step: steps must be positive, got ", steps);
   FRUGAL_CHECK(!opt.params().empty(), "estimating a step: the optimizer has no parameters");
   const Device device = opt.params()[0].device();
@@ -86,9 +90,10 @@ void run_steps(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc
 
 std::vector<memory::StepTrace> trace_steps(nn::Module& model, optim::Optimizer& opt,
                                            const Shape& input_nhwc, int64_t classes,
-                                           DType precision, int steps, int64_t micro_batches) {
+                                           DType precision, int steps, int64_t micro_batches,
+                                           bool for_cuda) {
   std::vector<memory::StepTrace> traces;
-  run_steps(model, opt, input_nhwc, classes, precision, steps, micro_batches,
+  run_steps(model, opt, input_nhwc, classes, precision, steps, micro_batches, for_cuda,
             [&](int, const std::function<void()>& step, const StepInputs&) {
               memory::StepRecorder recorder(opt.params()[0].device());
               step();
@@ -98,8 +103,9 @@ std::vector<memory::StepTrace> trace_steps(nn::Module& model, optim::Optimizer& 
 }
 
 memory::StepTrace trace_step(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
-                             int64_t classes, DType precision, int steps) {
-  return std::move(trace_steps(model, opt, input_nhwc, classes, precision, steps).back());
+                             int64_t classes, DType precision, int steps, bool for_cuda) {
+  return std::move(
+      trace_steps(model, opt, input_nhwc, classes, precision, steps, 1, for_cuda).back());
 }
 
 MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
@@ -110,7 +116,7 @@ MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const S
   MemoryEstimate e;
   MemoryBreakdown& b = e.at_peak;
   int64_t live_before = 0;
-  run_steps(model, opt, input_nhwc, classes, precision, 2, micro_batches,
+  run_steps(model, opt, input_nhwc, classes, precision, 2, micro_batches, for_cuda,
             [&](int s, const std::function<void()>& step, const StepInputs& in) {
               if (s == 0) return step();
               // What is live when the measured step starts, counted from the tensors themselves
@@ -149,7 +155,10 @@ MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const S
     const int64_t n = counted(a.bytes, for_cuda);
     const bool kept = a.end == memory::kStillLive;
     switch (a.category) {
-      case memory::Category::workspace: b.workspace += n; break;
+      case memory::Category::workspace:
+      case memory::Category::conv_workspace:
+        b.workspace += n;
+        break;
       case memory::Category::forward: (kept ? b.other : b.saved_activations) += n; break;
       case memory::Category::backward: (kept ? b.gradients : b.transients) += n; break;
       case memory::Category::optimizer: (kept ? b.optimizer_state : b.transients) += n; break;

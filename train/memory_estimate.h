@@ -22,9 +22,10 @@
 //     kept after the step); optimizer state; saved activations (made in the forward, released
 //     within the step); transients (made in backward or the optimizer step, released within it);
 //     kernel workspace; other (the batch, buffers, the loss).
-//   - cuDNN's workspace is not predicted (no kernel runs on meta): the convolutions take at most
-//     256 MiB each (kConvWorkspaceCap in kernels/cuda/conv.cu), and on the H200 the measured peak
-//     of the zoo's steps is within 2% above the prediction (bench/RESULTS.md).
+//   - cuDNN's workspace is counted where its call runs: every cuDNN convolution gets exactly a
+//     bound known from its shape, and the dry run asks for the same bytes on meta (Note [Bounded
+//     conv workspace] in kernels/conv_workspace.h). Other kernels' device workspaces (frugal's
+//     depthwise kernels' transposed weights, staging buffers of a few KiB to MiB) are not.
 #pragma once
 
 #include <cstdint>
@@ -94,11 +95,14 @@ std::string breakdown_table(const MemoryEstimate& e);
 // meta device, the plans of those steps before any device memory is used. The first steps differ
 // from the later ones (optimizer state made lazily, parameters cast to the autocast dtype one
 // layer at a time rather than all at once, Note [Lowering a forward's parameters together]).
+// On meta, `for_cuda` records the bounded workspace CUDA's convolutions ask for (Note [Bounded
+// conv workspace]); off, the trace is the CPU step's.
 std::vector<memory::StepTrace> trace_steps(nn::Module& model, optim::Optimizer& opt,
                                            const Shape& input_nhwc, int64_t classes,
-                                           DType precision, int steps, int64_t micro_batches = 1);
+                                           DType precision, int steps, int64_t micro_batches = 1,
+                                           bool for_cuda = true);
 // The last of `steps` steps.
 memory::StepTrace trace_step(nn::Module& model, optim::Optimizer& opt, const Shape& input_nhwc,
-                             int64_t classes, DType precision, int steps = 2);
+                             int64_t classes, DType precision, int steps = 2, bool for_cuda = true);
 
 }  // namespace frugal::train

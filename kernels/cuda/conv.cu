@@ -8,18 +8,21 @@
 // matching the CPU); compute is always float.
 //
 // Note [Conv algorithm cache]: for each (device, direction, dtype, shape) the heuristic list of
-// cudnnGet*Algorithm_v7 is filtered to algorithms whose workspace fits kConvWorkspaceCap and kept
-// in order. A call runs the first; when cuDNN answers "not supported" for it, the next is tried
-// and moved to the front, so the list converges on an algorithm that runs.
-// Benchmark mode (the default, like PyTorch's cudnn.benchmark; FRUGAL_CUDNN_BENCHMARK=0 turns it
-// off): the first call of a configuration times the first kMaxBenchmarked candidates with CUDA
-// events and moves the fastest to the front. That call synchronises the host once; every
-// candidate writes the complete output (beta = 0), so the call's result is valid whichever ran
-// last. Heuristic order alone picked algorithms several times slower for NHWC depthwise shapes.
-// Deterministic mode (Note [Deterministic mode] in base/deterministic.h) never benchmarks and
-// keeps only the algorithms cuDNN marks CUDNN_DETERMINISTIC, so the heuristic's first
-// deterministic algorithm that runs is the one used, on every run.
+// cudnnGet*Algorithm_v7 is filtered to algorithms whose workspace fits the call's bound (Note
+// [Bounded conv workspace] in kernels/conv_workspace.h) and kept in order; each call allocates
+// the bound once, for every candidate it runs. A call runs the first; when cuDNN answers "not
+// supported" for it, the next is tried and moved to the front, so the list converges on an
+// algorithm that runs. Benchmark mode (the default, like PyTorch's cudnn.benchmark;
+// FRUGAL_CUDNN_BENCHMARK=0 turns it off): the first call of a configuration times the first
+// kMaxBenchmarked candidates with CUDA events and moves the fastest to the front. That call
+// synchronises the host once; every candidate writes the complete output (beta = 0), so the call's
+// result is valid whichever ran last. Heuristic order alone picked algorithms several times slower
+// for NHWC depthwise shapes. Deterministic mode (Note [Deterministic mode] in base/deterministic.h)
+// never benchmarks and keeps only the algorithms cuDNN marks CUDNN_DETERMINISTIC, so the
+// heuristic's first deterministic algorithm that runs is the one used, on every run.
+#include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -29,6 +32,7 @@
 
 #include "base/deterministic.h"
 #include "kernels/conv.h"
+#include "kernels/conv_workspace.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/depthwise_conv.h"
 #include "kernels/cuda/few_channel_conv.h"
@@ -40,8 +44,15 @@
 namespace frugal::kernels::cuda {
 namespace {
 
-constexpr size_t kConvWorkspaceCap = size_t{256} << 20;
 constexpr size_t kMaxBenchmarked = 8;
+
+bool log_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FRUGAL_CUDNN_LOG");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
 
 bool benchmark_enabled() {
   static const bool on = [] {
@@ -158,12 +169,12 @@ bool tf32_for(Direction dir, const Conv2dShape& s) {
   return !(deterministic() && dir == Direction::backward_data && strided);
 }
 
-// Keeps the heuristic's order; drops failures, workspaces above the cap, for f32 any
+// Keeps the heuristic's order; drops failures, workspaces above `limit`, for f32 any
 // conversion to 16 bits (and TF32 too unless `tf32`), and in deterministic mode the
 // algorithms that cuDNN does not mark deterministic (those that sum with atomics).
 template <typename Perf>
 std::vector<Candidate> filter(cudnnHandle_t h, const ConvDescriptors& d, Direction dir, bool is_f32,
-                              bool tf32, const Perf* perf, int count) {
+                              bool tf32, size_t limit, const Perf* perf, int count) {
   const bool only_deterministic = deterministic();
   std::vector<Candidate> out;
   for (int i = 0; i < count; ++i) {
@@ -183,33 +194,33 @@ std::vector<Candidate> filter(cudnnHandle_t h, const ConvDescriptors& d, Directi
     CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
     cudnnStatus_t st;
     size_t bytes = workspace_size(h, d, dir, static_cast<int>(perf[i].algo), &st);
-    if (st != CUDNN_STATUS_SUCCESS || bytes > kConvWorkspaceCap) continue;
+    if (st != CUDNN_STATUS_SUCCESS || bytes > limit) continue;
     out.push_back({static_cast<int>(perf[i].algo), math, bytes});
   }
   return out;
 }
 
 std::vector<Candidate> heuristic_candidates(cudnnHandle_t h, const ConvDescriptors& d,
-                                            Direction dir, bool is_f32, bool tf32) {
+                                            Direction dir, bool is_f32, bool tf32, size_t limit) {
   int got = 0;
   switch (dir) {
     case Direction::forward: {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
           h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
-      return filter(h, d, dir, is_f32, tf32, perf, got);
+      return filter(h, d, dir, is_f32, tf32, limit, perf, got);
     }
     case Direction::backward_data: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
       CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
           h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf));
-      return filter(h, d, dir, is_f32, tf32, perf, got);
+      return filter(h, d, dir, is_f32, tf32, limit, perf, got);
     }
     case Direction::backward_filter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
       CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf));
-      return filter(h, d, dir, is_f32, tf32, perf, got);
+      return filter(h, d, dir, is_f32, tf32, limit, perf, got);
     }
   }
   return {};
@@ -227,11 +238,48 @@ const char* direction_name(Direction dir) {
   return "conv2d";
 }
 
+ConvPass pass_of(Direction dir) {
+  switch (dir) {
+    case Direction::forward:
+      return ConvPass::forward;
+    case Direction::backward_data:
+      return ConvPass::backward_input;
+    case Direction::backward_filter:
+      return ConvPass::backward_weight;
+  }
+  return ConvPass::forward;
+}
+
+// The workspace of one cuDNN call (Note [Bounded conv workspace]): the bound, allocated once for
+// every candidate the call runs, and one of a candidate's own where it needs more (only when no
+// algorithm fits the bound).
+class CallWorkspace {
+ public:
+  CallWorkspace(const Context& ctx, size_t bound)
+      : ctx_(ctx),
+        bound_(bound),
+        bounded_(bound > 0 ? ctx.workspace(bound, memory::Category::conv_workspace)
+                           : memory::DataPtr()) {}
+  size_t bound() const { return bound_; }
+  // (pointer, bytes) to launch `c` with.
+  std::pair<void*, size_t> for_candidate(const Candidate& c) {
+    if (c.workspace <= bound_) return {bounded_.get(), bound_};
+    own_ = ctx_.workspace(c.workspace);
+    return {own_.get(), c.workspace};
+  }
+
+ private:
+  const Context& ctx_;
+  size_t bound_;
+  memory::DataPtr bounded_;
+  memory::DataPtr own_;
+};
+
 // Times the first kMaxBenchmarked candidates (one warm-up and one timed launch each), drops
 // those cuDNN cannot run, and leaves `list` fastest first. See Note [Conv algorithm cache].
 template <typename Launch>
 void benchmark(const Context& ctx, const ConvDescriptors& d, std::vector<Candidate>& list,
-               Launch launch) {
+               CallWorkspace& workspace, const std::string& what, Launch launch) {
   cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
@@ -241,8 +289,8 @@ void benchmark(const Context& ctx, const ConvDescriptors& d, std::vector<Candida
   for (size_t i = 0; i < list.size() && i < kMaxBenchmarked; ++i) {
     const Candidate& c = list[i];
     CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
-    memory::DataPtr ws = ctx.workspace(c.workspace);
-    last = launch(c.algo, ws.get(), c.workspace);  // warm-up (lazy module loads)
+    auto [ws, bytes] = workspace.for_candidate(c);
+    last = launch(c.algo, ws, bytes);  // warm-up (lazy module loads)
     if (last != CUDNN_STATUS_SUCCESS) {
       int category = CUDNN_STATUS_CATEGORY(last);
       if (category != CUDNN_STATUS_NOT_SUPPORTED && category != CUDNN_STATUS_BAD_PARAM) {
@@ -253,7 +301,7 @@ void benchmark(const Context& ctx, const ConvDescriptors& d, std::vector<Candida
       continue;
     }
     CUDA_CHECK(cudaEventRecord(start, stream));
-    CUDNN_CHECK(launch(c.algo, ws.get(), c.workspace));
+    CUDNN_CHECK(launch(c.algo, ws, bytes));
     CUDA_CHECK(cudaEventRecord(stop, stream));
     CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
@@ -266,8 +314,40 @@ void benchmark(const Context& ctx, const ConvDescriptors& d, std::vector<Candida
                static_cast<int>(last), ": ", cudnnGetErrorString(last), ")");
   std::stable_sort(timed.begin(), timed.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (log_enabled()) {
+    std::fprintf(stderr, "[cudnn] %s bound %.1f MiB:", what.c_str(),
+                 static_cast<double>(workspace.bound()) / (1 << 20));
+    for (auto& [ms, c] : timed) {
+      std::fprintf(stderr, " algo %d math %d ws %.1f MiB %.3f ms;", c.algo,
+                   static_cast<int>(c.math), static_cast<double>(c.workspace) / (1 << 20), ms);
+    }
+    std::fprintf(stderr, "\n");
+  }
   list.clear();
   for (auto& [ms, c] : timed) list.push_back(c);
+}
+
+// The candidates of a configuration seen for the first time: those within `bound`, else, with
+// one warning, those within kConvWorkspaceCap, smallest workspace first.
+std::vector<Candidate> first_candidates(cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
+                                        DType dtype, bool tf32, size_t bound,
+                                        const Conv2dShape& s) {
+  const bool is_f32 = dtype == DType::f32;
+  std::vector<Candidate> list = heuristic_candidates(h, d, dir, is_f32, tf32, bound);
+  if (!list.empty() || bound >= kConvWorkspaceCap) return list;
+  list = heuristic_candidates(h, d, dir, is_f32, tf32, kConvWorkspaceCap);
+  std::stable_sort(list.begin(), list.end(), [](const Candidate& a, const Candidate& b) {
+    return a.workspace < b.workspace;
+  });
+  if (!list.empty()) {
+    std::fprintf(stderr,
+                 "frugal warning: %s %s in %s: no cuDNN algorithm fits the %.1f MiB workspace "
+                 "bound; using one that needs %.1f MiB, outside the step's plan\n",
+                 direction_name(dir), s.str().c_str(), dtype_name(dtype),
+                 static_cast<double>(bound) / (1 << 20),
+                 static_cast<double>(list.front().workspace) / (1 << 20));
+  }
+  return list;
 }
 
 // Runs `launch(algo, workspace, bytes)` (returning the cuDNN status) with the cached algorithms
@@ -278,6 +358,8 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
   const char* op = direction_name(dir);
   const bool tf32 = dtype == DType::f32 && tf32_for(dir, s);
   const bool fixed = deterministic();  // its list holds deterministic algorithms only
+  const size_t bound = cuda_conv_workspace_bytes(pass_of(dir), dtype, s);
+  CallWorkspace workspace(ctx, bound);  // every step asks for these bytes, first call included
   std::string key = ::frugal::detail::str(op, '|', ctx.device.index, '|', dtype_name(dtype),
                                           tf32 ? "+tf32|" : "|", fixed ? "det|" : "", s.str());
   std::vector<Candidate> list;
@@ -287,12 +369,12 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
     if (it != g_cache.end()) list = it->second;
   }
   if (list.empty()) {
-    list = heuristic_candidates(h, d, dir, dtype == DType::f32, tf32);
+    list = first_candidates(h, d, dir, dtype, tf32, bound, s);
     FRUGAL_CHECK(!list.empty(), op, ": cuDNN offers no ", fixed ? "deterministic " : "",
                  "algorithm for ", s.str(), " in ", dtype, " within the ", kConvWorkspaceCap >> 20,
                  " MiB workspace cap");
     const bool benchmarked = benchmark_enabled() && !fixed && list.size() > 1;
-    if (benchmarked) benchmark(ctx, d, list, launch);  // also computes this call's output
+    if (benchmarked) benchmark(ctx, d, list, workspace, key, launch);  // also computes the output
     std::lock_guard<std::mutex> lock(g_cache_mu);
     g_cache[key] = list;
     if (benchmarked) return;
@@ -301,8 +383,8 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
   for (size_t i = 0; i < list.size(); ++i) {
     const Candidate& c = list[i];
     CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
-    memory::DataPtr ws = ctx.workspace(c.workspace);
-    last = launch(c.algo, ws.get(), c.workspace);
+    auto [ws, bytes] = workspace.for_candidate(c);
+    last = launch(c.algo, ws, bytes);
     if (last == CUDNN_STATUS_SUCCESS) {
       if (i > 0) {
         std::lock_guard<std::mutex> lock(g_cache_mu);
@@ -326,10 +408,7 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
 // microseconds of host time a call, where cuDNN's legacy API spent 30-130 us (f16 weight
 // gradients the most; FRUGAL_HOST_PROFILE=1 on MobileNetV2 at 32x32), which left the device
 // waiting on the host for small inputs. f32 follows conv_allow_tf32() as the cuDNN path does.
-bool pointwise(const Conv2dShape& s) {
-  return s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 &&
-         s.pad_w == 0 && s.groups == 1 && s.n * s.h * s.w <= INT_MAX;
-}
+// pointwise() (kernels/conv_workspace.h) says which shapes.
 
 // y[r, k] += bias[k] over rows of an NHWC output.
 template <typename T>

@@ -257,15 +257,6 @@ void backward_weight_k(const Context& ctx, cudaStream_t stream, const Conv2dShap
 
 }  // namespace
 
-bool depthwise_handles(const Conv2dShape& s) {
-  if (!s.depthwise() || s.kh != s.kw || (s.kh != 3 && s.kh != 5)) return false;
-  for (int64_t v : {s.n * s.h * s.w * s.c, s.n * s.oh() * s.ow() * s.c, s.stride_h, s.stride_w,
-                    s.pad_h, s.pad_w, s.dil_h, s.dil_w}) {
-    if (v > INT_MAX / 2) return false;
-  }
-  return s.oh() >= 1 && s.ow() >= 1;
-}
-
 void depthwise_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
                        const void* w, const void* bias, void* y) {
   const char* op = "conv2d_forward (depthwise)";

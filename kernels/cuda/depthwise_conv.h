@@ -12,12 +12,9 @@
 #pragma once
 
 #include "kernels/conv.h"
+#include "kernels/conv_workspace.h"  // depthwise_handles: which shapes come here
 
 namespace frugal::kernels::cuda {
-
-// Square 3x3 or 5x5 depthwise kernels (any stride, padding, dilation) whose tensors index in
-// 32 bits; everything else goes to cuDNN.
-bool depthwise_handles(const Conv2dShape& s);
 
 void depthwise_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
                        const void* w, const void* bias, void* y);

@@ -9,9 +9,9 @@
 namespace frugal::kernels::cuda {
 namespace {
 
-constexpr int kSize = 3;  // kh == kw
+constexpr int kSize = kFewChannelSize;
 constexpr int kTaps = kSize * kSize;
-constexpr int kMaxChannels = 4;  // kTaps x C running sums a thread, in registers
+constexpr int kMaxChannels = kFewChannelMaxInputs;
 
 // One block: `lanes` consecutive output channels x (kThreads / lanes) rows of output positions,
 // positions strided over the row splits (blockIdx.y). Writes
@@ -82,17 +82,6 @@ void backward_weight_c(const Context& ctx, cudaStream_t stream, const Conv2dShap
 }
 
 }  // namespace
-
-bool few_channel_handles(const Conv2dShape& s) {
-  if (s.groups != 1 || s.kh != kSize || s.kw != kSize || s.c < 1 || s.c > kMaxChannels) {
-    return false;
-  }
-  for (int64_t v : {s.n * s.h * s.w * s.c, s.n * s.oh() * s.ow() * s.k, s.stride_h, s.stride_w,
-                    s.pad_h, s.pad_w, s.dil_h, s.dil_w}) {
-    if (v > INT_MAX / 2) return false;
-  }
-  return s.oh() >= 1 && s.ow() >= 1 && s.k >= 1;
-}
 
 void few_channel_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
                                  const Conv2dShape& s, const void* x, const void* dy, void* dw) {

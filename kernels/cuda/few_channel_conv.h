@@ -12,12 +12,9 @@
 #pragma once
 
 #include "kernels/conv.h"
+#include "kernels/conv_workspace.h"  // few_channel_handles: which shapes come here
 
 namespace frugal::kernels::cuda {
-
-// One group, a 3x3 kernel, at most 4 input channels (any stride, padding, dilation), tensors
-// indexed in 32 bits.
-bool few_channel_handles(const Conv2dShape& s);
 
 // dw only, in dw_dtype (dtype or f32); the caller sums the bias gradient.
 void few_channel_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,

@@ -7,6 +7,9 @@
 #include "base/deterministic.h"
 #include "gpu_test_util.h"
 #include "kernels/conv.h"
+#include "kernels/conv_workspace.h"
+#include "kernels/cuda/runtime.h"
+#include "memory/step_trace.h"
 
 using namespace frugal;
 using namespace frugal::gputest;
@@ -141,6 +144,57 @@ TEST(GpuConv, DeterministicStridedInputGradientsRunInFullF32) {
     ASSERT_EQ(full.size(), allowed.size());
     for (size_t i = 0; i < full.size(); ++i) {
       ASSERT_EQ(full[i], allowed[i]) << "element " << i << ": TF32 ran in deterministic mode";
+    }
+  }
+}
+
+// Note [Bounded conv workspace]: every pass of every config asks for exactly
+// cuda_conv_workspace_bytes() as conv workspace (nothing where CUDA does not use cuDNN), on the
+// first call (which benchmarks) and on the next, and for nothing larger than that.
+TEST(GpuConv, EveryCudnnCallAsksForExactlyItsWorkspaceBound) {
+  SKIP_WITHOUT_GPU();
+  kernels::cuda::forget_conv_algorithms();  // the first calls below benchmark
+  for (DType t : kDTypes) {
+    for (const kernels::Conv2dShape& s : configs()) {
+      SCOPED_TRACE(detail::str(dtype_name(t), " ", s.str()));
+      const int64_t nx = s.n * s.h * s.w * s.c, ny = s.n * s.oh() * s.ow() * s.k;
+      const int64_t nw = s.k * s.kh * s.kw * s.cin_per_group();
+      DeviceBuffer x = to_device(t, random_values(static_cast<size_t>(nx), 41, t));
+      DeviceBuffer w = to_device(t, random_values(static_cast<size_t>(nw), 42, t));
+      DeviceBuffer dy = to_device(t, random_values(static_cast<size_t>(ny), 43, t));
+      DeviceBuffer y(t, ny), dx(t, nx), dw(t, nw);
+      auto expect_bound = [&](kernels::ConvPass pass, const char* what, auto call) {
+        const size_t bound = kernels::cuda_conv_workspace_bytes(pass, t, s);
+        EXPECT_EQ(bound > 0, kernels::cuda_conv_uses_cudnn(pass, t, s)) << what;
+        for (int time = 0; time < 2; ++time) {
+          memory::StepRecorder rec(Device::cuda(0));
+          call();
+          memory::StepTrace trace = rec.finish();
+          std::vector<size_t> asked;
+          for (const auto& a : trace.allocations) {
+            if (a.category == memory::Category::conv_workspace) asked.push_back(a.bytes);
+          }
+          if (bound == 0) {
+            EXPECT_TRUE(asked.empty()) << what << " call " << time;
+          } else {
+            EXPECT_EQ(asked, std::vector<size_t>{bound}) << what << " call " << time;
+          }
+          for (const auto& a : trace.allocations) {  // no cuDNN workspace of its own
+            if (bound > 0 && a.category == memory::Category::workspace) {
+              EXPECT_LT(a.bytes, size_t{4} << 20) << what << ": a workspace beside the bound";
+            }
+          }
+        }
+      };
+      expect_bound(kernels::ConvPass::forward, "forward", [&] {
+        kernels::cuda::conv2d_forward(gpu(), t, s, x.get(), w.get(), nullptr, y.get());
+      });
+      expect_bound(kernels::ConvPass::backward_input, "input gradient", [&] {
+        kernels::cuda::conv2d_backward_input(gpu(), t, s, dy.get(), w.get(), dx.get());
+      });
+      expect_bound(kernels::ConvPass::backward_weight, "weight gradient", [&] {
+        kernels::cuda::conv2d_backward_weight(gpu(), t, t, s, x.get(), dy.get(), dw.get(), nullptr);
+      });
     }
   }
 }

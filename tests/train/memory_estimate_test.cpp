@@ -7,6 +7,7 @@
 
 #include "core/factory.h"
 #include "memory/allocator.h"
+#include "memory/step_trace.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
 
@@ -112,4 +113,39 @@ TEST(MemoryEstimate, AnEstimateDoesNotDependOnWhatRanBefore) {
                          input, DType::f16);
   EXPECT_EQ(train::estimate_memory("mobilenet_v2", {}, input, DType::f16).peak_allocated_bytes,
             first);
+}
+
+// Note [Bounded conv workspace]: a dry run that predicts CUDA asks for each cuDNN convolution's
+// bounded workspace where its call runs, released with it, so the plan places every one in its
+// arena and the estimate counts them; a dry run for the CPU asks for none.
+TEST(MemoryEstimate, ADryRunForCudaCountsAndPlansCudnnWorkspace) {
+  auto conv_workspaces = [](bool for_cuda) {
+    auto model = models::create("resnet18", {.num_classes = 10});
+    model->to(Device::meta());
+    optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+    return train::trace_step(*model, opt, Shape{16, 64, 64, 3}, 10, DType::f16, 2, for_cuda);
+  };
+  const memory::StepTrace cuda = conv_workspaces(true), cpu = conv_workspaces(false);
+  int64_t asked = 0;
+  for (const auto& a : cuda.allocations) {
+    if (a.category != memory::Category::conv_workspace) continue;
+    ++asked;
+    EXPECT_GE(a.bytes, size_t{4} << 20);
+    EXPECT_NE(a.end, memory::kStillLive);
+  }
+  // ResNet-18's 3x3 convs and strided 1x1 downsamples run cuDNN: forward, input and weight
+  // gradients (the stem's input gradient is not needed, its f16 weight gradient is frugal's).
+  EXPECT_GE(asked, 40);
+  for (const auto& a : cpu.allocations) EXPECT_NE(a.category, memory::Category::conv_workspace);
+  const memory::StepPlan plan = memory::plan_step(cuda);
+  int64_t placed = 0;
+  for (const auto& e : plan.entries) placed += e.in_arena ? 1 : 0;
+  EXPECT_EQ(plan.entries.size(),
+            memory::plan_step(cpu).entries.size() + static_cast<size_t>(asked));
+  EXPECT_GE(placed, asked);
+
+  // Counted as workspace where the peak falls inside a call; the breakdown still adds up.
+  const train::MemoryEstimate e = train::estimate_memory(
+      "resnet18", {.num_classes = 10}, Shape{16, 64, 64, 3}, DType::f16, "sgd", 1, true);
+  EXPECT_EQ(e.at_peak.total(), e.peak_allocated_bytes);
 }

@@ -42,11 +42,11 @@ void fake_step(memory::CachingAllocator& a, const std::vector<size_t>& sizes,
 
 memory::StepTrace meta_trace(const std::string& name, int64_t batch, DType precision,
                              models::CheckpointPolicy checkpoint = {},
-                             Device device = Device::meta()) {
+                             Device device = Device::meta(), bool for_cuda = true) {
   auto model = models::create(name, {.num_classes = 10, .checkpoint = checkpoint});
   model->to(device);
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
-  return train::trace_step(*model, opt, Shape{batch, 64, 64, 3}, 10, precision);
+  return train::trace_step(*model, opt, Shape{batch, 64, 64, 3}, 10, precision, 2, for_cuda);
 }
 
 }  // namespace
@@ -124,7 +124,8 @@ TEST(StepPlanner, TheMetaTraceIsTheCpuTrace) {
   // plannable requests in the same order. f32 only: the CPU computes f16/bf16 through f32 copies
   // a GPU does not make (tests/gpu compares meta with CUDA in f16).
   for (DType p : {DType::f32}) {
-    memory::StepPlan meta = memory::plan_step(meta_trace("mobilenet_v2", 2, p));
+    memory::StepPlan meta =
+        memory::plan_step(meta_trace("mobilenet_v2", 2, p, {}, Device::meta(), /*for_cuda=*/false));
     memory::StepPlan cpu = memory::plan_step(meta_trace("mobilenet_v2", 2, p, {}, Device::cpu()));
     ASSERT_EQ(meta.entries.size(), cpu.entries.size());
     for (size_t i = 0; i < meta.entries.size(); ++i) {

@@ -1,0 +1,107 @@
+// The bounded workspace of CUDA convolutions (Note [Bounded conv workspace]) and the routes of
+// kernels/cuda/conv.cu it depends on, in plain C++ so that the meta device can use them.
+#include "kernels/conv_workspace.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+
+#include "memory/events.h"
+
+namespace frugal::kernels {
+namespace cuda {
+
+bool depthwise_handles(const Conv2dShape& s) {
+  if (!s.depthwise() || s.kh != s.kw || (s.kh != 3 && s.kh != 5)) return false;
+  for (int64_t v : {s.n * s.h * s.w * s.c, s.n * s.oh() * s.ow() * s.c, s.stride_h, s.stride_w,
+                    s.pad_h, s.pad_w, s.dil_h, s.dil_w}) {
+    if (v > INT_MAX / 2) return false;
+  }
+  return s.oh() >= 1 && s.ow() >= 1;
+}
+
+bool pointwise(const Conv2dShape& s) {
+  return s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 &&
+         s.pad_w == 0 && s.groups == 1 && s.n * s.h * s.w <= INT_MAX;
+}
+
+bool few_channel_handles(const Conv2dShape& s) {
+  if (s.groups != 1 || s.kh != kFewChannelSize || s.kw != kFewChannelSize || s.c < 1 ||
+      s.c > kFewChannelMaxInputs) {
+    return false;
+  }
+  for (int64_t v : {s.n * s.h * s.w * s.c, s.n * s.oh() * s.ow() * s.k, s.stride_h, s.stride_w,
+                    s.pad_h, s.pad_w, s.dil_h, s.dil_w}) {
+    if (v > INT_MAX / 2) return false;
+  }
+  return s.oh() >= 1 && s.ow() >= 1 && s.k >= 1;
+}
+
+}  // namespace cuda
+
+bool cuda_conv_uses_cudnn(ConvPass pass, DType dtype, const Conv2dShape& s) {
+  if (cuda::depthwise_handles(s) || cuda::pointwise(s)) return false;
+  // the early returns of kernels/cuda/conv.cu: nothing to compute
+  switch (pass) {
+    case ConvPass::forward:
+      return s.n > 0 && s.k > 0;
+    case ConvPass::backward_input:
+      return s.n > 0 && s.c > 0;
+    case ConvPass::backward_weight:
+      // f32 stems stay on cuDNN, whose kernel is fast there (kernels/cuda/conv.cu)
+      return s.n > 0 && s.k > 0 && (dtype == DType::f32 || !cuda::few_channel_handles(s));
+  }
+  return false;
+}
+
+double conv_workspace_scale() {
+  static const double scale = [] {
+    const char* v = std::getenv("FRUGAL_CONV_WORKSPACE_SCALE");
+    if (v == nullptr || *v == '\0') return 1.0;
+    char* end = nullptr;
+    const double s = std::strtod(v, &end);
+    FRUGAL_CHECK(end != v && *end == '\0' && s > 0, "FRUGAL_CONV_WORKSPACE_SCALE: expected a ",
+                 "positive number, got '", v, "'");
+    return s;
+  }();
+  return scale;
+}
+
+size_t cuda_conv_workspace_bytes(ConvPass pass, DType dtype, const Conv2dShape& s) {
+  if (!cuda_conv_uses_cudnn(pass, dtype, s)) return 0;
+  const size_t esize = dtype_size(dtype);
+  const size_t input = static_cast<size_t>(s.n * s.h * s.w * s.c) * esize;
+  const size_t output = static_cast<size_t>(s.n * s.oh() * s.ow() * s.k) * esize;
+  // Fractions of the larger tensor, per pass: Note [Bounded conv workspace] has the measurements.
+  const double fraction = pass == ConvPass::forward          ? 1.6
+                          : pass == ConvPass::backward_input ? 0.25
+                                                             : 0.3;
+  const size_t floor = pass == ConvPass::backward_weight ? size_t{16} << 20 : size_t{4} << 20;
+  size_t bound = std::max(floor, static_cast<size_t>(fraction * conv_workspace_scale() *
+                                                     static_cast<double>(std::max(input, output))));
+  if (pass == ConvPass::backward_weight) {
+    const size_t weights = static_cast<size_t>(s.k * s.kh * s.kw * s.cin_per_group());
+    bound = std::max(bound, 2 * weights * sizeof(float));
+  }
+  return std::min(bound, kConvWorkspaceCap);
+}
+
+namespace {
+thread_local bool t_meta_predicts_cuda = false;
+}  // namespace
+
+MetaPredictsCuda::MetaPredictsCuda(bool on) : prev_(t_meta_predicts_cuda) {
+  t_meta_predicts_cuda = on;
+}
+MetaPredictsCuda::~MetaPredictsCuda() { t_meta_predicts_cuda = prev_; }
+bool meta_predicts_cuda() { return t_meta_predicts_cuda; }
+
+void meta_conv_workspace(const Context& ctx, ConvPass pass, DType dtype, const Conv2dShape& s) {
+  if (!ctx.device.is_meta() || !t_meta_predicts_cuda) return;
+  const size_t bytes = cuda_conv_workspace_bytes(pass, dtype, s);
+  if (bytes == 0) return;
+  // allocated and released at once, as the CUDA kernel's workspace lives for its call only
+  memory::DataPtr ws = ctx.workspace(bytes, memory::Category::conv_workspace);
+}
+
+}  // namespace frugal::kernels

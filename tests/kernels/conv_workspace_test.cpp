@@ -1,0 +1,130 @@
+// Note [Bounded conv workspace]: which convolution passes CUDA sends to cuDNN, the workspace each
+// gets, and the meta device asking for the same bytes in a dry run that predicts CUDA.
+#include "kernels/conv_workspace.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "memory/step_trace.h"
+
+namespace frugal::test {
+namespace {
+
+using kernels::ConvPass;
+using kernels::cuda_conv_workspace_bytes;
+
+kernels::Conv2dShape conv(int64_t n, int64_t hw, int64_t c, int64_t k, int64_t kernel,
+                          int64_t stride, int64_t groups = 1) {
+  kernels::Conv2dShape s;
+  s.n = n, s.h = s.w = hw, s.c = c, s.k = k, s.kh = s.kw = kernel;
+  s.stride_h = s.stride_w = stride;
+  s.pad_h = s.pad_w = kernel / 2;
+  s.groups = groups;
+  return s;
+}
+
+constexpr ConvPass kPasses[] = {ConvPass::forward, ConvPass::backward_input,
+                                ConvPass::backward_weight};
+constexpr size_t kMiB = size_t{1} << 20;
+
+TEST(ConvWorkspace, PassesCudaRoutesAwayFromCudnnGetNone) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    for (ConvPass p : kPasses) {
+      EXPECT_EQ(cuda_conv_workspace_bytes(p, t, conv(8, 56, 96, 96, 3, 1, 96)), 0u)
+          << "depthwise (frugal's kernels)";
+      EXPECT_EQ(cuda_conv_workspace_bytes(p, t, conv(8, 56, 32, 64, 1, 1)), 0u)
+          << "pointwise (cuBLAS)";
+      EXPECT_EQ(cuda_conv_workspace_bytes(p, t, conv(0, 56, 32, 64, 3, 1)), 0u) << "empty batch";
+    }
+    // A 1x1 with stride 2 is not a plain GEMM: cuDNN.
+    EXPECT_GT(cuda_conv_workspace_bytes(ConvPass::forward, t, conv(8, 56, 32, 64, 1, 2)), 0u);
+  }
+  // A stem's 16-bit weight gradient runs frugal's few-channel kernel; f32's stays on cuDNN, and
+  // the forward always does.
+  const kernels::Conv2dShape stem = conv(8, 224, 3, 32, 3, 2);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f16, stem), 0u);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::bf16, stem), 0u);
+  EXPECT_GT(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f32, stem), 0u);
+  EXPECT_GT(cuda_conv_workspace_bytes(ConvPass::forward, DType::f16, stem), 0u);
+}
+
+TEST(ConvWorkspace, TheBoundIsAFractionOfTheLargerTensorAtLeast4MiBAtMost256MiB) {
+  ASSERT_EQ(kernels::conv_workspace_scale(), 1.0) << "FRUGAL_CONV_WORKSPACE_SCALE is set";
+  // ResNet-18's layer1 conv at batch 128, 224x224 input: x and y are 128x56x56x64, 49 MiB in f16.
+  const kernels::Conv2dShape layer1 = conv(128, 56, 64, 64, 3, 1);
+  const size_t larger = size_t{128} * 56 * 56 * 64 * 2;
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, DType::f16, layer1),
+            static_cast<size_t>(1.6 * static_cast<double>(larger)));
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_input, DType::f16, layer1), larger / 4);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f16, layer1), 16 * kMiB)
+      << "0.3 x 49 MiB is under the weight gradient's 16 MiB floor";
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f32, layer1),
+            static_cast<size_t>(0.3 * static_cast<double>(2 * larger)));
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, DType::f32, layer1),
+            static_cast<size_t>(1.6 * static_cast<double>(2 * larger)));
+  // A stride-2 conv: the input is the larger.
+  const kernels::Conv2dShape down = conv(64, 28, 128, 256, 3, 2);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, DType::f16, down),
+            static_cast<size_t>(1.6 * static_cast<double>(size_t{64} * 28 * 28 * 128 * 2)));
+  // Small tensors get the 4 MiB floor, a weight gradient 16 MiB or two f32 copies of its weights
+  // (split-k partial sums).
+  const kernels::Conv2dShape small = conv(1, 7, 512, 512, 3, 1);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, DType::f16, small), 4 * kMiB);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_input, DType::f16, small), 4 * kMiB);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f16, small),
+            size_t{2} * 512 * 512 * 9 * 4);
+  EXPECT_EQ(
+      cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f16, conv(1, 7, 64, 64, 3, 1)),
+      16 * kMiB);
+  // At most kConvWorkspaceCap.
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, DType::f32, conv(256, 224, 64, 64, 3, 1)),
+            kernels::kConvWorkspaceCap);
+}
+
+// The bytes of each conv_workspace allocation `run` makes on `device`, in order, and whether
+// each was released within it.
+std::vector<std::pair<size_t, bool>> conv_workspaces(Device device, const auto& run) {
+  memory::StepRecorder rec(device);
+  run();
+  memory::StepTrace trace = rec.finish();
+  std::vector<std::pair<size_t, bool>> out;
+  for (const auto& a : trace.allocations) {
+    if (a.category == memory::Category::conv_workspace) {
+      out.emplace_back(a.bytes, a.end != memory::kStillLive);
+    }
+  }
+  return out;
+}
+
+TEST(ConvWorkspace, MetaAsksForTheBoundOnlyWhenPredictingCuda) {
+  const kernels::Conv2dShape s = conv(32, 28, 128, 128, 3, 1);
+  const size_t bound = cuda_conv_workspace_bytes(ConvPass::backward_input, DType::f16, s);
+  const kernels::Context meta = kernels::Context::of(Device::meta());
+  auto ask = [&](const kernels::Context& ctx) {
+    return conv_workspaces(ctx.device, [&] {
+      kernels::meta_conv_workspace(ctx, ConvPass::backward_input, DType::f16, s);
+    });
+  };
+  EXPECT_TRUE(ask(meta).empty()) << "a dry run for the CPU asks for nothing";
+  {
+    kernels::MetaPredictsCuda predicting;
+    EXPECT_TRUE(kernels::meta_predicts_cuda());
+    auto asked = ask(meta);
+    ASSERT_EQ(asked.size(), 1u);
+    EXPECT_EQ(asked[0].first, bound);
+    EXPECT_TRUE(asked[0].second) << "released with the kernel's call";
+    EXPECT_TRUE(ask(kernels::Context::of(Device::cpu())).empty()) << "only meta mirrors CUDA";
+    kernels::MetaPredictsCuda not_now(false);
+    EXPECT_TRUE(ask(meta).empty());
+  }
+  EXPECT_FALSE(kernels::meta_predicts_cuda());
+}
+
+TEST(ConvWorkspace, ThePlannerPlacesIt) {
+  EXPECT_TRUE(memory::plannable(memory::Category::conv_workspace));
+  EXPECT_FALSE(memory::plannable(memory::Category::workspace));
+}
+
+}  // namespace
+}  // namespace frugal::test
