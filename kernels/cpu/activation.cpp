@@ -5,7 +5,6 @@
 #include <type_traits>
 
 #include "kernels/cpu/activation_one.h"
-#include "kernels/cpu/activation_serial.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/widen.h"
 #include "kernels/elementwise.h"
@@ -15,8 +14,8 @@ namespace {
 
 constexpr int64_t kGrain = 16384;
 
-// One vectorised loop per activation and type, in named functions: the parallel kernels below
-// and the serial entry points that fused kernels call share them.
+// One vectorised loop per activation and type, in named functions, shared by the f32/f64 kernels
+// and the 16-bit ones' blocks below.
 template <Activation act, typename T>
 __attribute__((noinline)) void forward_range(int64_t n, const T* __restrict x, T* __restrict y) {
   for (int64_t i = 0; i < n; ++i) y[i] = forward_one<act>(x[i]);
@@ -51,14 +50,16 @@ void forward_dispatch(Activation act, int64_t n, const void* xv, void* yv) {
   const S* x = static_cast<const S*>(xv);
   S* y = static_cast<S*>(yv);
   if constexpr (is_narrow_v<S>) {
-    parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
-      float xb[kBlock], yb[kBlock];
-      for (int64_t i0 = begin; i0 < end; i0 += kBlock) {
-        const int64_t m = std::min(kBlock, end - i0);
-        widen(x + i0, m, xb);
-        activation_forward_serial(act, m, static_cast<const float*>(xb), yb);
-        narrow(yb, m, y + i0);
-      }
+    with_activation(act, "activation_forward", [&](auto a) {
+      parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+        float xb[kBlock], yb[kBlock];
+        for (int64_t i0 = begin; i0 < end; i0 += kBlock) {
+          const int64_t m = std::min(kBlock, end - i0);
+          widen(x + i0, m, xb);
+          forward_range<decltype(a)::value>(m, static_cast<const float*>(xb), yb);
+          narrow(yb, m, y + i0);
+        }
+      });
     });
   } else {
     with_activation(act, "activation_forward",
@@ -72,16 +73,18 @@ void backward_dispatch(Activation act, int64_t n, const void* xv, const void* dy
   const S* dy = static_cast<const S*>(dyv);
   S* dx = static_cast<S*>(dxv);
   if constexpr (is_narrow_v<S>) {
-    parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
-      float xb[kBlock], dyb[kBlock], dxb[kBlock];
-      for (int64_t i0 = begin; i0 < end; i0 += kBlock) {
-        const int64_t m = std::min(kBlock, end - i0);
-        widen(x + i0, m, xb);
-        widen(dy + i0, m, dyb);
-        activation_backward_serial(act, m, static_cast<const float*>(xb),
-                                   static_cast<const float*>(dyb), dxb);
-        narrow(dxb, m, dx + i0);
-      }
+    with_activation(act, "activation_backward", [&](auto a) {
+      parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+        float xb[kBlock], dyb[kBlock], dxb[kBlock];
+        for (int64_t i0 = begin; i0 < end; i0 += kBlock) {
+          const int64_t m = std::min(kBlock, end - i0);
+          widen(x + i0, m, xb);
+          widen(dy + i0, m, dyb);
+          backward_range<decltype(a)::value>(m, static_cast<const float*>(xb),
+                                             static_cast<const float*>(dyb), dxb);
+          narrow(dxb, m, dx + i0);
+        }
+      });
     });
   } else {
     with_activation(act, "activation_backward",
@@ -105,24 +108,5 @@ void activation_backward(const Context& ctx, Activation act, DType dtype, int64_
   FRUGAL_CPU_ANY_FLOAT_SWITCH(dtype, "activation_backward",
                               backward_dispatch<S>(act, n, x, dy, dx));
 }
-
-template <typename T>
-void activation_forward_serial(Activation act, int64_t n, const T* x, T* y) {
-  with_activation(act, "activation_forward",
-                  [&](auto a) { forward_range<decltype(a)::value>(n, x, y); });
-}
-
-template <typename T>
-void activation_backward_serial(Activation act, int64_t n, const T* x, const T* dy, T* dx) {
-  with_activation(act, "activation_backward",
-                  [&](auto a) { backward_range<decltype(a)::value>(n, x, dy, dx); });
-}
-
-template void activation_forward_serial<float>(Activation, int64_t, const float*, float*);
-template void activation_forward_serial<double>(Activation, int64_t, const double*, double*);
-template void activation_backward_serial<float>(Activation, int64_t, const float*, const float*,
-                                                float*);
-template void activation_backward_serial<double>(Activation, int64_t, const double*, const double*,
-                                                 double*);
 
 }  // namespace frugal::kernels::cpu
