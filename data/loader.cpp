@@ -58,6 +58,13 @@ struct DataLoader::Impl {
   Shape in_shape, out_shape;  // [H, W, C] before / after the transforms
   int64_t num_batches = 0;
   std::shared_ptr<BufferPool> image_pool, label_pool;
+
+  // This rank's part of the epoch's permutation (Note [Sharding an epoch across ranks]).
+  std::vector<int64_t> epoch_order(int64_t epoch) const {
+    std::vector<int64_t> order = epoch_permutation(dataset->size(), opts.seed, epoch, opts.shuffle);
+    if (opts.world_size == 1) return order;
+    return rank_shard(order, opts.rank, opts.world_size);
+  }
   std::vector<float> scratch;  // the calling thread's, when num_workers == 0
 
   std::mutex mu;
@@ -256,13 +263,16 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   FRUGAL_CHECK(options.prefetch >= 1, "DataLoader: prefetch ", options.prefetch, " must be >= 1");
   FRUGAL_CHECK(options.device.is_cpu() || options.device.is_cuda(),
                "DataLoader: batches go to the CPU or a CUDA device, not ", options.device);
+  FRUGAL_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
+               "DataLoader: rank ", options.rank, " is not in [0, world_size=", options.world_size,
+               ")");
   m.dataset = std::move(dataset);
   m.opts = std::move(options);
   m.in_shape = m.dataset->sample_shape();
   FRUGAL_CHECK(m.in_shape.ndim() == 3, "DataLoader: dataset samples must be [H, W, C], got ",
                m.in_shape);
   m.out_shape = m.opts.transforms ? m.opts.transforms->output_shape(m.in_shape) : m.in_shape;
-  const int64_t n = m.dataset->size(), b = m.opts.batch_size;
+  const int64_t n = shard_size(m.dataset->size(), m.opts.world_size), b = m.opts.batch_size;
   m.num_batches = m.opts.drop_last ? n / b : (n + b - 1) / b;
 
   // Buffers on loan at once: `prefetch` built ahead, one being built by the calling thread
@@ -299,7 +309,7 @@ void DataLoader::begin_epoch(int64_t epoch) {
   Impl& m = *impl_;
   auto p = std::make_shared<EpochPlan>();
   p->epoch = epoch;
-  p->order = epoch_permutation(m.dataset->size(), m.opts.seed, epoch, m.opts.shuffle);
+  p->order = m.epoch_order(epoch);
   p->num_batches = m.num_batches;
   p->transform_seed =
       kernels::mix64(kernels::mix64(m.opts.seed ^ 0x7472616e73ull) + static_cast<uint64_t>(epoch));
@@ -331,7 +341,7 @@ int64_t DataLoader::batches_per_epoch() const { return impl_->num_batches; }
 Shape DataLoader::sample_shape() const { return impl_->out_shape; }
 
 std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
-  return epoch_permutation(impl_->dataset->size(), impl_->opts.seed, epoch, impl_->opts.shuffle);
+  return impl_->epoch_order(epoch);
 }
 
 }  // namespace frugal::data

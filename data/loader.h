@@ -53,6 +53,10 @@ struct LoaderOptions {
   int num_workers = 0;  // threads; 0 loads in the calling thread inside next()
   int prefetch = 2;     // batches built ahead of the consumer (queue depth), >= 1
   uint64_t seed = 0;
+  // Data parallelism: this process is rank `rank` of `world_size` and visits its shard of each
+  // epoch (Note [Sharding an epoch across ranks] in data/shuffle.h); batch_size is per rank.
+  int64_t rank = 0;
+  int64_t world_size = 1;
   TransformPtr transforms = nullptr;  // per-sample, may be null
   Device device = Device::cpu();
   // CUDA only: copy each batch on the device's copy stream one batch ahead, overlapping the
@@ -80,7 +84,8 @@ class DataLoader {
   std::optional<Batch> next();
   int64_t batches_per_epoch() const;
   Shape sample_shape() const;  // [H, W, C] after the transforms
-  // Dataset indices in the order epoch `epoch` visits them (before drop_last).
+  // Dataset indices in the order epoch `epoch` visits them: this rank's shard when world_size > 1
+  // (before drop_last).
   std::vector<int64_t> epoch_order(int64_t epoch) const;
 
   // Range-for over one epoch: begin() calls begin_epoch(epoch).

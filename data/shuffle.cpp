@@ -4,6 +4,7 @@
 #include <numeric>
 #include <utility>
 
+#include "base/error.h"
 #include "kernels/random.h"
 
 namespace frugal::data {
@@ -22,6 +23,25 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch, 
     std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
   }
   return order;
+}
+
+int64_t shard_size(int64_t n, int64_t world) {
+  FRUGAL_CHECK(n >= 0 && world >= 1, "shard_size: bad n=", n, " or world size ", world);
+  return (n + world - 1) / world;
+}
+
+std::vector<int64_t> rank_shard(const std::vector<int64_t>& order, int64_t rank, int64_t world) {
+  FRUGAL_CHECK(world >= 1 && rank >= 0 && rank < world, "rank_shard: rank ", rank,
+               " is not in [0, ", world, ")");
+  const auto n = static_cast<int64_t>(order.size());
+  const int64_t each = shard_size(n, world);
+  std::vector<int64_t> shard;
+  shard.reserve(static_cast<size_t>(each));
+  for (int64_t k = 0; k < each; ++k) {
+    const int64_t position = rank + k * world;  // in the order padded by its own start
+    shard.push_back(order[static_cast<size_t>(position % n)]);
+  }
+  return shard;
 }
 
 }  // namespace frugal::data

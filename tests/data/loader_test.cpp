@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <numeric>
 
 #include "base/error.h"
+#include "data/shuffle.h"
 #include "data/synthetic.h"
 #include "memory/allocator.h"
 
@@ -226,4 +228,43 @@ TEST(DataLoader, WorkerErrorsReachTheConsumerAtTheirBatch) {
   }
   EXPECT_THROW(DataLoader(std::make_shared<IndexDataset>(5), {.batch_size = 0}), Error);
   EXPECT_THROW(DataLoader(std::make_shared<IndexDataset>(5), {.prefetch = 0}), Error);
+}
+
+// Note [Sharding an epoch across ranks]: four ranks over 103 samples each visit 26 (the order
+// padded by its first sample), in as many batches, together every sample of the epoch once but
+// the first, which two ranks see; a rank's batches are its shard of the shared permutation,
+// whatever its worker count, and the next epoch reshuffles them all alike.
+TEST(DataLoader, RanksShareOnePermutationAndVisitEqualShards) {
+  auto ds = std::make_shared<IndexDataset>(103);
+  const std::vector<int64_t> whole = epoch_permutation(103, 9, 2, true);
+  std::vector<int64_t> seen;
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    DataLoader loader(ds, {.batch_size = 8,
+                           .num_workers = static_cast<int>(rank % 2) * 2,
+                           .seed = 9,
+                           .rank = rank,
+                           .world_size = 4});
+    EXPECT_EQ(loader.batches_per_epoch(), 4);  // 26 samples: 3 of 8 and one of 2
+    std::vector<int64_t> ids = flatten(run_epoch(loader, 2));
+    ASSERT_EQ(ids.size(), 26u);
+    EXPECT_EQ(ids, loader.epoch_order(2));
+    for (size_t k = 0; k < ids.size(); ++k) {
+      EXPECT_EQ(ids[k], whole[(static_cast<size_t>(rank) + 4 * k) % 103]) << "rank " << rank;
+    }
+    EXPECT_NE(loader.epoch_order(3), ids) << "the next epoch reshuffles";
+    seen.insert(seen.end(), ids.begin(), ids.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<int64_t> want(103);
+  std::iota(want.begin(), want.end(), int64_t{0});
+  want.push_back(whole[0]);  // the padding: position 103 wraps to the order's start
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(seen, want);
+  // drop_last then drops each rank's last partial batch alike.
+  DataLoader drop(ds, {.batch_size = 8, .drop_last = true, .rank = 3, .world_size = 4});
+  EXPECT_EQ(drop.batches_per_epoch(), 3);
+  EXPECT_THROW(DataLoader(ds, {.rank = 4, .world_size = 4}), Error);
+  EXPECT_THROW(DataLoader(ds, {.rank = 0, .world_size = 0}), Error);
+  EXPECT_EQ(shard_size(0, 4), 0);
+  EXPECT_TRUE(rank_shard({}, 1, 4).empty());
 }
