@@ -37,7 +37,8 @@ constexpr const char* kHelp =
     "  --recompute-depthwise  recompute each inverted-residual block's depthwise output in\n"
     "                    backward instead of keeping it (less than one tensor per layer)\n"
     "  --device cuda|cpu the device whose allocator is predicted (cuda: requests rounded as its\n"
-    "                    caching allocator rounds them, cuBLAS's workspace counted), default cuda;\n"
+    "                    caching allocator rounds them, cuBLAS's and cuDNN's bounded workspace\n"
+    "                    counted), default cuda;\n"
     "                    the step runs on the meta device\n"
     "  --measure         with --device cpu: run the step on the CPU and measure it instead\n"
     "  --optimizer sgd|adamw   the step whose peak is measured too (two steps run, the second\n"
@@ -132,7 +133,7 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   }
   std::printf("training step (%s, %s): ", optimizer.c_str(),
               measure                 ? "measured on the CPU"
-              : device_flag == "cuda" ? "predicted for CUDA, cuDNN workspace not counted"
+              : device_flag == "cuda" ? "predicted for CUDA, cuDNN's bounded workspace counted"
                                       : "predicted for the CPU, kernel workspace not counted");
   std::fputs(train::breakdown_table(step).c_str(), stdout);
   if (!o.json.empty()) {

@@ -11,8 +11,9 @@
 //      micro_batches): the same effective batch and the same gradients but for BatchNorm, which
 //      normalises each slice with its own statistics;
 //   4. micro-batches with every block checkpointed.
-// Library workspace beyond cuBLAS's is not predicted (memory_estimate.h): a budget run also caps
-// the allocator at the budget, so it stops with an OOM rather than exceed it.
+// The prediction counts cuBLAS's and cuDNN's workspace but not the few MiB other kernels ask for
+// (Note [What the estimate counts]): a budget run also caps the allocator at the budget, so it
+// stops with an OOM rather than exceed it.
 //
 //   train::BudgetChoice c = train::choose_for_budget("mobilenet_v2", {}, {512, 224, 224, 3},
 //                                                    DType::f16, "sgd", int64_t{3} << 30);
