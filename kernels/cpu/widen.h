@@ -117,10 +117,6 @@ inline void narrow1(double v, double& out) { out = v; }
 template <typename S>
 inline constexpr bool converts_in_place_v = !std::is_same_v<S, f16_t>;
 
-// What such loops see of S: S itself, or the compute type for rows widened into a buffer.
-template <typename S>
-using RowElement = std::conditional_t<converts_in_place_v<S>, S, typename Num<S>::C>;
-
 // Rows per block for kernels that walk [rows, c] tensors a block of rows at a time: about 8 KiB
 // of f32 per block buffer, so a few of them stay in L1, and a per-block cost (a call, a loop
 // tail) is paid once per many rows when c is a few dozen channels.
@@ -128,72 +124,20 @@ inline int64_t rows_per_block(int64_t c) {
   return std::max<int64_t>(1, 2048 / std::max<int64_t>(c, 1));
 }
 
-// Rows of `c` elements of S seen as the compute type, up to `max_rows` consecutive rows at a
-// time: a pointer into the tensor itself when S is the compute type, else into a per-reader
-// buffer that holds the widened rows. One reader per thread, and one per block that must be
-// alive at the same time.
-template <typename S>
-class RowReader {
+// Rows of `c` elements of S, up to `max_rows` consecutive rows at a time, as elements of type E:
+// a pointer into the tensor itself when kInPlace, else into a per-reader buffer of the compute
+// type that holds the widened rows. One reader per thread, and one per block that must be alive
+// at the same time. The two kinds of caller are the aliases below.
+template <typename S, bool kInPlace>
+class BasicRowReader {
  public:
-  using C = typename Num<S>::C;
-  explicit RowReader(int64_t c, int64_t max_rows = 1) : c_(c) {
-    if constexpr (is_narrow_v<S>) buf_.resize(static_cast<size_t>(c * max_rows));
+  using E = std::conditional_t<kInPlace, S, typename Num<S>::C>;
+  explicit BasicRowReader(int64_t c, int64_t max_rows = 1) : c_(c) {
+    if constexpr (!kInPlace) buf_.resize(static_cast<size_t>(c * max_rows));
   }
   // Rows r .. r + n - 1 (n <= max_rows), contiguous.
-  const C* operator()(const S* base, int64_t r, int64_t n = 1) {
-    if constexpr (is_narrow_v<S>) {
-      widen(base + r * c_, n * c_, buf_.data());
-      return buf_.data();
-    } else {
-      return base + r * c_;
-    }
-  }
-
- private:
-  int64_t c_;
-  std::vector<C> buf_;
-};
-
-// The output side: row(r) gives where to write rows r .. r + n - 1 (n <= max_rows) in the
-// compute type, commit(r, n) stores them (narrowing when S is 16-bit). Writing straight into
-// the tensor when S is the compute type.
-template <typename S>
-class RowWriter {
- public:
-  using C = typename Num<S>::C;
-  RowWriter(S* base, int64_t c, int64_t max_rows = 1) : base_(base), c_(c) {
-    if constexpr (is_narrow_v<S>) buf_.resize(static_cast<size_t>(c * max_rows));
-  }
-  C* row(int64_t r) {
-    if constexpr (is_narrow_v<S>) {
-      return buf_.data();
-    } else {
-      return base_ + r * c_;
-    }
-  }
-  void commit(int64_t r, int64_t n = 1) {
-    if constexpr (is_narrow_v<S>) narrow(buf_.data(), n * c_, base_ + r * c_);
-  }
-
- private:
-  S* base_;
-  int64_t c_;
-  std::vector<C> buf_;
-};
-
-// RowReader and RowWriter for loops that convert as they go: up to `max_rows` consecutive rows
-// of `c` elements as RowElement<S> (the tensor itself where S converts in place, else a widened
-// buffer), and where to write them (commit narrows the buffer of f16 rows). Loops read with
-// widen1 and write with narrow1, so one body serves every dtype.
-template <typename S>
-class RowSource {
- public:
-  using E = RowElement<S>;
-  explicit RowSource(int64_t c, int64_t max_rows = 1) : c_(c) {
-    if constexpr (!converts_in_place_v<S>) buf_.resize(static_cast<size_t>(c * max_rows));
-  }
   const E* operator()(const S* base, int64_t r, int64_t n = 1) {
-    if constexpr (converts_in_place_v<S>) {
+    if constexpr (kInPlace) {
       return base + r * c_;
     } else {
       widen(base + r * c_, n * c_, buf_.data());
@@ -206,22 +150,24 @@ class RowSource {
   std::vector<E> buf_;
 };
 
-template <typename S>
-class RowSink {
+// The output side: row(r) gives where to write rows r .. r + n - 1 (n <= max_rows) as E,
+// commit(r, n) stores them (narrowing the buffer when not kInPlace).
+template <typename S, bool kInPlace>
+class BasicRowWriter {
  public:
-  using E = RowElement<S>;
-  RowSink(S* base, int64_t c, int64_t max_rows = 1) : base_(base), c_(c) {
-    if constexpr (!converts_in_place_v<S>) buf_.resize(static_cast<size_t>(c * max_rows));
+  using E = std::conditional_t<kInPlace, S, typename Num<S>::C>;
+  BasicRowWriter(S* base, int64_t c, int64_t max_rows = 1) : base_(base), c_(c) {
+    if constexpr (!kInPlace) buf_.resize(static_cast<size_t>(c * max_rows));
   }
   E* row(int64_t r) {
-    if constexpr (converts_in_place_v<S>) {
+    if constexpr (kInPlace) {
       return base_ + r * c_;
     } else {
       return buf_.data();
     }
   }
   void commit(int64_t r, int64_t n = 1) {
-    if constexpr (!converts_in_place_v<S>) narrow(buf_.data(), n * c_, base_ + r * c_);
+    if constexpr (!kInPlace) narrow(buf_.data(), n * c_, base_ + r * c_);
   }
 
  private:
@@ -229,5 +175,22 @@ class RowSink {
   int64_t c_;
   std::vector<E> buf_;
 };
+
+// Rows seen as the compute type: the tensor itself when S is the compute type (f32, f64).
+template <typename S>
+using RowReader = BasicRowReader<S, !is_narrow_v<S>>;
+template <typename S>
+using RowWriter = BasicRowWriter<S, !is_narrow_v<S>>;
+
+// Rows for loops that convert as they go, as RowElement<S> (the tensor itself where S converts
+// in place, else a widened buffer). Loops read with widen1 and write with narrow1, so one body
+// serves every dtype.
+template <typename S>
+using RowSource = BasicRowReader<S, converts_in_place_v<S>>;
+// What such loops see of S: S itself, or the compute type for rows widened into a buffer.
+template <typename S>
+using RowElement = typename RowSource<S>::E;
+template <typename S>
+using RowSink = BasicRowWriter<S, converts_in_place_v<S>>;
 
 }  // namespace frugal::kernels::cpu
