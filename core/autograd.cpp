@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/autocast.h"
+#include "core/grad_hooks.h"
 #include "core/ops.h"
 
 namespace frugal::autograd {
@@ -31,7 +33,77 @@ void accumulate_into(std::vector<Tensor>& buffer, uint32_t slot, Tensor grad) {
   dst = dst.defined() ? add(dst, grad) : std::move(grad);
 }
 
+// Note [Gradient hooks]: post-accumulate hooks by leaf, kept here rather than in TensorImpl so
+// that a tensor carries nothing for them; the engine asks only while any hook exists.
+struct LeafHook {
+  uint64_t id;
+  const TensorImpl* leaf;
+  std::shared_ptr<PostAccumulateHook> fn;
+};
+std::mutex g_hooks_mutex;
+std::vector<LeafHook> g_hooks;
+std::atomic<uint64_t> g_next_hook_id{1};
+std::atomic<size_t> g_hook_count{0};
+
+void run_post_accumulate_hooks(const std::shared_ptr<TensorImpl>& leaf) {
+  if (g_hook_count.load(std::memory_order_relaxed) == 0) return;
+  std::vector<std::shared_ptr<PostAccumulateHook>> fns;
+  {
+    std::lock_guard<std::mutex> lock(g_hooks_mutex);
+    for (const LeafHook& h : g_hooks) {
+      if (h.leaf == leaf.get()) fns.push_back(h.fn);
+    }
+  }
+  Tensor t(leaf);
+  for (const auto& fn : fns) (*fn)(t);  // outside the lock: a hook may add or remove hooks
+}
+
+// The callbacks of the outermost backward running on this thread (null outside backward).
+thread_local std::vector<std::function<void()>>* t_backward_callbacks = nullptr;
+
 }  // namespace
+
+HookHandle& HookHandle::operator=(HookHandle&& o) noexcept {
+  if (this != &o) {
+    reset();
+    id_ = o.id_;
+    o.id_ = 0;
+  }
+  return *this;
+}
+
+void HookHandle::reset() {
+  if (id_ == 0) return;
+  std::lock_guard<std::mutex> lock(g_hooks_mutex);
+  auto it =
+      std::find_if(g_hooks.begin(), g_hooks.end(), [&](const LeafHook& h) { return h.id == id_; });
+  if (it != g_hooks.end()) {
+    g_hooks.erase(it);
+    g_hook_count.fetch_sub(1, std::memory_order_relaxed);
+  }
+  id_ = 0;
+}
+
+HookHandle add_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook hook) {
+  FRUGAL_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(),
+               "add_post_accumulate_grad_hook: the tensor must be a leaf that requires grad",
+               leaf.defined() && !leaf.is_leaf() ? " (it has a grad_fn)" : "");
+  FRUGAL_CHECK(hook != nullptr, "add_post_accumulate_grad_hook: empty hook");
+  const uint64_t id = g_next_hook_id++;
+  std::lock_guard<std::mutex> lock(g_hooks_mutex);
+  g_hooks.push_back(
+      {id, leaf.impl_ptr().get(), std::make_shared<PostAccumulateHook>(std::move(hook))});
+  g_hook_count.fetch_add(1, std::memory_order_relaxed);
+  return HookHandle(id);
+}
+
+bool in_backward() { return t_backward_callbacks != nullptr; }
+
+void queue_callback(std::function<void()> fn) {
+  FRUGAL_CHECK(t_backward_callbacks != nullptr,
+               "queue_callback: no backward is running on this thread");
+  t_backward_callbacks->push_back(std::move(fn));
+}
 
 bool grad_enabled() { return t_grad_enabled; }
 GradModeGuard::GradModeGuard(bool enabled) : prev_(t_grad_enabled) { t_grad_enabled = enabled; }
@@ -65,6 +137,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     bool shared = g.impl().storage.use_count() > 1;
     leaf_->grad = (shared ? g.clone() : g).detach().impl_ptr();
   }
+  run_post_accumulate_hooks(leaf_);
   return {};
 }
 
@@ -206,8 +279,10 @@ std::vector<ModuleSaved> saved_bytes_by_module(const std::vector<Tensor>& roots,
   return out;
 }
 
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
-                  bool retain_graph) {
+namespace {
+
+void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+               bool retain_graph) {
   NoGradGuard no_grad;  // gradients are computed without building a graph of their own
   // Each op's backward runs in the dtype its forward used, whatever autocast says now.
   autocast::SuspendGuard no_autocast;
@@ -287,6 +362,29 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       if (--deps[e.node.get()] == 0) ready.push(e.node.get());
     }
   }
+}
+
+}  // namespace
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                  bool retain_graph) {
+  if (t_backward_callbacks != nullptr) {  // inside a backward (a checkpointed segment's)
+    run_graph(roots, grads, retain_graph);
+    return;
+  }
+  // Note [Gradient hooks]: callbacks queued during this backward run once it has finished;
+  // a failed backward drops them.
+  std::vector<std::function<void()>> callbacks;
+  t_backward_callbacks = &callbacks;
+  try {
+    run_graph(roots, grads, retain_graph);
+  } catch (...) {
+    t_backward_callbacks = nullptr;
+    throw;
+  }
+  t_backward_callbacks = nullptr;
+  // They run outside backward: one that queues another gets queue_callback's error.
+  for (auto& fn : callbacks) fn();
 }
 
 }  // namespace frugal::autograd

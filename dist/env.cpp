@@ -1,6 +1,6 @@
 // Rank, world size and local rank from the launchers' variables (Note [Process groups from the
-// environment] in train/dist_env.h).
-#include "train/dist_env.h"
+// environment] in dist/env.h).
+#include "dist/env.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 
-namespace frugal::train {
+namespace frugal::dist {
 namespace {
 
 // The integer in variable `name`, or nullopt when it is unset; an error for anything but a
@@ -116,4 +116,4 @@ DistEnv dist_env(const EnvLookup& get) {
   return e;
 }
 
-}  // namespace frugal::train
+}  // namespace frugal::dist

@@ -1,6 +1,6 @@
 // Note [Process groups from the environment]: rank, world size and local rank from torchrun's,
 // OpenMPI's and Slurm's variables, and clear errors for incomplete or inconsistent ones.
-#include "train/dist_env.h"
+#include "dist/env.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@ using namespace frugal;
 namespace {
 
 // A fake environment: the variables of `vars`, nothing else.
-train::DistEnv from(const std::map<std::string, std::string>& vars) {
-  return train::dist_env([&](const char* name) -> const char* {
+dist::DistEnv from(const std::map<std::string, std::string>& vars) {
+  return dist::dist_env([&](const char* name) -> const char* {
     auto it = vars.find(name);
     return it == vars.end() ? nullptr : it->second.c_str();
   });
@@ -34,7 +34,7 @@ std::string error_of(const std::map<std::string, std::string>& vars) {
 }  // namespace
 
 TEST(DistEnv, NoLauncherIsOneProcess) {
-  train::DistEnv e = from({{"PATH", "/bin"}});
+  dist::DistEnv e = from({{"PATH", "/bin"}});
   EXPECT_EQ(e.rank, 0);
   EXPECT_EQ(e.world_size, 1);
   EXPECT_FALSE(e.distributed());
@@ -43,38 +43,38 @@ TEST(DistEnv, NoLauncherIsOneProcess) {
 }
 
 TEST(DistEnv, TorchrunOpenMpiAndSlurm) {
-  train::DistEnv t = from({{"RANK", "5"},
-                           {"WORLD_SIZE", "8"},
-                           {"LOCAL_RANK", "1"},
-                           {"LOCAL_WORLD_SIZE", "4"},
-                           {"SLURM_PROCID", "0"}});
+  dist::DistEnv t = from({{"RANK", "5"},
+                          {"WORLD_SIZE", "8"},
+                          {"LOCAL_RANK", "1"},
+                          {"LOCAL_WORLD_SIZE", "4"},
+                          {"SLURM_PROCID", "0"}});
   EXPECT_EQ(t.str(), "rank 5 of 8 (local 1 of 4, torchrun)") << "torchrun's variables win";
   EXPECT_TRUE(t.distributed());
   EXPECT_FALSE(t.is_main());
-  train::DistEnv hand = from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}});
+  dist::DistEnv hand = from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}});
   EXPECT_EQ(hand.local_world_size, 2) << "no LOCAL_WORLD_SIZE: one node";
-  train::DistEnv m = from({{"OMPI_COMM_WORLD_RANK", "3"},
-                           {"OMPI_COMM_WORLD_SIZE", "4"},
-                           {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                           {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  dist::DistEnv m = from({{"OMPI_COMM_WORLD_RANK", "3"},
+                          {"OMPI_COMM_WORLD_SIZE", "4"},
+                          {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   EXPECT_EQ(m.str(), "rank 3 of 4 (local 1 of 2, OpenMPI)");
   // Slurm: nodes 0 and 1 run 4 tasks, node 2 runs 3; this is node 2's third task.
-  train::DistEnv s = from({{"SLURM_PROCID", "10"},
-                           {"SLURM_NTASKS", "11"},
-                           {"SLURM_LOCALID", "2"},
-                           {"SLURM_NODEID", "2"},
-                           {"SLURM_TASKS_PER_NODE", "4(x2),3"}});
+  dist::DistEnv s = from({{"SLURM_PROCID", "10"},
+                          {"SLURM_NTASKS", "11"},
+                          {"SLURM_LOCALID", "2"},
+                          {"SLURM_NODEID", "2"},
+                          {"SLURM_TASKS_PER_NODE", "4(x2),3"}});
   EXPECT_EQ(s.str(), "rank 10 of 11 (local 2 of 3, Slurm)");
-  train::DistEnv s0 = from({{"SLURM_PROCID", "1"},
-                            {"SLURM_NTASKS", "11"},
-                            {"SLURM_LOCALID", "1"},
-                            {"SLURM_NODEID", "1"},
-                            {"SLURM_TASKS_PER_NODE", "4(x2),3"}});
+  dist::DistEnv s0 = from({{"SLURM_PROCID", "1"},
+                           {"SLURM_NTASKS", "11"},
+                           {"SLURM_LOCALID", "1"},
+                           {"SLURM_NODEID", "1"},
+                           {"SLURM_TASKS_PER_NODE", "4(x2),3"}});
   EXPECT_EQ(s0.local_world_size, 4);
-  train::DistEnv s1 = from({{"SLURM_PROCID", "1"},
-                            {"SLURM_NTASKS", "2"},
-                            {"SLURM_LOCALID", "1"},
-                            {"SLURM_NTASKS_PER_NODE", "2"}});
+  dist::DistEnv s1 = from({{"SLURM_PROCID", "1"},
+                           {"SLURM_NTASKS", "2"},
+                           {"SLURM_LOCALID", "1"},
+                           {"SLURM_NTASKS_PER_NODE", "2"}});
   EXPECT_EQ(s1.local_world_size, 2);
 }
 

@@ -22,7 +22,7 @@
 #include <functional>
 #include <string>
 
-namespace frugal::train {
+namespace frugal::dist {
 
 struct DistEnv {
   int64_t rank = 0;
@@ -39,4 +39,4 @@ struct DistEnv {
 using EnvLookup = std::function<const char*(const char*)>;
 DistEnv dist_env(const EnvLookup& get = [](const char* name) { return std::getenv(name); });
 
-}  // namespace frugal::train
+}  // namespace frugal::dist

@@ -1,0 +1,45 @@
+// Ranks of a SocketGroup as threads of one test process, on loopback: each thread builds its own
+// group and runs `body`; what each rank threw (empty when nothing) comes back by rank.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/error.h"
+#include "dist/socket_group.h"
+#include "dist/socket_io.h"
+
+namespace frugal::test {
+
+// A port nobody listens on now (the kernel's choice for port 0, released again).
+inline int free_port() {
+  dist::Socket s = dist::listen_on("127.0.0.1", 0);
+  return dist::bound_port(s);
+}
+
+inline std::vector<std::string> run_ranks(int n,
+                                          const std::function<void(dist::SocketGroup&)>& body,
+                                          double timeout_seconds = 20, int port = 0) {
+  dist::SocketGroupOptions options{.master_addr = "127.0.0.1",
+                                   .master_port = port != 0 ? port : free_port(),
+                                   .timeout_seconds = timeout_seconds};
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        dist::SocketGroup group(r, n, options);
+        body(group);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+}  // namespace frugal::test

@@ -1,0 +1,222 @@
+#include "dist/socket_group.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "base/half.h"
+#include "core/factory.h"
+#include "dist/rank_threads.h"
+
+namespace frugal {
+namespace {
+
+using test::run_ranks;
+
+bool no_errors(const std::vector<std::string>& errors) {
+  for (const std::string& e : errors) {
+    if (!e.empty()) {
+      ADD_FAILURE() << e;
+      return false;
+    }
+  }
+  return true;
+}
+
+// Rank r's values: distinct per rank and element, with fractions that f16 and bf16 round.
+std::vector<double> values_of(int rank, int n) {
+  std::vector<double> v;
+  for (int i = 0; i < n; ++i) v.push_back(0.3 * (rank + 1) + 0.01 * i - (i % 3 == 0 ? 2.7 : 0));
+  return v;
+}
+
+TEST(SocketGroup, AllReduceIsTheRankOrderF32ReductionRoundedOnceAndIdenticalEverywhere) {
+  constexpr int kRanks = 4, kN = 1000;
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
+    for (dist::ReduceOp op : {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::max}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + dist::reduce_op_name(op));
+      // What each rank contributes, as stored in dtype, and the reduction computed here in f32
+      // (f64 for f64) in rank order, rounded once.
+      std::vector<Tensor> inputs;
+      for (int r = 0; r < kRanks; ++r) {
+        inputs.push_back(from_vector(values_of(r, kN), {kN}, {.dtype = dtype}));
+      }
+      Tensor expected = from_vector(std::vector<double>(kN, 0.0), {kN}, {.dtype = dtype});
+      for (int i = 0; i < kN; ++i) {
+        double acc = inputs[0].to_vector()[static_cast<size_t>(i)];
+        float acc32 = static_cast<float>(acc);
+        for (int r = 1; r < kRanks; ++r) {
+          double v = inputs[static_cast<size_t>(r)].to_vector()[static_cast<size_t>(i)];
+          if (op == dist::ReduceOp::max) {
+            acc = std::max(acc, v);
+            acc32 = std::max(acc32, static_cast<float>(v));
+          } else {
+            acc += v;
+            acc32 += static_cast<float>(v);
+          }
+        }
+        if (op == dist::ReduceOp::avg) {
+          acc /= kRanks;
+          acc32 /= kRanks;
+        }
+        double want = dtype == DType::f64 ? acc : static_cast<double>(acc32);
+        Tensor one = from_vector({want}, {1}, {.dtype = dtype});
+        std::memcpy(
+            static_cast<char*>(expected.data_ptr()) + static_cast<size_t>(i) * dtype_size(dtype),
+            one.data_ptr(), dtype_size(dtype));
+      }
+      std::vector<Tensor> results(kRanks);
+      auto errors = run_ranks(kRanks, [&](dist::SocketGroup& g) {
+        Tensor t = inputs[static_cast<size_t>(g.rank())].clone();
+        g.all_reduce(t, op);
+        results[static_cast<size_t>(g.rank())] = t;
+      });
+      ASSERT_TRUE(no_errors(errors));
+      for (int r = 0; r < kRanks; ++r) {
+        ASSERT_EQ(std::memcmp(results[static_cast<size_t>(r)].data_ptr(), expected.data_ptr(),
+                              expected.nbytes()),
+                  0)
+            << "rank " << r << " differs from the rank-order reduction";
+      }
+    }
+  }
+}
+
+TEST(SocketGroup, BroadcastFromAnyRootAndI64Sums) {
+  constexpr int kRanks = 3;
+  std::vector<std::vector<double>> got(kRanks), sums(kRanks);
+  auto errors = run_ranks(kRanks, [&](dist::SocketGroup& g) {
+    Tensor t = from_vector(values_of(g.rank(), 5), {5});
+    g.broadcast(t, 2);
+    got[static_cast<size_t>(g.rank())] = t.to_vector();
+    Tensor counts = from_vector({double(g.rank()), 1.0}, {2}, {.dtype = DType::i64});
+    g.all_reduce(counts, dist::ReduceOp::sum);
+    sums[static_cast<size_t>(g.rank())] = counts.to_vector();
+    g.barrier();
+  });
+  ASSERT_TRUE(no_errors(errors));
+  std::vector<double> from2 = from_vector(values_of(2, 5), {5}).to_vector();
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(got[static_cast<size_t>(r)], from2) << "rank " << r;
+    EXPECT_EQ(sums[static_cast<size_t>(r)], (std::vector<double>{3.0, 3.0})) << "rank " << r;
+  }
+}
+
+TEST(SocketGroup, AllReduceValuesSumsHostNumbers) {
+  std::vector<std::vector<double>> got(2);
+  auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
+    got[static_cast<size_t>(g.rank())] =
+        dist::all_reduce_values(g, {1.5 * (g.rank() + 1), 10.0}, dist::ReduceOp::sum);
+  });
+  ASSERT_TRUE(no_errors(errors));
+  EXPECT_EQ(got[0], (std::vector<double>{4.5, 20.0}));
+  EXPECT_EQ(got[1], got[0]);
+}
+
+TEST(SocketGroup, MismatchedCallsFailOnEveryRankNamingBothCalls) {
+  auto errors = run_ranks(3, [&](dist::SocketGroup& g) {
+    Tensor t = zeros({g.rank() == 2 ? 7 : 8});
+    g.all_reduce(t, dist::ReduceOp::sum);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("rank 2 called all_reduce of 7 f32 elements"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("rank 0 called all_reduce of 8 f32 elements"),
+              std::string::npos)
+        << errors[static_cast<size_t>(r)];
+  }
+}
+
+TEST(SocketGroup, ARankThatExitsIsNamedNotWaitedFor) {
+  auto errors = run_ranks(3, [&](dist::SocketGroup& g) {
+    if (g.rank() == 1) return;  // its group (and sockets) go away with this scope
+    Tensor t = zeros({4});
+    g.all_reduce(t, dist::ReduceOp::sum);
+  });
+  EXPECT_TRUE(errors[1].empty());
+  EXPECT_NE(errors[0].find("rank 1 closed its connection"), std::string::npos) << errors[0];
+  // Rank 2 waits on rank 0, which gave up: it learns through rank 0's closed connection.
+  EXPECT_NE(errors[2].find("rank 0"), std::string::npos) << errors[2];
+}
+
+TEST(SocketGroup, ARankThatStopsAnsweringTimesOut) {
+  std::atomic<bool> released{false};
+  auto t0 = std::chrono::steady_clock::now();
+  auto errors = run_ranks(
+      2,
+      [&](dist::SocketGroup& g) {
+        if (g.rank() == 1) {  // alive, connected, but never joins the collective
+          while (!released) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          return;
+        }
+        Tensor t = zeros({4});
+        try {
+          g.all_reduce(t, dist::ReduceOp::sum);
+        } catch (...) {
+          released = true;
+          throw;
+        }
+      },
+      /*timeout_seconds=*/0.5);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(errors[0].find("rank 1 did not answer before the timeout"), std::string::npos)
+      << errors[0];
+  EXPECT_LT(seconds, 10.0);
+}
+
+TEST(SocketGroup, RendezvousRejectsAWrongWorldSizeAndTwoClaimsOfOneRank) {
+  const int port = test::free_port();
+  dist::SocketGroupOptions o{.master_addr = "127.0.0.1", .master_port = port, .timeout_seconds = 5};
+  std::string e0, e1;
+  std::thread t0([&] {
+    try {
+      dist::SocketGroup g(0, 2, o);
+    } catch (const std::exception& e) {
+      e0 = e.what();
+    }
+  });
+  std::thread t1([&] {
+    try {
+      dist::SocketGroup g(1, 3, o);
+    } catch (const std::exception& e) {
+      e1 = e.what();
+    }
+  });
+  t0.join();
+  t1.join();
+  EXPECT_NE(e0.find("rank 1 says the world size is 3, rank 0 says 2"), std::string::npos) << e0;
+  EXPECT_NE(e1.find("refused rank 1"), std::string::npos) << e1;
+
+  EXPECT_THROW(dist::SocketGroup(3, 2, o), Error);
+
+  // Two processes claim rank 1: the second is refused, and rank 0 stops.
+  o.master_port = test::free_port();
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> ranks;
+  for (int i = 0; i < 3; ++i) {
+    ranks.emplace_back([&, i] {
+      try {
+        dist::SocketGroup g(i == 0 ? 0 : 1, 3, o);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(i)] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_NE(errors[0].find("two processes claimed rank 1"), std::string::npos) << errors[0];
+  EXPECT_TRUE(errors[1].empty() != errors[2].empty()) << errors[1] << " / " << errors[2];
+}
+
+TEST(SocketGroup, TensorsMustBeOnTheCpu) {
+  auto errors = run_ranks(1, [&](dist::SocketGroup& g) {
+    Tensor t = Tensor::empty({4}, {.device = Device::meta()});
+    g.all_reduce(t, dist::ReduceOp::sum);
+  });
+  EXPECT_NE(errors[0].find("all_reduce: the tensor is on meta"), std::string::npos) << errors[0];
+}
+
+}  // namespace
+}  // namespace frugal
