@@ -102,6 +102,7 @@ void GradScaler::step(Optimizer& opt) {
   FRUGAL_CHECK(it == stage_.end() || it->second != Stage::stepped,
                "GradScaler::step: already called for this optimizer since the last update()");
   if (it == stage_.end()) unscale_(opt);
+  if (agree_) agree_(found_inf_);
   opt.set_found_inf(found_inf_);
   try {
     opt.step();

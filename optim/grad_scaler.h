@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -69,6 +70,11 @@ class GradScaler {
   const GradScalerOptions& options() const { return opt_; }
   // The device flag of the current step (f32 scalar; undefined before the first unscale).
   const Tensor& found_inf() const { return found_inf_; }
+  // Runs on the flag in step(), after unscaling and before the optimizer reads it: data
+  // parallelism makes every rank's flag the ranks' maximum there, so all skip the same steps
+  // (dist::agree_on_overflow). Null (the default) leaves the flag local.
+  using FoundInfAgreement = std::function<void(Tensor& found_inf)>;
+  void set_found_inf_agreement(FoundInfAgreement agree) { agree_ = std::move(agree); }
 
   // "scale", "growth_tracker" (read back: a synchronisation), "growth_factor",
   // "backoff_factor", "growth_interval" as f64 CPU scalars. Loading checks all entries first.
@@ -85,6 +91,7 @@ class GradScaler {
   Tensor found_inf_;            // [] f32, device; zeroed by the first unscale_ of a step
   double pending_tracker_ = 0;  // a loaded tracker, until the device tensors exist
   std::map<const Optimizer*, Stage> stage_;  // optimizers touched since the last update()
+  FoundInfAgreement agree_;
 };
 
 // The scaler PyTorch's recipe gives a training precision: one with the defaults for f16 (its

@@ -1,0 +1,140 @@
+// Note [Data parallelism] in data_parallel.h.
+#include "dist/data_parallel.h"
+
+#include "base/error.h"
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/ops.h"
+
+namespace frugal::dist {
+
+DataParallel::DataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<ProcessGroup> group,
+                           DataParallelOptions options)
+    : module_(std::move(module)), group_(std::move(group)), options_(options) {
+  FRUGAL_CHECK(module_ != nullptr && group_ != nullptr, "DataParallel: null module or group");
+  FRUGAL_CHECK(options_.reduce_dtype == DType::f32 || is_low_precision(options_.reduce_dtype),
+               "DataParallel: reduce_dtype must be f32, f16 or bf16, got ", options_.reduce_dtype);
+  register_module("", module_);  // names stay the module's: checkpoints load with or without
+  autograd::NoGradGuard no_grad;
+  for (auto& [name, t] : module_->named_parameters()) {
+    FRUGAL_CHECK(t.device() == group_->device(), "DataParallel: parameter '", name, "' is on ",
+                 t.device(), " but the ", group_->backend(), " group works on ", group_->device(),
+                 "; move the model before wrapping it");
+    Tensor p = t;
+    group_->broadcast(p, 0);
+    p.bump_version();
+    if (!t.requires_grad()) continue;
+    params_.push_back(t);
+    names_.push_back(name);
+  }
+  for (auto& [name, t] : module_->named_buffers()) {
+    Tensor b = t;
+    group_->broadcast(b, 0);
+    b.bump_version();
+  }
+  std::vector<BucketParam> planned;
+  for (const Tensor& p : params_) {
+    planned.push_back({static_cast<size_t>(p.numel()), options_.reduce_dtype});
+  }
+  buckets_ = plan_buckets(planned, options_.bucket_cap_bytes, options_.first_bucket_cap_bytes);
+  bucket_of_.resize(params_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (size_t i : buckets_[b].params) bucket_of_[i] = b;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    hooks_.push_back(autograd::add_post_accumulate_grad_hook(
+        params_[i], [this, i](const Tensor&) { on_gradient(i); }));
+  }
+  reset_backward_state();
+}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::reset_backward_state() {
+  ready_.assign(params_.size(), false);
+  reduced_.assign(buckets_.size(), false);
+  missing_.clear();
+  for (const Bucket& b : buckets_) missing_.push_back(b.params.size());
+  finish_queued_ = false;
+  overlap_ = {};
+}
+
+Tensor DataParallel::forward(const Tensor& x) {
+  if (is_training() && autograd::grad_enabled()) {
+    // A backward that failed part-way (out of memory, retried smaller) left its counts behind.
+    reset_backward_state();
+    if (options_.broadcast_buffers && group_->size() > 1) {
+      autograd::NoGradGuard no_grad;
+      for (auto& [name, t] : module_->named_buffers()) {
+        Tensor b = t;
+        group_->broadcast(b, 0);
+        b.bump_version();
+      }
+    }
+  }
+  return (*module_)(x);
+}
+
+void DataParallel::on_gradient(size_t i) {
+  FRUGAL_CHECK(!ready_[i], "DataParallel: parameter '", names_[i], "' received a second gradient ",
+               "in one backward after its bucket was counted (is it reached both inside and ",
+               "outside a checkpointed segment?); its ranks would average an incomplete gradient");
+  ready_[i] = true;
+  if (!finish_queued_) {
+    autograd::queue_callback([this] { finish_backward(); });
+    finish_queued_ = true;
+  }
+  const size_t b = bucket_of_[i];
+  if (--missing_[b] == 0) {
+    reduce_bucket(b);
+    ++overlap_.during_backward;
+  }
+}
+
+void DataParallel::reduce_bucket(size_t b) {
+  autograd::NoGradGuard no_grad;
+  const Bucket& bucket = buckets_[b];
+  const DType wire = options_.reduce_dtype;
+  const Device device = group_->device();
+  std::vector<Tensor> parts;
+  parts.reserve(bucket.params.size());
+  for (size_t i : bucket.params) {
+    Tensor g = params_[i].grad();
+    const int64_t n = params_[i].numel();
+    parts.push_back(g.defined() ? reshape(g.dtype() == wire ? g : cast(g, wire), {n})
+                                : zeros({n}, {.dtype = wire, .device = device}));
+  }
+  Tensor flat = parts.size() == 1 ? parts[0].clone() : cat(parts, 0);
+  parts.clear();
+  group_->all_reduce(flat, ReduceOp::avg);
+  int64_t offset = 0;
+  for (size_t i : bucket.params) {
+    const Tensor& p = params_[i];
+    Tensor g = reshape(narrow(flat, 0, offset, p.numel()), p.shape());
+    params_[i].set_grad(g.dtype() == p.dtype() ? g : cast(g, p.dtype()));
+    offset += p.numel();
+  }
+  reduced_[b] = true;
+}
+
+void DataParallel::finish_backward() {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (reduced_[b]) continue;
+    reduce_bucket(b);
+    ++overlap_.at_end;
+  }
+  last_overlap_ = overlap_;
+  reset_backward_state();
+}
+
+void agree_on_overflow(optim::GradScaler& scaler, std::shared_ptr<ProcessGroup> group) {
+  FRUGAL_CHECK(group != nullptr, "agree_on_overflow: null group");
+  if (group->size() == 1) {
+    scaler.set_found_inf_agreement(nullptr);
+    return;
+  }
+  scaler.set_found_inf_agreement(
+      [group](Tensor& found_inf) { group->all_reduce(found_inf, ReduceOp::max); });
+}
+
+}  // namespace frugal::dist

@@ -1,0 +1,95 @@
+// Data-parallel training (PyTorch's DistributedDataParallel): every rank holds a replica of the
+// model, trains on its own shard of each batch, and all-reduces gradients so the replicas take
+// the same optimizer step.
+//
+//   auto group = dist::init_process_group(env, device);          // dist/init.h
+//   auto model = std::make_shared<dist::DataParallel>(net, group);  // after net.to(device)
+//   ... loss = cross_entropy((*model)(x), y); loss.backward(); opt.step();  // as on one GPU
+//
+// Note [Data parallelism]
+// - At construction rank 0's parameters and buffers are broadcast, so the replicas start equal
+//   whatever each rank's seed was.
+// - Backward: a hook on each parameter (Note [Gradient hooks]) counts the gradients of its bucket
+//   (Note [Gradient buckets]); the moment a bucket is complete its gradients are flattened into
+//   one buffer, averaged across ranks (in reduce_dtype) and written back as the parameters'
+//   .grad. Buckets still open when backward ends (a parameter without a gradient) go out then; a
+//   parameter no rank gave a gradient gets zeros. Every rank ends backward with bit-identical
+//   gradients (Note [Collectives]), so the optimizer keeps the replicas equal.
+// - Gradient accumulation: every backward averages what .grad holds. Averaging is linear and
+//   the part accumulated earlier is already equal on every rank, so the result is the average of
+//   the accumulated gradients, as with one reduction at the end, at the price of one all-reduce
+//   per micro-batch.
+// - Mixed precision: with a GradScaler, agree_on_overflow makes every rank skip the same steps.
+// - BatchNorm stays local to each rank (its batch statistics are the rank's shard's); with
+//   broadcast_buffers, every training forward starts from rank 0's running statistics (DDP's
+//   default), so the replicas evaluate and save the same model.
+// - Parameters are those of the module at construction: move it to its device first.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/grad_hooks.h"
+#include "dist/buckets.h"
+#include "dist/process_group.h"
+#include "nn/module.h"
+#include "optim/grad_scaler.h"
+
+namespace frugal::dist {
+
+struct DataParallelOptions {
+  size_t bucket_cap_bytes = size_t{25} << 20;       // DDP's 25 MiB
+  size_t first_bucket_cap_bytes = size_t{1} << 20;  // DDP's 1 MiB: communication starts early
+  // The dtype gradients travel and are averaged in: f32, or f16/bf16 for half the traffic.
+  DType reduce_dtype = DType::f32;
+  bool broadcast_buffers = true;
+};
+
+class DataParallel final : public nn::Module {
+ public:
+  DataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<ProcessGroup> group,
+               DataParallelOptions options = {});
+  ~DataParallel() override;
+
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "DataParallel"; }
+
+  nn::Module& module() const { return *module_; }
+  ProcessGroup& group() const { return *group_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  // Of the last backward: buckets reduced while it still ran, and at its end.
+  struct Overlap {
+    int64_t during_backward = 0;
+    int64_t at_end = 0;
+  };
+  Overlap last_overlap() const { return last_overlap_; }
+
+ private:
+  void reset_backward_state();
+  void on_gradient(size_t param);
+  void reduce_bucket(size_t bucket);
+  void finish_backward();
+
+  std::shared_ptr<nn::Module> module_;
+  std::shared_ptr<ProcessGroup> group_;
+  DataParallelOptions options_;
+  std::vector<Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // by parameter
+  std::vector<autograd::HookHandle> hooks_;
+  // This backward's progress.
+  std::vector<bool> ready_;      // by parameter
+  std::vector<size_t> missing_;  // gradients each bucket still waits for
+  std::vector<bool> reduced_;    // by bucket
+  bool finish_queued_ = false;
+  Overlap overlap_, last_overlap_;
+};
+
+// Makes `scaler` take the maximum of every rank's found-inf flag before each optimizer step, so
+// all ranks skip a step when any rank's gradients overflowed.
+void agree_on_overflow(optim::GradScaler& scaler, std::shared_ptr<ProcessGroup> group);
+
+}  // namespace frugal::dist

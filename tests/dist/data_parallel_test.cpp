@@ -1,0 +1,253 @@
+#include "dist/data_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/factory.h"
+#include "core/ops.h"
+#include "dist/buckets.h"
+#include "dist/rank_threads.h"
+#include "nn/functional.h"
+#include "nn/layers.h"
+#include "optim/optimizer.h"
+
+namespace frugal {
+namespace {
+
+using test::run_ranks;
+
+// conv -> relu -> pool -> linear, no BatchNorm: a shard's mean-loss gradients average to the
+// whole batch's exactly (up to rounding).
+std::shared_ptr<nn::Module> small_net(uint64_t seed, bool batch_norm = false) {
+  manual_seed(seed);
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Conv2d>(3, 6, 3));
+  if (batch_norm) net->push_back(std::make_shared<nn::BatchNorm2d>(6));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::AdaptiveAvgPool2d>(1));
+  net->push_back(std::make_shared<nn::Flatten>());
+  net->push_back(std::make_shared<nn::Linear>(6, 4));
+  return net;
+}
+
+struct Batch {
+  Tensor images, labels;
+};
+Batch batch_of(int64_t n, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<double> l;
+  for (int64_t i = 0; i < n; ++i) l.push_back(static_cast<double>((i * 7 + 3) % 4));
+  return {randn({n, 6, 6, 3}, gen), from_vector(l, {n}, {.dtype = DType::i64})};
+}
+
+std::vector<std::vector<double>> grads_of(const nn::Module& m) {
+  std::vector<std::vector<double>> out;
+  for (const Tensor& p : m.parameters()) out.push_back(p.grad().to_vector());
+  return out;
+}
+std::vector<std::vector<double>> values_of(const nn::Module& m) {
+  std::vector<std::vector<double>> out;
+  for (const Tensor& p : m.parameters()) out.push_back(p.to_vector());
+  return out;
+}
+
+void expect_close(const std::vector<std::vector<double>>& a,
+                  const std::vector<std::vector<double>>& b, double tol, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), b[i].size());
+    for (size_t j = 0; j < a[i].size(); ++j) {
+      ASSERT_NEAR(a[i][j], b[i][j], tol) << what << ": parameter " << i << " element " << j;
+    }
+  }
+}
+
+bool no_errors(const std::vector<std::string>& errors) {
+  for (const std::string& e : errors) {
+    if (!e.empty()) {
+      ADD_FAILURE() << e;
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(GradientBuckets, ReverseOrderFirstBucketSmallOneDtypeEach) {
+  // Four f32 parameters of 100, 300, 50, 200 elements; caps 1,000 bytes, first 400.
+  std::vector<dist::BucketParam> p{
+      {100, DType::f32}, {300, DType::f32}, {50, DType::f32}, {200, DType::f32}};
+  auto b = dist::plan_buckets(p, 1000, 400);
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(b[0].params, (std::vector<size_t>{3}));  // 800 B: alone over the first cap
+  EXPECT_EQ(b[1].params, (std::vector<size_t>{2}));  // 200 B, and 300 more elements would not fit
+  EXPECT_EQ(b[2].params, (std::vector<size_t>{1}));
+  EXPECT_EQ(b[3].params, (std::vector<size_t>{0}));
+  auto big = dist::plan_buckets(p, 1 << 20, 1 << 20);
+  ASSERT_EQ(big.size(), 1u);
+  EXPECT_EQ(big[0].params, (std::vector<size_t>{3, 2, 1, 0}));
+  EXPECT_EQ(big[0].numel, 650u);
+  auto mixed = dist::plan_buckets({{10, DType::f32}, {10, DType::bf16}}, 1 << 20, 1 << 20);
+  EXPECT_EQ(mixed.size(), 2u);
+  EXPECT_EQ(mixed[0].dtype, DType::bf16);
+}
+
+TEST(DataParallel, TwoRanksOnHalfBatchesStepLikeOneProcessOnTheWholeBatch) {
+  constexpr int kRanks = 2, kSteps = 3;
+  constexpr int64_t kBatch = 8;
+  // One process on whole batches.
+  auto reference = small_net(7);
+  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
+  std::vector<Batch> batches;
+  for (int s = 0; s < kSteps; ++s) batches.push_back(batch_of(kBatch, 100 + s));
+  std::vector<std::vector<std::vector<double>>> ref_grads;
+  for (const Batch& b : batches) {
+    ref_opt.zero_grad();
+    nn::functional::cross_entropy((*reference)(b.images), b.labels).backward();
+    ref_grads.push_back(grads_of(*reference));
+    ref_opt.step();
+  }
+  // Two ranks, each built from another seed (the broadcast makes them rank 0's), each on its half.
+  std::vector<std::shared_ptr<nn::Module>> nets{small_net(7), small_net(99)};
+  std::vector<std::vector<std::vector<double>>> rank_grads(kRanks);
+  std::vector<dist::DataParallel::Overlap> overlap(kRanks);
+  auto errors = run_ranks(kRanks, [&](dist::SocketGroup& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    auto group = std::shared_ptr<dist::ProcessGroup>(&g, [](dist::ProcessGroup*) {});
+    // Small buckets: the first goes out while backward still runs.
+    dist::DataParallel model(nets[r], group,
+                             {.bucket_cap_bytes = 256, .first_bucket_cap_bytes = 64});
+    optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+    for (int s = 0; s < kSteps; ++s) {
+      const Batch& b = batches[static_cast<size_t>(s)];
+      const int64_t half = kBatch / kRanks;
+      opt.zero_grad();
+      Tensor logits = model(slice_rows(b.images, g.rank() * half, half));
+      nn::functional::cross_entropy(logits, slice_rows(b.labels, g.rank() * half, half)).backward();
+      if (s == 0) rank_grads[r] = grads_of(model);
+      opt.step();
+    }
+    overlap[r] = model.last_overlap();
+  });
+  ASSERT_TRUE(no_errors(errors));
+  expect_close(rank_grads[0], ref_grads[0], 1e-6, "first step's gradients");
+  EXPECT_EQ(rank_grads[0], rank_grads[1]) << "ranks must end backward with identical gradients";
+  EXPECT_EQ(values_of(*nets[0]), values_of(*nets[1])) << "replicas must stay bit-identical";
+  expect_close(values_of(*nets[0]), values_of(*reference), 1e-5, "weights after 3 steps");
+  EXPECT_GE(overlap[0].during_backward, 1) << "no bucket went out before backward ended";
+  // Reversed: the last bias (16 B) fills the 64-byte first bucket; the last weight and the conv's
+  // bias share the next (120 of 256 B); the conv weight (648 B) is a bucket alone.
+  EXPECT_EQ(overlap[0].during_backward + overlap[0].at_end, 3);
+}
+
+TEST(DataParallel, AParameterOnlyOneRankUsedGetsTheAverageEverywhere) {
+  std::vector<std::shared_ptr<nn::Module>> nets{small_net(1), small_net(1)};
+  std::vector<std::vector<double>> bias_grad(2);
+  std::vector<dist::DataParallel::Overlap> overlap(2);
+  auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    auto group = std::shared_ptr<dist::ProcessGroup>(&g, [](dist::ProcessGroup*) {});
+    dist::DataParallel model(nets[r], group);
+    Batch b = batch_of(4, 5);
+    Tensor logits = model(b.images);
+    // Rank 1's loss reaches the conv's weight alone: the other parameters get no gradient there.
+    Tensor loss = g.rank() == 0 ? sum(logits) : sum(mul(model.module().parameters()[0], 1.0));
+    loss.backward();
+    bias_grad[r] = model.module().parameters().back().grad().to_vector();
+    overlap[r] = model.last_overlap();
+  });
+  ASSERT_TRUE(no_errors(errors));
+  // Rank 0: d sum(logits) / d bias = 4 per class; rank 1: none. Average: 2.
+  EXPECT_EQ(bias_grad[0], (std::vector<double>{2, 2, 2, 2}));
+  EXPECT_EQ(bias_grad[1], bias_grad[0]);
+  EXPECT_EQ(overlap[1].at_end, 1);  // rank 1's one bucket waited for gradients that never came
+}
+
+TEST(DataParallel, Bf16ReductionRoundsOnceAndStaysIdenticalAcrossRanks) {
+  std::vector<std::shared_ptr<nn::Module>> nets{small_net(3), small_net(3)};
+  std::vector<std::vector<std::vector<double>>> grads(2);
+  auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    auto group = std::shared_ptr<dist::ProcessGroup>(&g, [](dist::ProcessGroup*) {});
+    dist::DataParallel model(nets[r], group, {.reduce_dtype = DType::bf16});
+    Batch b = batch_of(4, 11 + r);
+    nn::functional::cross_entropy(model(b.images), b.labels).backward();
+    grads[r] = grads_of(model);
+  });
+  ASSERT_TRUE(no_errors(errors));
+  EXPECT_EQ(grads[0], grads[1]);
+  for (const auto& p : grads[0]) {
+    for (double v : p) {  // every value a bf16: the low 16 bits of its f32 are zero
+      float f = static_cast<float>(v);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      ASSERT_EQ(bits & 0xffffu, 0u) << v;
+    }
+  }
+}
+
+TEST(DataParallel, BuffersFollowRankZeroEveryTrainingForward) {
+  std::vector<std::shared_ptr<nn::Module>> nets{small_net(4, true), small_net(4, true)};
+  std::vector<std::vector<double>> means(2);
+  auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    auto group = std::shared_ptr<dist::ProcessGroup>(&g, [](dist::ProcessGroup*) {});
+    dist::DataParallel model(nets[r], group);
+    Batch b = batch_of(4, 21);  // the same batch on both ranks
+    if (r == 1) {  // rank 1's statistics drift (as a rank's own batches would make them)
+      for (auto& [name, t] : model.named_buffers()) {
+        if (name.find("running_mean") != std::string::npos) fill_(t, 5.0);
+      }
+    }
+    (void)model(b.images);
+    for (auto& [name, t] : model.named_buffers()) {
+      if (name.find("running_mean") != std::string::npos) means[r] = t.to_vector();
+    }
+  });
+  ASSERT_TRUE(no_errors(errors));
+  EXPECT_EQ(means[0], means[1]);
+  EXPECT_LT(std::abs(means[0][0]), 1.0);  // rank 0's (zero) start, not rank 1's 5
+}
+
+TEST(DataParallel, OneRanksOverflowSkipsTheStepOnEveryRank) {
+  std::vector<std::shared_ptr<nn::Module>> nets{small_net(5), small_net(5)};
+  std::vector<std::vector<std::vector<double>>> before(2), after(2);
+  std::vector<double> scales(2);
+  auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    auto group = std::shared_ptr<dist::ProcessGroup>(&g, [](dist::ProcessGroup*) {});
+    nn::Module& model = *nets[r];  // no DataParallel: the gradients stay each rank's own
+    optim::SGD opt(model.parameters(), {.lr = 0.1});
+    optim::GradScaler scaler({.init_scale = 1024});
+    dist::agree_on_overflow(scaler, group);
+    Batch b = batch_of(4, 2);
+    scaler.scale(nn::functional::cross_entropy(model(b.images), b.labels)).backward();
+    if (r == 1) fill_(model.parameters()[0].grad(), std::numeric_limits<double>::infinity());
+    before[r] = values_of(model);
+    scaler.step(opt);
+    scaler.update();
+    after[r] = values_of(model);
+    scales[r] = scaler.get_scale();
+  });
+  ASSERT_TRUE(no_errors(errors));
+  EXPECT_EQ(after[0], before[0]) << "rank 0 stepped although rank 1 overflowed";
+  EXPECT_EQ(after[1], before[1]);
+  EXPECT_EQ(scales[0], 512.0);
+  EXPECT_EQ(scales[1], 512.0);
+}
+
+TEST(DataParallel, TheModelMustBeOnTheGroupsDevice) {
+  auto errors = run_ranks(1, [&](dist::SocketGroup& g) {
+    auto group = std::shared_ptr<dist::ProcessGroup>(&g, [](dist::ProcessGroup*) {});
+    auto net = small_net(1);
+    net->to(Device::meta());
+    dist::DataParallel model(net, group);
+  });
+  EXPECT_NE(errors[0].find("is on meta but the socket group works on cpu"), std::string::npos)
+      << errors[0];
+}
+
+}  // namespace
+}  // namespace frugal
