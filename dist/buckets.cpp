@@ -14,7 +14,7 @@ std::vector<Bucket> plan_buckets(const std::vector<BucketParam>& params, size_t 
     const size_t cap = buckets.size() == 1 ? first_cap_bytes : cap_bytes;  // of the open bucket
     const bool fits = !buckets.empty() && buckets.back().dtype == p.dtype &&
                       buckets.back().bytes() + p.numel * dtype_size(p.dtype) <= cap;
-    if (!fits) buckets.push_back({.dtype = p.dtype});
+    if (!fits) buckets.push_back({.params = {}, .numel = 0, .dtype = p.dtype});
     buckets.back().params.push_back(k);
     buckets.back().numel += p.numel;
   }

@@ -52,7 +52,8 @@ DataParallel::~DataParallel() = default;
 
 void DataParallel::reset_backward_state() {
   ready_.assign(params_.size(), false);
-  reduced_.assign(buckets_.size(), false);
+  in_flight_.clear();
+  in_flight_.resize(buckets_.size());
   missing_.clear();
   for (const Bucket& b : buckets_) missing_.push_back(b.params.size());
   finish_queued_ = false;
@@ -86,12 +87,12 @@ void DataParallel::on_gradient(size_t i) {
   }
   const size_t b = bucket_of_[i];
   if (--missing_[b] == 0) {
-    reduce_bucket(b);
+    start_bucket(b);
     ++overlap_.during_backward;
   }
 }
 
-void DataParallel::reduce_bucket(size_t b) {
+void DataParallel::start_bucket(size_t b) {
   autograd::NoGradGuard no_grad;
   const Bucket& bucket = buckets_[b];
   const DType wire = options_.reduce_dtype;
@@ -104,27 +105,50 @@ void DataParallel::reduce_bucket(size_t b) {
     parts.push_back(g.defined() ? reshape(g.dtype() == wire ? g : cast(g, wire), {n})
                                 : zeros({n}, {.dtype = wire, .device = device}));
   }
-  Tensor flat = parts.size() == 1 ? parts[0].clone() : cat(parts, 0);
-  parts.clear();
-  group_->all_reduce(flat, ReduceOp::avg);
-  int64_t offset = 0;
-  for (size_t i : bucket.params) {
-    const Tensor& p = params_[i];
-    Tensor g = reshape(narrow(flat, 0, offset, p.numel()), p.shape());
-    params_[i].set_grad(g.dtype() == p.dtype() ? g : cast(g, p.dtype()));
-    offset += p.numel();
-  }
-  reduced_[b] = true;
+  InFlight& f = in_flight_[b];
+  f.flat = parts.size() == 1 ? parts[0].clone() : cat(parts, 0);
+  f.work = group_->all_reduce_async(f.flat, ReduceOp::avg);
 }
 
 void DataParallel::finish_backward() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (reduced_[b]) continue;
-    reduce_bucket(b);
+    if (in_flight_[b].work) continue;
+    start_bucket(b);
     ++overlap_.at_end;
+  }
+  autograd::NoGradGuard no_grad;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    InFlight& f = in_flight_[b];
+    f.work->wait();
+    int64_t offset = 0;
+    for (size_t i : buckets_[b].params) {
+      const Tensor& p = params_[i];
+      Tensor g = reshape(narrow(f.flat, 0, offset, p.numel()), p.shape());
+      params_[i].set_grad(g.dtype() == p.dtype() ? g : cast(g, p.dtype()));
+      offset += p.numel();
+    }
+    f = {};  // the bucket's buffer goes back now, not at the end of the loop
   }
   last_overlap_ = overlap_;
   reset_backward_state();
+}
+
+bool DataParallel::replicas_agree() {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over every byte, in state_dict order
+  for (auto& [name, t] : module_->state_dict()) {
+    Tensor host = t.device().is_cpu() ? t : t.detach().to(Device::cpu());
+    const auto* p = static_cast<const unsigned char*>(host.data_ptr());
+    for (size_t i = 0; i < host.nbytes(); ++i) hash = (hash ^ p[i]) * 1099511628211ull;
+  }
+  // Three 20-bit pieces (exact even where the group reduces in f32), their maximum and minimum
+  // across ranks: all ranks agree exactly when both equal this rank's.
+  std::vector<double> v;
+  for (int k = 0; k < 3; ++k) v.push_back(static_cast<double>((hash >> (20 * k)) & 0xfffff));
+  for (int k = 0; k < 3; ++k) v.push_back(-v[static_cast<size_t>(k)]);
+  std::vector<double> m = all_reduce_values(*group_, v, ReduceOp::max);
+  bool agree = true;
+  for (size_t k = 0; k < 3; ++k) agree = agree && m[k] == v[k] && m[k + 3] == v[k + 3];
+  return all_reduce_values(*group_, {agree ? 0.0 : 1.0}, ReduceOp::max)[0] == 0.0;
 }
 
 void agree_on_overflow(optim::GradScaler& scaler, std::shared_ptr<ProcessGroup> group) {

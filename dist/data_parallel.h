@@ -11,10 +11,13 @@
 //   whatever each rank's seed was.
 // - Backward: a hook on each parameter (Note [Gradient hooks]) counts the gradients of its bucket
 //   (Note [Gradient buckets]); the moment a bucket is complete its gradients are flattened into
-//   one buffer, averaged across ranks (in reduce_dtype) and written back as the parameters'
-//   .grad. Buckets still open when backward ends (a parameter without a gradient) go out then; a
-//   parameter no rank gave a gradient gets zeros. Every rank ends backward with bit-identical
-//   gradients (Note [Collectives]), so the optimizer keeps the replicas equal.
+//   one buffer and its average across ranks (in reduce_dtype) is started (all_reduce_async: on
+//   GPUs it runs on a communication stream while backward goes on). Buckets still open when
+//   backward ends (a parameter without a gradient) are started then; then every bucket is waited
+//   for and written back as its parameters' .grad. A parameter no rank gave a gradient gets
+//   zeros. Every rank ends backward with bit-identical gradients (Note [Collectives]), so the
+//   optimizer keeps the replicas equal. Memory: the buckets in flight, at most one copy of the
+//   gradients.
 // - Gradient accumulation: every backward averages what .grad holds. Averaging is linear and
 //   the part accumulated earlier is already equal on every rank, so the result is the average of
 //   the accumulated gradients, as with one reduction at the end, at the price of one all-reduce
@@ -65,11 +68,15 @@ class DataParallel final : public nn::Module {
     int64_t at_end = 0;
   };
   Overlap last_overlap() const { return last_overlap_; }
+  // True when every rank's parameters and buffers hold the same bits (a hash of them compared
+  // across ranks, so it copies them to the host once): the check at the end of a run that the
+  // replicas did not drift apart. Every rank must call it.
+  bool replicas_agree();
 
  private:
   void reset_backward_state();
   void on_gradient(size_t param);
-  void reduce_bucket(size_t bucket);
+  void start_bucket(size_t bucket);
   void finish_backward();
 
   std::shared_ptr<nn::Module> module_;
@@ -83,7 +90,11 @@ class DataParallel final : public nn::Module {
   // This backward's progress.
   std::vector<bool> ready_;      // by parameter
   std::vector<size_t> missing_;  // gradients each bucket still waits for
-  std::vector<bool> reduced_;    // by bucket
+  struct InFlight {
+    Tensor flat;  // the bucket's gradients, averaged in place
+    std::unique_ptr<Work> work;
+  };
+  std::vector<InFlight> in_flight_;  // by bucket; empty until started
   bool finish_queued_ = false;
   Overlap overlap_, last_overlap_;
 };

@@ -18,6 +18,17 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+namespace {
+struct DoneWork final : Work {
+  void wait() override {}
+};
+}  // namespace
+
+std::unique_ptr<Work> ProcessGroup::all_reduce_async(Tensor& t, ReduceOp op) {
+  all_reduce(t, op);
+  return std::make_unique<DoneWork>();
+}
+
 void check_collective_tensor(const ProcessGroup& group, const char* op, const Tensor& t) {
   FRUGAL_CHECK(t.defined(), op, ": undefined tensor");
   FRUGAL_CHECK(t.device() == group.device(), op, ": the tensor is on ", t.device(), ", the ",

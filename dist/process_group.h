@@ -22,6 +22,14 @@ namespace frugal::dist {
 enum class ReduceOp { sum, avg, max };
 const char* reduce_op_name(ReduceOp op);
 
+// A collective in flight (all_reduce_async). wait() orders its result before what runs next: on
+// the host for the CPU, on the device's compute stream for a GPU (the host does not block).
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -34,6 +42,10 @@ class ProcessGroup {
   // In place over a contiguous tensor on device(): every rank ends with the elementwise sum
   // (avg: the sum / size(), max: the largest) of all ranks' tensors.
   virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
+  // The same, started now and finished by the Work's wait(): a GPU backend runs it on a stream of
+  // its own, so the device's compute goes on meanwhile. `t` must stay alive, and untouched, until
+  // then. By default it runs all_reduce at once.
+  virtual std::unique_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op);
   // Every rank ends with root's tensor.
   virtual void broadcast(Tensor& t, int root) = 0;
   // Returns once every rank has called it.

@@ -1,11 +1,15 @@
 // `frugal train`: build model, data and optimizer from flags, train with a progress bar, report
 // test accuracy, time and memory per epoch, and save/resume checkpoints.
+#include <cstdarg>
 #include <cstdio>
 #include <memory>
 
 #include "base/deterministic.h"
 #include "core/factory.h"
 #include "data/loader.h"
+#include "dist/data_parallel.h"
+#include "dist/env.h"
+#include "dist/init.h"
 #include "kernels/context.h"
 #include "memory/allocation_trace.h"
 #include "memory/allocator.h"
@@ -86,6 +90,17 @@ constexpr const char* kHelp =
     "                        accumulation, then with every block checkpointed (weights and\n"
     "                        optimizer state untouched); the choice sticks for later steps\n";
 
+// Note [Data parallelism]: rank 0 alone prints; the other ranks' stdout stays quiet (their
+// errors still reach stderr, named by the launcher).
+bool g_quiet = false;
+[[gnu::format(printf, 1, 2)]] void say(const char* format, ...) {
+  if (g_quiet) return;
+  va_list args;
+  va_start(args, format);
+  std::vprintf(format, args);
+  va_end(args);
+}
+
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -103,15 +118,14 @@ void write_memory_files(const train::MemoryMonitor& monitor, const TrainOptions&
     } else {
       monitor.write_csv(o.memory_log);
     }
-    std::printf("memory log: %s (%zu samples)\n", o.memory_log.c_str(), monitor.samples().size());
+    say("memory log: %s (%zu samples)\n", o.memory_log.c_str(), monitor.samples().size());
   }
   if (!o.memory_svg.empty()) {
     monitor.write_run_svg(o.memory_svg);
     monitor.write_step_svg(step_svg_path(o.memory_svg));
-    std::printf("memory pictures: %s, %s\n", o.memory_svg.c_str(),
-                step_svg_path(o.memory_svg).c_str());
+    say("memory pictures: %s, %s\n", o.memory_svg.c_str(), step_svg_path(o.memory_svg).c_str());
   }
-  if (monitor.growth()) std::printf("memory monitor: %s\n", monitor.growth()->str().c_str());
+  if (monitor.growth()) say("memory monitor: %s\n", monitor.growth()->str().c_str());
 }
 
 // Every file the run reads whole or writes is checked before training, so none fails after it.
@@ -152,7 +166,18 @@ int cmd_train(const std::vector<std::string>& argv) {
   const std::string& opt_name = o.optimizer;
   const uint64_t seed = o.seed;
   const DType precision = o.precision;
-  const Device device = resolve_device("train", o.device);
+  // Note [Data parallelism]: under a launcher (frugal launch, torchrun, mpirun, srun) this
+  // process is one rank; on GPUs each rank trains on its local rank's device.
+  const dist::DistEnv env = dist::dist_env();
+  Device device = resolve_device("train", o.device);
+  if (env.distributed() && device.is_cuda())
+    device = Device::cuda(static_cast<int>(env.local_rank));
+  g_quiet = !env.is_main();
+  if (env.distributed() && graph) {
+    throw UsageError("train: --graph does not run under several processes yet; leave it out");
+  }
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (env.distributed()) group = dist::init_process_group(env, device);
   check_files(o);
 
   const train::DataConfig& dc = o.data;
@@ -170,8 +195,8 @@ int cmd_train(const std::vector<std::string>& argv) {
     const train::BudgetChoice choice = train::choose_for_budget(
         model_name, mc, Shape{batch, dc.image_size, dc.image_size, dc.channels}, precision,
         opt_name, budget, /*for_cuda=*/device.is_cuda());
-    std::printf("memory budget %.1f MiB: %s\n", static_cast<double>(budget) / 1048576.0,
-                choice.str().c_str());
+    say("memory budget %.1f MiB: %s\n", static_cast<double>(budget) / 1048576.0,
+        choice.str().c_str());
     if (!choice.fits) {
       throw UsageError("train: nothing fits --memory-budget of " + std::to_string(budget) +
                        " bytes at batch " + std::to_string(batch) + "; try a smaller batch");
@@ -198,13 +223,24 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
 
   const int workers = o.workers;
-  data::DataLoader train_loader(splits.train, {.batch_size = batch, .shuffle = true,
-                                               .drop_last = true, .num_workers = workers,
-                                               .prefetch = 4, .seed = seed,
+  // --batch is each rank's; every rank visits its shard of each epoch (and of the test set).
+  data::DataLoader train_loader(splits.train, {.batch_size = batch,
+                                               .shuffle = true,
+                                               .drop_last = true,
+                                               .num_workers = workers,
+                                               .prefetch = 4,
+                                               .seed = seed,
+                                               .rank = env.rank,
+                                               .world_size = env.world_size,
                                                .transforms = splits.train_transforms,
                                                .device = device});
-  data::DataLoader test_loader(splits.test, {.batch_size = batch, .shuffle = false,
-                                             .num_workers = workers, .prefetch = 4, .seed = seed,
+  data::DataLoader test_loader(splits.test, {.batch_size = batch,
+                                             .shuffle = false,
+                                             .num_workers = workers,
+                                             .prefetch = 4,
+                                             .seed = seed,
+                                             .rank = env.rank,
+                                             .world_size = env.world_size,
                                              .transforms = splits.test_transforms,
                                              .device = device});
   const int64_t steps_per_epoch = train_loader.batches_per_epoch();
@@ -237,8 +273,16 @@ int cmd_train(const std::vector<std::string>& argv) {
     first_epoch = st.epoch;
     default_generator().set_offset(st.rng_offset);
     if (sched) sched->jump_to(st.step);  // O(1): a step count of 9e18 must not loop
-    std::printf("resumed from %s at epoch %lld (step %lld)\n", o.resume.c_str(),
-                static_cast<long long>(st.epoch), static_cast<long long>(st.step));
+    say("resumed from %s at epoch %lld (step %lld)\n", o.resume.c_str(),
+        static_cast<long long>(st.epoch), static_cast<long long>(st.step));
+  }
+
+  // Note [Data parallelism]: the replicas start from rank 0's weights and average their
+  // gradients in backward; with loss scaling every rank skips the same steps.
+  std::shared_ptr<nn::Module> trained = model;
+  if (group) {
+    trained = std::make_shared<dist::DataParallel>(model, group);
+    if (scaler) dist::agree_on_overflow(*scaler, group);
   }
 
   // Note [Planned steps]: the step's memory planned before the first step, from a dry run on meta.
@@ -266,8 +310,8 @@ int cmd_train(const std::vector<std::string>& argv) {
           return d ? d->used_bytes : -1;
         };
       } else {
-        std::printf("memory monitor: no NVML (%s); the device's used memory is not recorded\n",
-                    nvml.why_not().c_str());
+        say("memory monitor: no NVML (%s); the device's used memory is not recorded\n",
+            nvml.why_not().c_str());
       }
     }
     monitor = std::make_unique<train::MemoryMonitor>(device, mo);
@@ -291,17 +335,23 @@ int cmd_train(const std::vector<std::string>& argv) {
     if (!monitor) live_tags = std::make_unique<memory::LiveTags>(device);
   }
 
-  std::printf("training %s (%.2fM parameters, width %.2f) on %s: %lld samples, batch %lld, %s, "
-              "device %s, %s\n",
-              model_name.c_str(), static_cast<double>(model->num_parameters()) / 1e6, mc.width,
-              dc.name.c_str(), static_cast<long long>(splits.train->size()),
-              static_cast<long long>(batch), opt->name().c_str(), device.str().c_str(), dtype_name(precision));
+  say("training %s (%.2fM parameters, width %.2f) on %s: %lld samples, batch %lld%s, %s, "
+      "device %s, %s\n",
+      model_name.c_str(), static_cast<double>(model->num_parameters()) / 1e6, mc.width,
+      dc.name.c_str(), static_cast<long long>(splits.train->size()), static_cast<long long>(batch),
+      env.distributed()
+          ? (" per rank on " + std::to_string(env.world_size) + " ranks (" + group->backend() + ")")
+                .c_str()
+          : "",
+      opt->name().c_str(), device.str().c_str(), dtype_name(precision));
   std::fflush(stdout);
+  const train::ProgressFn quiet_progress = [](const train::Progress&) {};
   double accuracy = 0;
   for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
-    train::EpochStats s = train::train_epoch(*model, *opt, sched.get(), train_loader, epoch,
+    train::EpochStats s = train::train_epoch(*trained, *opt, sched.get(), train_loader, epoch,
                                              {.label_smoothing = o.label_smoothing,
                                               .epochs = epochs,
+                                              .progress = g_quiet ? quiet_progress : nullptr,
                                               .precision = precision,
                                               .scaler = scaler.get(),
                                               .graph = graph,
@@ -309,15 +359,15 @@ int cmd_train(const std::vector<std::string>& argv) {
                                               .micro_batches = micro_batches,
                                               .callbacks = &callbacks,
                                               .oom_recovery = recovery.get()});
-    accuracy = train::evaluate(*model, test_loader);
-    std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
-                "peak allocated %.1f MiB, peak reserved %.1f MiB\n",
-                static_cast<long long>(epoch + 1), static_cast<long long>(epochs), s.loss,
-                100.0 * accuracy, s.seconds, s.images_per_second,
-                static_cast<double>(s.peak_allocated) / 1048576.0,
-                static_cast<double>(s.peak_reserved) / 1048576.0);
+    accuracy = train::evaluate(*trained, test_loader, group.get());
+    if (group) s = train::reduce_across(s, *group);
+    say("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
+        "peak allocated %.1f MiB, peak reserved %.1f MiB\n",
+        static_cast<long long>(epoch + 1), static_cast<long long>(epochs), s.loss, 100.0 * accuracy,
+        s.seconds, s.images_per_second, static_cast<double>(s.peak_allocated) / 1048576.0,
+        static_cast<double>(s.peak_reserved) / 1048576.0);
     std::fflush(stdout);
-    if (!o.save.empty()) {
+    if (!o.save.empty() && env.is_main()) {  // the replicas are identical: one file
       train::TrainingState st{.epoch = epoch + 1, .step = (epoch + 1) * steps_per_epoch,
                               .seed = seed, .rng_offset = default_generator().offset()};
       train::save_checkpoint(o.save, *model, opt.get(), st, scaler.get());
@@ -325,35 +375,38 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   if (first_epoch >= epochs) {
     // A finished run resumed: nothing to train, but the accuracy printed is the model's own.
-    std::printf("the checkpoint has finished %lld of %lld epochs: nothing to train\n",
-                static_cast<long long>(first_epoch), static_cast<long long>(epochs));
-    accuracy = train::evaluate(*model, test_loader);
+    say("the checkpoint has finished %lld of %lld epochs: nothing to train\n",
+        static_cast<long long>(first_epoch), static_cast<long long>(epochs));
+    accuracy = train::evaluate(*trained, test_loader, group.get());
   }
-  std::printf("test accuracy: %.2f%%\n", 100.0 * accuracy);
-  if (planner.active()) std::printf("%s\n", planner.report().str().c_str());
+  say("test accuracy: %.2f%%\n", 100.0 * accuracy);
+  if (group) {
+    const bool agree = static_cast<dist::DataParallel&>(*trained).replicas_agree();
+    say("replicas on %lld ranks: %s\n", static_cast<long long>(env.world_size),
+        agree ? "identical" : "DIFFERENT (a bug: please report it)");
+  }
+  if (planner.active()) say("%s\n", planner.report().str().c_str());
   if (recovery && recovery->recoveries() > 0) {
-    std::printf(
-        "out-of-memory recovery: %lld out-of-memory errors recovered from; now %lld "
+    say("out-of-memory recovery: %lld out-of-memory errors recovered from; now %lld "
         "micro-batches%s\n",
         static_cast<long long>(recovery->recoveries()),
         static_cast<long long>(recovery->micro_batches()),
         recovery->checkpointing() ? " with checkpointing" : "");
   }
   if (release_policy.kind != train::ReleasePolicy::Kind::off) {
-    std::printf("release %s: %zu releases, %.1f MiB given back\n", release_policy.str().c_str(),
-                release.releases().size(),
-                static_cast<double>(release.released_bytes()) / 1048576.0);
+    say("release %s: %zu releases, %.1f MiB given back\n", release_policy.str().c_str(),
+        release.releases().size(), static_cast<double>(release.released_bytes()) / 1048576.0);
   }
   if (monitor) write_memory_files(*monitor, o);
   if (trace) {
     trace->stop();
     trace->write_json(o.memory_trace);
-    std::printf("memory trace: %s (%zu events, %zu dropped over the cap)\n", o.memory_trace.c_str(),
-                trace->recorded(), trace->dropped());
+    say("memory trace: %s (%zu events, %zu dropped over the cap)\n", o.memory_trace.c_str(),
+        trace->recorded(), trace->dropped());
   }
   memory::publish_stats(device, callbacks.steps_finished(), /*force=*/true);
-  std::printf("memory on %s:\n%s\n", device.str().c_str(),
-              memory::allocator_for(device).stats().summary().c_str());
+  say("memory on %s:\n%s\n", device.str().c_str(),
+      memory::allocator_for(device).stats().summary().c_str());
   return 0;
 }
 

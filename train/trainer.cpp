@@ -241,7 +241,26 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   return stats;
 }
 
-double evaluate(nn::Module& model, data::DataLoader& loader) {
+EpochStats reduce_across(const EpochStats& local, dist::ProcessGroup& group) {
+  const auto samples = static_cast<double>(local.samples);
+  std::vector<double> sums =
+      dist::all_reduce_values(group, {local.loss * samples, samples}, dist::ReduceOp::sum);
+  std::vector<double> maxima =
+      dist::all_reduce_values(group,
+                              {local.seconds, static_cast<double>(local.peak_allocated),
+                               static_cast<double>(local.peak_reserved)},
+                              dist::ReduceOp::max);
+  EpochStats out;
+  out.samples = static_cast<int64_t>(sums[1]);
+  out.loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  out.seconds = maxima[0];
+  out.images_per_second = out.seconds > 0 ? sums[1] / out.seconds : 0;
+  out.peak_allocated = static_cast<int64_t>(maxima[1]);
+  out.peak_reserved = static_cast<int64_t>(maxima[2]);
+  return out;
+}
+
+double evaluate(nn::Module& model, data::DataLoader& loader, dist::ProcessGroup* group) {
   bool was_training = model.is_training();
   model.eval();
   autograd::NoGradGuard ng;
@@ -252,6 +271,12 @@ double evaluate(nn::Module& model, data::DataLoader& loader) {
     seen += batch->images.size(0);
   }
   model.train(was_training);
+  if (group != nullptr) {
+    std::vector<double> totals = dist::all_reduce_values(
+        *group, {static_cast<double>(correct), static_cast<double>(seen)}, dist::ReduceOp::sum);
+    correct = static_cast<int64_t>(totals[0]);
+    seen = static_cast<int64_t>(totals[1]);
+  }
   return seen > 0 ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
 }
 

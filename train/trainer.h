@@ -10,6 +10,7 @@
 #include <string>
 
 #include "data/loader.h"
+#include "dist/process_group.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
@@ -88,8 +89,14 @@ Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images
 EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedule* schedule,
                        data::DataLoader& loader, int64_t epoch, const EpochOptions& options = {});
 
-// Top-1 accuracy of `model` (put in eval mode for the pass, then restored) over `loader`.
-double evaluate(nn::Module& model, data::DataLoader& loader);
+// Top-1 accuracy of `model` (put in eval mode for the pass, then restored) over `loader`. With a
+// `group`, each rank evaluates its loader's shard and the counts are summed across ranks: every
+// rank returns the accuracy over all shards.
+double evaluate(nn::Module& model, data::DataLoader& loader, dist::ProcessGroup* group = nullptr);
+
+// One epoch's statistics over every rank of `group`: samples summed, the loss their weighted
+// mean, the time the slowest rank's, images per second the whole job's; peaks the largest rank's.
+EpochStats reduce_across(const EpochStats& local, dist::ProcessGroup& group);
 
 // The progress bar used when EpochOptions::progress is null.
 void print_progress(const Progress& p);

@@ -113,6 +113,8 @@ TEST(DataParallel, TwoRanksOnHalfBatchesStepLikeOneProcessOnTheWholeBatch) {
   std::vector<std::shared_ptr<nn::Module>> nets{small_net(7), small_net(99)};
   std::vector<std::vector<std::vector<double>>> rank_grads(kRanks);
   std::vector<dist::DataParallel::Overlap> overlap(kRanks);
+  bool agree[kRanks] = {false, false}, drifted[kRanks] = {true, true};
+  std::vector<std::vector<std::vector<double>>> trained(kRanks);
   auto errors = run_ranks(kRanks, [&](dist::SocketGroup& g) {
     const size_t r = static_cast<size_t>(g.rank());
     auto group = std::shared_ptr<dist::ProcessGroup>(&g, [](dist::ProcessGroup*) {});
@@ -130,12 +132,18 @@ TEST(DataParallel, TwoRanksOnHalfBatchesStepLikeOneProcessOnTheWholeBatch) {
       opt.step();
     }
     overlap[r] = model.last_overlap();
+    agree[r] = model.replicas_agree();
+    trained[r] = values_of(model);
+    if (r == 1) fill_(model.module().parameters()[2], 0.5);  // rank 1 drifts
+    drifted[r] = model.replicas_agree();
   });
   ASSERT_TRUE(no_errors(errors));
+  EXPECT_TRUE(agree[0] && agree[1]);
+  EXPECT_FALSE(drifted[0] || drifted[1]) << "every rank must see that rank 1 drifted";
   expect_close(rank_grads[0], ref_grads[0], 1e-6, "first step's gradients");
   EXPECT_EQ(rank_grads[0], rank_grads[1]) << "ranks must end backward with identical gradients";
-  EXPECT_EQ(values_of(*nets[0]), values_of(*nets[1])) << "replicas must stay bit-identical";
-  expect_close(values_of(*nets[0]), values_of(*reference), 1e-5, "weights after 3 steps");
+  EXPECT_EQ(trained[0], trained[1]) << "replicas must stay bit-identical";
+  expect_close(trained[0], values_of(*reference), 1e-5, "weights after 3 steps");
   EXPECT_GE(overlap[0].during_backward, 1) << "no bucket went out before backward ended";
   // Reversed: the last bias (16 B) fills the 64-byte first bucket; the last weight and the conv's
   // bias share the next (120 of 256 B); the conv weight (648 B) is a bucket alone.
