@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/factory.h"
@@ -47,6 +48,18 @@ struct BatchNormOptions {
 // In training the running statistics are updated in place (when defined).
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt = {});
+
+// Sums a tensor over the replicas of a data-parallel job, differentiably (its backward sums the
+// gradient the same way): what makes batch statistics global (dist/sync_batch_norm.h).
+using CrossReplicaSum = std::function<Tensor(const Tensor&)>;
+// Training-mode batch_norm whose statistics are those of every replica's batch together
+// (PyTorch's SyncBatchNorm): per-channel sums, sums of squares and counts go through
+// `sum_across`, in f32. Composed of differentiable ops, so backward reduces its statistics'
+// gradients through sum_across's backward. Updates the running statistics (not while
+// recomputing a checkpointed segment) with the global mean and unbiased variance.
+Tensor sync_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       const Tensor& running_mean, const Tensor& running_var,
+                       const CrossReplicaSum& sum_across, double momentum = 0.1, double eps = 1e-5);
 
 // The activation `act` as one op (relu, relu6, ... below are its named forms).
 Tensor activation(Activation act, const Tensor& x);

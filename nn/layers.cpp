@@ -82,6 +82,11 @@ Tensor BatchNorm2d::forward_with_activation(const Tensor& x, Activation act) {
                        num_batches_tracked.data<int64_t>(), 1);
     }
   }
+  if (is_training() && cross_replica_sum) {
+    Tensor y = functional::sync_batch_norm(x, weight, bias, running_mean, running_var,
+                                           cross_replica_sum, momentum_, eps_);
+    return act == Activation::identity ? y : functional::activation(act, y);
+  }
   return functional::batch_norm(x, weight, bias, running_mean, running_var,
                                 {is_training(), momentum_, eps_, act});
 }

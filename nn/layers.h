@@ -54,6 +54,9 @@ class BatchNorm2d : public Module {
   Tensor weight, bias;                // [C] f32
   Tensor running_mean, running_var;   // [C] f32 buffers
   Tensor num_batches_tracked;         // i64 scalar buffer, as in PyTorch's state_dict
+  // Set by dist::convert_sync_batchnorm: training statistics over every replica's batch
+  // (functional::sync_batch_norm); unset, each replica normalises with its own batch's.
+  functional::CrossReplicaSum cross_replica_sum;
 
  protected:
   std::string extra_repr() const override;
