@@ -3,6 +3,10 @@
 cross-entropy, backward, SGD momentum 0.9) on a fixed random batch and prints the same fields.
 
   python3 bench/torch_train_step.py --device cuda --batch 128 --input 3x224x224 --classes 1000 --json
+
+Under torchrun (WORLD_SIZE > 1) it is one rank of DistributedDataParallel over NCCL: each rank
+trains --batch images of its own on cuda:LOCAL_RANK, and rank 0 alone prints, with img_per_s
+counting every rank's images (the twin of train_step_bench under frugal launch).
 """
 import argparse
 import json
@@ -164,11 +168,22 @@ def main():
     if a.batch < 1 or a.classes < 2 or a.warmup < 1 or a.steps < 1:
         p.error("--batch, --warmup and --steps must be >= 1 and --classes >= 2")
 
+    import os
+
     import torch
     import torchvision
 
-    torch.manual_seed(a.seed)
-    dev = torch.device(a.device)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1:
+        if a.device != "cuda":
+            p.error("several ranks need --device cuda (NCCL)")
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        torch.distributed.init_process_group("nccl", device_id=torch.device("cuda", local))
+    torch.manual_seed(a.seed + rank)  # each rank its own batch; DDP broadcasts rank 0's weights
+    dev = torch.device(a.device) if world == 1 else torch.device("cuda", torch.cuda.current_device())
     if dev.type == "cuda":
         torch.backends.cudnn.benchmark = True
     channels_last = a.channels_last == "on" or (a.channels_last == "auto" and dev.type == "cuda")
@@ -180,6 +195,8 @@ def main():
         total = torch.cuda.get_device_properties(dev).total_memory
         torch.cuda.set_per_process_memory_fraction(a.memory_cap_mib * 2.0**20 / total,
                                                    dev.index or 0)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
     forward = with_checkpointing(torch, model, a.model, a.checkpoint)
     if a.compile != "none":
         if a.compile.startswith("budget:"):
@@ -305,7 +322,8 @@ def main():
         "min_ms": min(times),
         "max_ms": max(times),
         "mean_wall_ms": wall_ms / a.steps,
-        "img_per_s": 1000.0 * a.batch / med if med > 0 else 0.0,
+        "world_size": world,
+        "img_per_s": 1000.0 * a.batch * world / med if med > 0 else 0.0,
         "peak_allocated_bytes": peak_alloc,
         "peak_reserved_bytes": peak_reserved,
         "memory_measured": measured,
@@ -318,6 +336,10 @@ def main():
         "loss_final": final_loss,
         "torch_version": torch.__version__,
     }
+    if world > 1:
+        torch.distributed.destroy_process_group()
+        if rank != 0:
+            return
     if a.json:
         print(json.dumps(out))
         return

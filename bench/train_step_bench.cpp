@@ -18,6 +18,9 @@
 
 #include "bench/bench_common.h"
 #include "core/factory.h"
+#include "dist/data_parallel.h"
+#include "dist/env.h"
+#include "dist/init.h"
 #include "kernels/context.h"
 #include "kernels/host_profile.h"
 #include "memory/allocator.h"
@@ -106,7 +109,13 @@ int run(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  const Device device = parse_device(flags.str("device", "cpu"));
+  // Under a launcher (frugal launch, torchrun) one rank of a data-parallel job: its own batch on
+  // cuda:LOCAL_RANK, gradients averaged by DataParallel; rank 0 alone prints, and img/s counts
+  // every rank's images (bench/torch_train_step.py under torchrun is the twin).
+  const dist::DistEnv env = dist::dist_env();
+  Device device = parse_device(flags.str("device", "cpu"));
+  if (env.distributed() && device.is_cuda())
+    device = Device::cuda(static_cast<int>(env.local_rank));
   const std::string model_name = flags.str("model", "mobilenet_v2");
   const int64_t batch = flags.integer("batch", 64, 1);
   const std::string input = flags.str("input", "1x32x32");
@@ -149,15 +158,22 @@ int run(int argc, char** argv) {
                                    .in_channels = chw[0],
                                    .checkpoint = checkpoint,
                                    .recompute_depthwise = recompute_depthwise};
-  auto model = models::create(model_name, config);
+  std::shared_ptr<nn::Module> model = models::create(model_name, config);
   model->to(device);
   model->train();
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (env.distributed()) {
+    group = dist::init_process_group(env, device);
+    model = std::make_shared<dist::DataParallel>(model, group);
+  }
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
 
-  // A fixed random batch on the device: images N(0, 1) in NHWC, labels uniform in [0, K).
-  Generator gen(seed);
+  // A fixed random batch on the device: images N(0, 1) in NHWC, labels uniform in [0, K); each
+  // rank its own.
+  const uint64_t rank_seed = seed + static_cast<uint64_t>(env.rank);
+  Generator gen(rank_seed);
   Tensor images = randn({batch, chw[1], chw[2], chw[0]}, gen, {.device = device});  // [N, H, W, C]
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(rank_seed);
   std::uniform_int_distribution<int64_t> pick(0, classes - 1);
   std::vector<double> label_values(static_cast<size_t>(batch));
   for (auto& v : label_values) v = static_cast<double>(pick(rng));
@@ -165,6 +181,7 @@ int run(int argc, char** argv) {
 
   // f16 needs loss scaling (PyTorch's GradScaler defaults); bf16 has f32's range and needs none.
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(amp_dtype);
+  if (group && scaler) dist::agree_on_overflow(*scaler, group);
 
   const bool graph_requested = flags.flag("graph");
   // --planner on (the default without --graph): the step's memory is planned before the first step
@@ -186,6 +203,7 @@ int run(int argc, char** argv) {
   // --graph: the warm-up runs eagerly but for its last step, which captures (and replays).
   const bool graph = flags.flag("graph");
   if (graph && warmup < 2) throw std::invalid_argument("--graph needs --warmup 2 or more");
+  if (graph && group) throw std::invalid_argument("--graph does not run under several ranks yet");
   if (graph && planner.active())
     throw std::invalid_argument("--graph with --planner on: captured steps use a private pool");
   train::CapturedStep captured(device, eager_step, {.warmup = std::max<int64_t>(1, warmup - 1)});
@@ -251,7 +269,8 @@ int run(int argc, char** argv) {
   j["min_ms"] = *std::min_element(ms.begin(), ms.end());
   j["max_ms"] = *std::max_element(ms.begin(), ms.end());
   j["mean_wall_ms"] = wall_ms / static_cast<double>(steps);
-  j["img_per_s"] = med > 0 ? 1000.0 * static_cast<double>(batch) / med : 0.0;
+  j["world_size"] = env.world_size;
+  j["img_per_s"] = med > 0 ? 1000.0 * static_cast<double>(batch * env.world_size) / med : 0.0;
   j["peak_allocated_bytes"] = stats.allocated_bytes.peak;
   j["peak_reserved_bytes"] = stats.reserved_bytes.peak;
   j["memory_measured"] =
@@ -279,15 +298,18 @@ int run(int argc, char** argv) {
   j["loss_after_warmup"] = warmup_loss;
   j["loss_final"] = final_loss;
 
+  if (!env.is_main()) return 0;
   if (flags.flag("json")) {
     std::cout << j.dump() << "\n";
     return 0;
   }
   constexpr double kMiB = 1024.0 * 1024.0;
-  std::printf("frugal %s on %s (%s), batch %lld, input %s, %lld classes, %s%s\n",
-              model_name.c_str(), device.str().c_str(), device_name(device).c_str(),
-              static_cast<long long>(batch), input.c_str(), static_cast<long long>(classes),
-              precision.c_str(), j["graph"].get<bool>() ? ", replayed from a CUDA graph" : "");
+  std::printf(
+      "frugal %s on %s (%s), batch %lld%s, input %s, %lld classes, %s%s\n", model_name.c_str(),
+      device.str().c_str(), device_name(device).c_str(), static_cast<long long>(batch),
+      env.distributed() ? (" per rank, " + std::to_string(env.world_size) + " ranks").c_str() : "",
+      input.c_str(), static_cast<long long>(classes), precision.c_str(),
+      j["graph"].get<bool>() ? ", replayed from a CUDA graph" : "");
   std::printf("  %lld warm-up + %lld timed steps (%s): median %.2f ms, min %.2f, max %.2f, "
               "mean wall %.2f ms\n",
               static_cast<long long>(warmup), static_cast<long long>(steps),
