@@ -12,5 +12,6 @@ int cmd_models(const std::vector<std::string>& args);
 int cmd_compare(const std::vector<std::string>& args);
 int cmd_estimate(const std::vector<std::string>& args);
 int cmd_smi(const std::vector<std::string>& args);
+int cmd_launch(const std::vector<std::string>& args);
 
 }  // namespace frugal::tools

@@ -1,4 +1,4 @@
-// The `frugal` command line: train, eval, models, compare, estimate, smi.
+// The `frugal` command line: train, eval, models, compare, estimate, smi, launch.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,7 +15,8 @@ constexpr const char* kUsage =
     "  models   list the model registry with parameter counts\n"
     "  compare  train in f32, f16 and bf16 and compare memory and speed (frugal compare --help)\n"
     "  estimate what a training forward keeps for backward, per module (frugal estimate --help)\n"
-    "  smi      GPUs, their processes and frugal's own memory statistics (frugal smi --help)\n";
+    "  smi      GPUs, their processes and frugal's own memory statistics (frugal smi --help)\n"
+    "  launch   start N ranks of a data-parallel job on this machine (frugal launch --help)\n";
 
 }  // namespace
 

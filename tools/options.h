@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "dist/launcher.h"
 #include "models/model_config.h"
 #include "tools/args.h"
 #include "train/datasets.h"
@@ -90,6 +91,14 @@ struct SmiOptions {
   int64_t loop_seconds = 0, count = 1;  // count 0: until interrupted
 };
 SmiOptions parse_smi_options(const std::vector<std::string>& argv);
+
+// `frugal launch --nproc N [flags] -- COMMAND...`: the flags before `--`, the ranks' command
+// after it (its first word still as typed: cmd_launch turns `frugal` into this executable).
+struct LaunchCommand {
+  bool help = false;
+  dist::LaunchOptions options;
+};
+LaunchCommand parse_launch_options(const std::vector<std::string>& argv);
 
 // The device a --device flag names once the machine is asked: "auto" is cuda:0 when a CUDA
 // device is present, else cpu. A CUDA device that is not there is a UsageError that says so

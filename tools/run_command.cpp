@@ -53,6 +53,7 @@ int run_command(const std::string& command, const std::vector<std::string>& args
     if (command == "compare") return cmd_compare(args);
     if (command == "estimate") return cmd_estimate(args);
     if (command == "smi") return cmd_smi(args);
+    if (command == "launch") return cmd_launch(args);
     throw UsageError(command + ": unknown command (see frugal --help)");
   });
 }

@@ -82,6 +82,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     expect_usage_error_or_value([&] { parse_estimate_options(args); });
   } else if (command == "smi") {
     expect_usage_error_or_value([&] { parse_smi_options(args); });
+  } else if (command == "launch") {
+    expect_usage_error_or_value([&] { parse_launch_options(args); });
   } else {
     check_numbers(args);
   }
