@@ -10,6 +10,8 @@
 #include "dist/data_parallel.h"
 #include "dist/env.h"
 #include "dist/init.h"
+#include "dist/launcher.h"
+#include "dist/sync_batch_norm.h"
 #include "kernels/context.h"
 #include "memory/allocation_trace.h"
 #include "memory/allocator.h"
@@ -86,6 +88,11 @@ constexpr const char* kHelp =
     "  --release off|epoch|threshold[:F]|adaptive   give cached memory back at safe points: at\n"
     "                        epoch ends, when reserved passes F (0.85) of the cap or device, or\n"
     "                        down to what recent steps needed (train/release_scheduler.h)\n"
+    "  --gpus N              data-parallel on N GPUs of this machine: starts N ranks (as\n"
+    "                        frugal launch does), --batch images each, gradients averaged over\n"
+    "                        NCCL; under a launcher (frugal launch, torchrun, mpirun, srun) every\n"
+    "                        frugal train is one rank of the job without this flag\n"
+    "  --sync-bn             BatchNorm statistics over every rank's batch (SyncBatchNorm)\n"
     "  --oom-recover         retry a step that runs out of memory as micro-batches with gradient\n"
     "                        accumulation, then with every block checkpointed (weights and\n"
     "                        optimizer state untouched); the choice sticks for later steps\n";
@@ -159,6 +166,25 @@ int cmd_train(const std::vector<std::string>& argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
+  const dist::DistEnv env = dist::dist_env();
+  if (o.gpus > 0) {
+    // --gpus N: this process becomes the launcher of N ranks (Note [Launching ranks]).
+    if (env.distributed()) {
+      throw UsageError("train: --gpus starts ranks itself; under a launcher (" + env.source +
+                       ") leave it out");
+    }
+    const int count = kernels::cuda_device_count();
+    if (count < o.gpus) {
+      throw UsageError("train: --gpus " + std::to_string(o.gpus) + " needs as many GPUs; " +
+                       (count == 0 ? std::string("no CUDA device is present")
+                                   : "this machine has " + std::to_string(count)));
+    }
+    dist::LaunchOptions launch;
+    launch.nproc = static_cast<int>(o.gpus);
+    launch.command = {dist::current_executable()};
+    for (std::string& a : rank_args_for_gpus(argv)) launch.command.push_back(std::move(a));
+    return dist::launch(launch).exit_code;
+  }
   if (o.deterministic) set_deterministic(true);
   const std::string& model_name = o.model;
   const int64_t epochs = o.epochs, batch = o.batch;
@@ -168,7 +194,6 @@ int cmd_train(const std::vector<std::string>& argv) {
   const DType precision = o.precision;
   // Note [Data parallelism]: under a launcher (frugal launch, torchrun, mpirun, srun) this
   // process is one rank; on GPUs each rank trains on its local rank's device.
-  const dist::DistEnv env = dist::dist_env();
   Device device = resolve_device("train", o.device);
   if (env.distributed() && device.is_cuda())
     device = Device::cuda(static_cast<int>(env.local_rank));
@@ -280,6 +305,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   // Note [Data parallelism]: the replicas start from rank 0's weights and average their
   // gradients in backward; with loss scaling every rank skips the same steps.
   std::shared_ptr<nn::Module> trained = model;
+  if (o.sync_bn && group) {
+    say("sync-bn: %lld BatchNorm layers use every rank's batch statistics\n",
+        static_cast<long long>(dist::convert_sync_batchnorm(*model, group)));
+  }
   if (group) {
     trained = std::make_shared<dist::DataParallel>(model, group);
     if (scaler) dist::agree_on_overflow(*scaler, group);

@@ -50,8 +50,13 @@ struct TrainOptions {
   std::optional<int64_t> memory_budget;
   std::string memory_log, memory_svg, memory_trace;
   train::ReleasePolicy release;
+  int64_t gpus = 0;      // --gpus N: N ranks on this node's GPUs (0: this process alone)
+  bool sync_bn = false;  // --sync-bn: batch statistics over every rank's batch
 };
 TrainOptions parse_train_options(const std::vector<std::string>& argv);
+// What each rank of `frugal train --gpus N ARGS` runs: `train ARGS` without --gpus, on the GPUs
+// (--device cuda unless ARGS name a CUDA device; --device cpu is refused).
+std::vector<std::string> rank_args_for_gpus(const std::vector<std::string>& argv);
 
 struct EvalOptions {
   bool help = false;

@@ -40,8 +40,9 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
                             "device",        "workers",    "seed",          "save",
                             "resume",        "precision",  "checkpoint",    "planner",
                             "memory-budget", "memory-log", "memory-svg",    "release",
-                            "memory-trace"},
-            {"help", "no-augment", "graph", "recompute-depthwise", "oom-recover", "deterministic"});
+                            "memory-trace",  "gpus"},
+            {"help", "no-augment", "graph", "recompute-depthwise", "oom-recover", "deterministic",
+             "sync-bn"});
   TrainOptions o;
   o.help = args.flag("help");
   if (o.help) return o;
@@ -84,6 +85,8 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
         "leave out --graph or --oom-recover");
   }
   o.planner = parse_planner("train", args.str("planner", "on"));
+  o.gpus = args.integer("gpus", 0, 1, dist::kMaxProcs);
+  o.sync_bn = args.flag("sync-bn");
   if (args.has("memory-budget")) {
     o.memory_budget = parse_bytes("train", "memory-budget", args.str("memory-budget", ""));
   }
@@ -99,6 +102,35 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
         args.str("release", "") + "'");
   }
   return o;
+}
+
+std::vector<std::string> rank_args_for_gpus(const std::vector<std::string>& argv) {
+  std::vector<std::string> out{"train"};
+  bool device_given = false;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "--gpus") {
+      ++i;  // and its value
+      continue;
+    }
+    if (a.rfind("--gpus=", 0) == 0) continue;
+    std::string device;
+    if (a == "--device" && i + 1 < argv.size()) device = argv[i + 1];
+    if (a.rfind("--device=", 0) == 0) device = a.substr(9);
+    if (!device.empty()) {
+      device_given = true;
+      if (device.rfind("cuda", 0) != 0 && device != "auto") {
+        throw UsageError("train: --gpus runs one rank per GPU; --device " + device +
+                         " contradicts it (use frugal launch --nproc N for CPU ranks)");
+      }
+    }
+    out.push_back(a);
+  }
+  if (!device_given) {
+    out.push_back("--device");
+    out.push_back("cuda");
+  }
+  return out;
 }
 
 EvalOptions parse_eval_options(const std::vector<std::string>& argv) {

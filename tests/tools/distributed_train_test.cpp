@@ -1,0 +1,103 @@
+// `frugal train` as the ranks of a data-parallel job on the CPU: two processes of the real tool
+// started by frugal launch's engine, reducing over sockets; and `--gpus N`'s checks.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "dist/launcher.h"
+#include "kernels/context.h"
+#include "models/registry.h"
+#include "tools/options.h"
+#include "tools/run_command.h"
+#include "train/checkpoint.h"
+#include "train/file_test_util.h"
+
+using namespace frugal;
+using frugal::test::ScratchDir;
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Two CPU ranks, one thread each, train a quarter-width MobileNetV2 on 512 synthetic 16x16
+// images (16 per rank a step) with synchronised batch norm, and rank 0 saves.
+TEST(DistributedTrain, TwoCpuRanksTrainOneModelThatRankZeroReportsAndSaves) {
+#ifndef FRUGAL_TOOL
+  GTEST_SKIP() << "the frugal tool is not built (FRUGAL_BUILD_PROGRAMS off)";
+#else
+  ScratchDir dir;
+  dist::LaunchOptions o;
+  o.nproc = 2;
+  // Each rank's output to a file of its own: the shell redirects, then becomes the tool.
+  o.command = {"/bin/sh",
+               "-c",
+               "exec \"$0\" \"$@\" > \"" + dir / "out." + "$RANK\" 2>&1",
+               FRUGAL_TOOL,
+               "train",
+               "--device",
+               "cpu",
+               "--data",
+               "synthetic",
+               "--limit",
+               "512",
+               "--test-limit",
+               "128",
+               "--image-size",
+               "16",
+               "--width",
+               "0.25",
+               "--batch",
+               "16",
+               "--epochs",
+               "2",
+               "--workers",
+               "0",
+               "--sync-bn",
+               "--save",
+               dir / "ckpt.safetensors"};
+  o.extra_env = {{"OMP_NUM_THREADS", "1"}, {"FRUGAL_DIST_TIMEOUT", "60"}};
+  o.log = nullptr;
+  const dist::LaunchResult r = dist::launch(o);
+  const std::string out0 = read_file(dir / "out.0"), out1 = read_file(dir / "out.1");
+  ASSERT_EQ(r.exit_code, 0) << r.message << "\nrank 0:\n" << out0 << "\nrank 1:\n" << out1;
+  EXPECT_NE(out0.find("batch 16 per rank on 2 ranks (socket)"), std::string::npos) << out0;
+  EXPECT_NE(out0.find("sync-bn: "), std::string::npos) << out0;
+  EXPECT_NE(out0.find("epoch 2/2: train loss"), std::string::npos) << out0;
+  EXPECT_NE(out0.find("replicas on 2 ranks: identical"), std::string::npos) << out0;
+  // Rank 1 trains as much but prints nothing: no header, no epochs, no progress bar.
+  EXPECT_EQ(out1.find("training "), std::string::npos) << out1;
+  EXPECT_EQ(out1.find("epoch"), std::string::npos) << out1;
+  // The one checkpoint loads into a single-process model.
+  models::ModelConfig mc;
+  mc.width = 0.25;
+  mc.num_classes = 10;
+  mc.in_channels = 1;
+  auto model = models::create("mobilenet_v2", mc);
+  train::TrainingState st = train::load_checkpoint(dir / "ckpt.safetensors", *model, nullptr);
+  EXPECT_EQ(st.epoch, 2);
+  EXPECT_EQ(st.step, 2 * 16);  // 512 samples / 2 ranks / 16 a step, each epoch
+#endif
+}
+
+TEST(DistributedTrain, GpusNeedsThatManyGpusAndRanksRunTrainWithoutIt) {
+  if (kernels::cuda_device_count() < 3) {
+    ::testing::internal::CaptureStderr();
+    const int code = tools::run_command("train", {"--gpus", "3", "--device", "cpu"});
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(code, 2) << err;
+    EXPECT_NE(err.find("--gpus 3 needs as many GPUs"), std::string::npos) << err;
+  }
+  EXPECT_EQ(tools::rank_args_for_gpus({"--gpus", "2", "--batch", "64"}),
+            (std::vector<std::string>{"train", "--batch", "64", "--device", "cuda"}));
+  EXPECT_EQ(tools::rank_args_for_gpus({"--gpus=4", "--device=cuda", "--sync-bn"}),
+            (std::vector<std::string>{"train", "--device=cuda", "--sync-bn"}));
+  EXPECT_THROW(tools::rank_args_for_gpus({"--gpus", "2", "--device", "cpu"}), tools::UsageError);
+}
+
+}  // namespace
