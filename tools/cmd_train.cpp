@@ -2,6 +2,8 @@
 // test accuracy, time and memory per epoch, and save/resume checkpoints.
 #include <cstdarg>
 #include <cstdio>
+#include <fstream>
+#include <iomanip>
 #include <memory>
 
 #include "base/deterministic.h"
@@ -93,6 +95,7 @@ constexpr const char* kHelp =
     "                        NCCL; under a launcher (frugal launch, torchrun, mpirun, srun) every\n"
     "                        frugal train is one rank of the job without this flag\n"
     "  --sync-bn             BatchNorm statistics over every rank's batch (SyncBatchNorm)\n"
+    "  --loss-log PATH       every step's loss (mean over the ranks) as CSV: step,loss\n"
     "  --oom-recover         retry a step that runs out of memory as micro-batches with gradient\n"
     "                        accumulation, then with every block checkpointed (weights and\n"
     "                        optimizer state untouched); the choice sticks for later steps\n";
@@ -145,6 +148,7 @@ void check_files(const TrainOptions& o) {
     check_output_path("train", "memory-svg", step_svg_path(o.memory_svg));
   }
   if (!o.memory_trace.empty()) check_output_path("train", "memory-trace", o.memory_trace);
+  if (!o.loss_log.empty()) check_output_path("train", "loss-log", o.loss_log);
 }
 
 // A checkpoint's position must be one this run can continue from: a negative or absurd epoch or
@@ -346,6 +350,16 @@ int cmd_train(const std::vector<std::string>& argv) {
     monitor = std::make_unique<train::MemoryMonitor>(device, mo);
     monitor->attach(callbacks);
   }
+  // --loss-log: each step's loss read back (a synchronisation a step), averaged over the ranks
+  // (their shards are the same size, so that is the global batch's mean loss).
+  std::vector<std::pair<int64_t, double>> losses;
+  if (!o.loss_log.empty()) {
+    callbacks.add(train::StepPoint::step_end, [&losses, &group](const train::StepInfo& info) {
+      double loss = info.loss.item();
+      if (group) loss = dist::all_reduce_values(*group, {loss}, dist::ReduceOp::avg)[0];
+      losses.emplace_back(info.global_step + 1, loss);
+    });
+  }
   const train::ReleasePolicy& release_policy = o.release;
   train::ReleaseScheduler release(memory::allocator_for(device), release_policy);
   release.attach(callbacks);
@@ -426,8 +440,16 @@ int cmd_train(const std::vector<std::string>& argv) {
     say("release %s: %zu releases, %.1f MiB given back\n", release_policy.str().c_str(),
         release.releases().size(), static_cast<double>(release.released_bytes()) / 1048576.0);
   }
-  if (monitor) write_memory_files(*monitor, o);
-  if (trace) {
+  if (monitor && env.is_main()) write_memory_files(*monitor, o);
+  if (!o.loss_log.empty() && env.is_main()) {
+    std::ofstream log(o.loss_log);
+    log << "step,loss\n";
+    for (const auto& [step, loss] : losses)
+      log << step << ',' << std::setprecision(9) << loss << '\n';
+    FRUGAL_CHECK(log.good(), "train: writing --loss-log '", o.loss_log, "' failed");
+    say("loss log: %s (%zu steps)\n", o.loss_log.c_str(), losses.size());
+  }
+  if (trace && env.is_main()) {  // one file: rank 0's device
     trace->stop();
     trace->write_json(o.memory_trace);
     say("memory trace: %s (%zu events, %zu dropped over the cap)\n", o.memory_trace.c_str(),

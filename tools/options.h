@@ -52,6 +52,7 @@ struct TrainOptions {
   train::ReleasePolicy release;
   int64_t gpus = 0;      // --gpus N: N ranks on this node's GPUs (0: this process alone)
   bool sync_bn = false;  // --sync-bn: batch statistics over every rank's batch
+  std::string loss_log;  // --loss-log PATH: every step's loss (the mean over ranks), CSV
 };
 TrainOptions parse_train_options(const std::vector<std::string>& argv);
 // What each rank of `frugal train --gpus N ARGS` runs: `train ARGS` without --gpus, on the GPUs

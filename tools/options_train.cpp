@@ -40,7 +40,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
                             "device",        "workers",    "seed",          "save",
                             "resume",        "precision",  "checkpoint",    "planner",
                             "memory-budget", "memory-log", "memory-svg",    "release",
-                            "memory-trace",  "gpus"},
+                            "memory-trace",  "gpus",       "loss-log"},
             {"help", "no-augment", "graph", "recompute-depthwise", "oom-recover", "deterministic",
              "sync-bn"});
   TrainOptions o;
@@ -87,6 +87,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
   o.planner = parse_planner("train", args.str("planner", "on"));
   o.gpus = args.integer("gpus", 0, 1, dist::kMaxProcs);
   o.sync_bn = args.flag("sync-bn");
+  o.loss_log = args.str("loss-log", "");
   if (args.has("memory-budget")) {
     o.memory_budget = parse_bytes("train", "memory-budget", args.str("memory-budget", ""));
   }

@@ -60,7 +60,9 @@ TEST(DistributedTrain, TwoCpuRanksTrainOneModelThatRankZeroReportsAndSaves) {
                "0",
                "--sync-bn",
                "--save",
-               dir / "ckpt.safetensors"};
+               dir / "ckpt.safetensors",
+               "--loss-log",
+               dir / "loss.csv"};
   o.extra_env = {{"OMP_NUM_THREADS", "1"}, {"FRUGAL_DIST_TIMEOUT", "60"}};
   o.log = nullptr;
   const dist::LaunchResult r = dist::launch(o);
@@ -73,6 +75,19 @@ TEST(DistributedTrain, TwoCpuRanksTrainOneModelThatRankZeroReportsAndSaves) {
   // Rank 1 trains as much but prints nothing: no header, no epochs, no progress bar.
   EXPECT_EQ(out1.find("training "), std::string::npos) << out1;
   EXPECT_EQ(out1.find("epoch"), std::string::npos) << out1;
+  // The loss of every step, averaged over the ranks, written once by rank 0.
+  std::istringstream log(read_file(dir / "loss.csv"));
+  std::string line;
+  std::getline(log, line);
+  EXPECT_EQ(line, "step,loss");
+  int steps = 0;
+  while (std::getline(log, line)) {
+    ++steps;
+    EXPECT_EQ(line.substr(0, line.find(',')), std::to_string(steps));
+    const double loss = std::stod(line.substr(line.find(',') + 1));
+    EXPECT_TRUE(loss > 0 && loss < 10) << line;
+  }
+  EXPECT_EQ(steps, 2 * 16);
   // The one checkpoint loads into a single-process model.
   models::ModelConfig mc;
   mc.width = 0.25;
