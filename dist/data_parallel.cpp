@@ -61,16 +61,14 @@ void DataParallel::reset_backward_state() {
 }
 
 Tensor DataParallel::forward(const Tensor& x) {
-  if (is_training() && autograd::grad_enabled()) {
-    // A backward that failed part-way (out of memory, retried smaller) left its counts behind.
-    reset_backward_state();
-    if (options_.broadcast_buffers && group_->size() > 1) {
-      autograd::NoGradGuard no_grad;
-      for (auto& [name, t] : module_->named_buffers()) {
-        Tensor b = t;
-        group_->broadcast(b, 0);
-        b.bump_version();
-      }
+  // A backward that failed part-way (out of memory, retried smaller) left its counts behind.
+  if (is_training() && autograd::grad_enabled()) reset_backward_state();
+  if (options_.broadcast_buffers && group_->size() > 1) {
+    autograd::NoGradGuard no_grad;
+    for (auto& [name, t] : module_->named_buffers()) {
+      Tensor b = t;
+      group_->broadcast(b, 0);
+      b.bump_version();
     }
   }
   return (*module_)(x);
@@ -134,8 +132,10 @@ void DataParallel::finish_backward() {
 }
 
 bool DataParallel::replicas_agree() {
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a over every byte, in state_dict order
-  for (auto& [name, t] : module_->state_dict()) {
+  // FNV-1a over the parameters' bytes. Buffers are left out: with local BatchNorm each rank's
+  // running statistics follow its own last batch until the next forward broadcasts rank 0's.
+  uint64_t hash = 1469598103934665603ull;
+  for (auto& [name, t] : module_->named_parameters()) {
     Tensor host = t.device().is_cpu() ? t : t.detach().to(Device::cpu());
     const auto* p = static_cast<const unsigned char*>(host.data_ptr());
     for (size_t i = 0; i < host.nbytes(); ++i) hash = (hash ^ p[i]) * 1099511628211ull;

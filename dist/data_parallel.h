@@ -23,9 +23,11 @@
 //   the accumulated gradients, as with one reduction at the end, at the price of one all-reduce
 //   per micro-batch.
 // - Mixed precision: with a GradScaler, agree_on_overflow makes every rank skip the same steps.
-// - BatchNorm stays local to each rank (its batch statistics are the rank's shard's); with
-//   broadcast_buffers, every training forward starts from rank 0's running statistics (DDP's
-//   default), so the replicas evaluate and save the same model.
+// - BatchNorm stays local to each rank (its batch statistics are the rank's shard's): two ranks
+//   of B images train as one process accumulating two micro-batches of B. With
+//   broadcast_buffers every forward, training or evaluating, starts from rank 0's running
+//   statistics (DDP's default), so all ranks evaluate rank 0's model, the one it saves. Every
+//   rank must therefore run the same number of forwards (sharded loaders make sure of it).
 // - Parameters are those of the module at construction: move it to its device first.
 #pragma once
 
@@ -68,9 +70,9 @@ class DataParallel final : public nn::Module {
     int64_t at_end = 0;
   };
   Overlap last_overlap() const { return last_overlap_; }
-  // True when every rank's parameters and buffers hold the same bits (a hash of them compared
-  // across ranks, so it copies them to the host once): the check at the end of a run that the
-  // replicas did not drift apart. Every rank must call it.
+  // True when every rank's parameters hold the same bits (a hash of them compared across ranks,
+  // so it copies them to the host once): the check at the end of a run that the replicas did
+  // not drift apart. Every rank must call it.
   bool replicas_agree();
 
  private:

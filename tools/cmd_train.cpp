@@ -77,6 +77,8 @@ constexpr const char* kHelp =
     "  --memory-budget SIZE  fit the step into SIZE (e.g. 3GiB): the plain step, else the fewest\n"
     "                        checkpointed blocks, else micro-batches with gradient accumulation,\n"
     "                        chosen by the predicted peak; a CUDA allocator is capped at SIZE\n"
+    "  --micro-batches N     accumulate gradients over N slices of each batch (one optimizer\n"
+    "                        step; BatchNorm normalises each slice alone)\n"
     "  --planner on|off      plan each step's memory before the first step and replay it from\n"
     "                        one arena (on, the default, on CUDA; train/step_planner.h)\n"
     "  --memory-log PATH     record allocated, reserved and the device's used memory at every\n"
@@ -95,6 +97,8 @@ constexpr const char* kHelp =
     "                        NCCL; under a launcher (frugal launch, torchrun, mpirun, srun) every\n"
     "                        frugal train is one rank of the job without this flag\n"
     "  --sync-bn             BatchNorm statistics over every rank's batch (SyncBatchNorm)\n"
+    "  --reduce-precision f32|f16|bf16   the dtype gradients are averaged in across ranks\n"
+    "                        (default f32; f16/bf16 halve the traffic)\n"
     "  --loss-log PATH       every step's loss (mean over the ranks) as CSV: step,loss\n"
     "  --oom-recover         retry a step that runs out of memory as micro-batches with gradient\n"
     "                        accumulation, then with every block checkpointed (weights and\n"
@@ -218,7 +222,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   mc.in_channels = splits.train->sample_shape()[2];
   // Note [Fitting a memory budget]: the cheapest way to fit, chosen by prediction before the
   // model is built; the allocator is capped at the budget, so a run never exceeds it.
-  int64_t micro_batches = 1;
+  int64_t micro_batches = o.micro_batches;
   if (o.memory_budget) {
     const int64_t budget = *o.memory_budget;
     const train::BudgetChoice choice = train::choose_for_budget(
@@ -314,7 +318,8 @@ int cmd_train(const std::vector<std::string>& argv) {
         static_cast<long long>(dist::convert_sync_batchnorm(*model, group)));
   }
   if (group) {
-    trained = std::make_shared<dist::DataParallel>(model, group);
+    trained = std::make_shared<dist::DataParallel>(
+        model, group, dist::DataParallelOptions{.reduce_dtype = o.reduce_precision});
     if (scaler) dist::agree_on_overflow(*scaler, group);
   }
 

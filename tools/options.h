@@ -53,6 +53,8 @@ struct TrainOptions {
   int64_t gpus = 0;      // --gpus N: N ranks on this node's GPUs (0: this process alone)
   bool sync_bn = false;  // --sync-bn: batch statistics over every rank's batch
   std::string loss_log;  // --loss-log PATH: every step's loss (the mean over ranks), CSV
+  DType reduce_precision = DType::f32;  // --reduce-precision: the dtype gradients travel in
+  int64_t micro_batches = 1;            // --micro-batches N: gradient accumulation over N slices
 };
 TrainOptions parse_train_options(const std::vector<std::string>& argv);
 // What each rank of `frugal train --gpus N ARGS` runs: `train ARGS` without --gpus, on the GPUs

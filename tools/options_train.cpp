@@ -40,7 +40,8 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
                             "device",        "workers",    "seed",          "save",
                             "resume",        "precision",  "checkpoint",    "planner",
                             "memory-budget", "memory-log", "memory-svg",    "release",
-                            "memory-trace",  "gpus",       "loss-log"},
+                            "memory-trace",  "gpus",       "loss-log",      "reduce-precision",
+                            "micro-batches"},
             {"help", "no-augment", "graph", "recompute-depthwise", "oom-recover", "deterministic",
              "sync-bn"});
   TrainOptions o;
@@ -88,6 +89,13 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
   o.gpus = args.integer("gpus", 0, 1, dist::kMaxProcs);
   o.sync_bn = args.flag("sync-bn");
   o.loss_log = args.str("loss-log", "");
+  o.reduce_precision = parse_precision("train", args.str("reduce-precision", "f32"));
+  o.micro_batches = args.integer("micro-batches", 1, 1, o.batch);
+  if (args.has("micro-batches") && args.has("memory-budget")) {
+    throw UsageError(
+        "train: --memory-budget chooses the micro-batches itself; leave out one of "
+        "--micro-batches and --memory-budget");
+  }
   if (args.has("memory-budget")) {
     o.memory_budget = parse_bytes("train", "memory-budget", args.str("memory-budget", ""));
   }

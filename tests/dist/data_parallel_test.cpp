@@ -13,6 +13,7 @@
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "optim/optimizer.h"
+#include "train/trainer.h"
 
 namespace frugal {
 namespace {
@@ -148,6 +149,34 @@ TEST(DataParallel, TwoRanksOnHalfBatchesStepLikeOneProcessOnTheWholeBatch) {
   // Reversed: the last bias (16 B) fills the 64-byte first bucket; the last weight and the conv's
   // bias share the next (120 of 256 B); the conv weight (648 B) is a bucket alone.
   EXPECT_EQ(overlap[0].during_backward + overlap[0].at_end, 3);
+}
+
+// With BatchNorm local to each rank, two ranks on halves are one process accumulating two
+// micro-batches of those halves (each normalised alone), step after step.
+TEST(DataParallel, LocalBatchNormRanksEqualOneProcessWithMicroBatches) {
+  constexpr int kSteps = 4;
+  constexpr int64_t kBatch = 8;
+  auto reference = small_net(12, /*batch_norm=*/true);
+  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
+  std::vector<Batch> batches;
+  for (int s = 0; s < kSteps; ++s) batches.push_back(batch_of(kBatch, 300 + s));
+  for (const Batch& b : batches) {
+    train::train_step(*reference, ref_opt, b.images, b.labels, DType::f32, nullptr, 0.0, 2);
+  }
+  std::vector<std::shared_ptr<nn::Module>> nets{small_net(12, true), small_net(12, true)};
+  auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    dist::DataParallel model(nets[r], std::shared_ptr<dist::ProcessGroup>(&g, [](auto*) {}));
+    optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+    for (const Batch& b : batches) {
+      const int64_t half = kBatch / 2;
+      train::train_step(model, opt, slice_rows(b.images, g.rank() * half, half),
+                        slice_rows(b.labels, g.rank() * half, half));
+    }
+  });
+  ASSERT_TRUE(no_errors(errors));
+  expect_close(values_of(*nets[0]), values_of(*reference), 2e-5, "rank 0 after 4 steps");
+  expect_close(values_of(*nets[1]), values_of(*reference), 2e-5, "rank 1 after 4 steps");
 }
 
 TEST(DataParallel, AParameterOnlyOneRankUsedGetsTheAverageEverywhere) {
