@@ -165,12 +165,18 @@ class NcclGroup final : public ProcessGroup {
     enqueue(comm_stream_);
     cudaEvent_t done = new_event();
     CUDA_CHECK(cudaEventRecord(done, comm_stream_));
-    cudaEvent_t watched = new_event();
-    CUDA_CHECK(cudaEventRecord(watched, comm_stream_));
-    {
+    ++sequence_;
+    // Inside a CUDA-graph capture nothing runs yet, and an event recorded there cannot be
+    // queried: the watchdog follows eager collectives only (a replayed one that hangs is not
+    // caught).
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(compute_, &capture));
+    if (capture == cudaStreamCaptureStatusNone) {
+      cudaEvent_t watched = new_event();
+      CUDA_CHECK(cudaEventRecord(watched, comm_stream_));
       std::lock_guard<std::mutex> lock(mutex_);
       pending_.push_back({watched, Clock::now(),
-                          std::string(op) + " #" + std::to_string(++sequence_) + " of " +
+                          std::string(op) + " #" + std::to_string(sequence_) + " of " +
                               std::to_string(t.numel()) + " " + dtype_name(t.dtype()) +
                               " elements"});
     }
