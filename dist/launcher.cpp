@@ -2,10 +2,7 @@
 // failure or to a signal, and escalates to SIGKILL on a clock (Note [Launching ranks]).
 #include "dist/launcher.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +16,7 @@
 
 #include "base/error.h"
 #include "dist/rank_process.h"
+#include "dist/socket_io.h"
 
 namespace frugal::dist {
 
@@ -285,19 +283,8 @@ std::string current_executable() {
 // and rank 0's bind another process may take it (torchrun has the same window); a job that cannot
 // afford that names --master-port.
 int choose_free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  FRUGAL_CHECK(fd >= 0, "launch: cannot open a socket to choose a port: ", std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  const int err = errno;
-  close(fd);
-  FRUGAL_CHECK(ok, "launch: cannot choose a free port: ", std::strerror(err));
-  return ntohs(addr.sin_port);
+  Socket s = listen_on("0.0.0.0", 0);  // closed on return
+  return bound_port(s);
 }
 
 }  // namespace frugal::dist

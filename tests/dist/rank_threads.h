@@ -9,22 +9,16 @@
 #include <vector>
 
 #include "base/error.h"
+#include "dist/launcher.h"
 #include "dist/socket_group.h"
-#include "dist/socket_io.h"
 
 namespace frugal::test {
-
-// A port nobody listens on now (the kernel's choice for port 0, released again).
-inline int free_port() {
-  dist::Socket s = dist::listen_on("127.0.0.1", 0);
-  return dist::bound_port(s);
-}
 
 inline std::vector<std::string> run_ranks(int n,
                                           const std::function<void(dist::SocketGroup&)>& body,
                                           double timeout_seconds = 20, int port = 0) {
   dist::SocketGroupOptions options{.master_addr = "127.0.0.1",
-                                   .master_port = port != 0 ? port : free_port(),
+                                   .master_port = port != 0 ? port : dist::choose_free_port(),
                                    .timeout_seconds = timeout_seconds};
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;

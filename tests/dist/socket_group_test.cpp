@@ -168,7 +168,7 @@ TEST(SocketGroup, ARankThatStopsAnsweringTimesOut) {
 }
 
 TEST(SocketGroup, RendezvousRejectsAWrongWorldSizeAndTwoClaimsOfOneRank) {
-  const int port = test::free_port();
+  const int port = dist::choose_free_port();
   dist::SocketGroupOptions o{.master_addr = "127.0.0.1", .master_port = port, .timeout_seconds = 5};
   std::string e0, e1;
   std::thread t0([&] {
@@ -193,7 +193,7 @@ TEST(SocketGroup, RendezvousRejectsAWrongWorldSizeAndTwoClaimsOfOneRank) {
   EXPECT_THROW(dist::SocketGroup(3, 2, o), Error);
 
   // Two processes claim rank 1: the second is refused, and rank 0 stops.
-  o.master_port = test::free_port();
+  o.master_port = dist::choose_free_port();
   std::vector<std::string> errors(3);
   std::vector<std::thread> ranks;
   for (int i = 0; i < 3; ++i) {
