@@ -21,6 +21,7 @@
 #include "dist/data_parallel.h"
 #include "dist/env.h"
 #include "dist/init.h"
+#include "dist/meta_group.h"
 #include "kernels/context.h"
 #include "kernels/host_profile.h"
 #include "memory/allocator.h"
@@ -190,8 +191,16 @@ int run(int argc, char** argv) {
   if (planner_flag != "on" && planner_flag != "off")
     throw std::invalid_argument("--planner expects on or off, got '" + planner_flag + "'");
   train::StepPlanner planner(planner_flag == "on" ? device : Device::cpu());
+  // A data-parallel step is dry-run wrapped the same way, over a group that moves nothing.
+  train::ModelWrapper wrap_like_run;
+  if (group) {
+    wrap_like_run = [&](std::shared_ptr<nn::Module> m) -> std::shared_ptr<nn::Module> {
+      return std::make_shared<dist::DataParallel>(
+          m, std::make_shared<dist::MetaGroup>(group->size(), group->rank()));
+    };
+  }
   train::plan_before_first_step(planner, model_name, config, Shape{batch, chw[1], chw[2], chw[0]},
-                                amp_dtype, micro_batches);  // nothing when the planner is off
+                                amp_dtype, micro_batches, wrap_like_run);  // nothing when off
   auto eager_step = [&]() -> Tensor {
     Tensor out;
     planner.run([&] {

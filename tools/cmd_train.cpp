@@ -13,6 +13,7 @@
 #include "dist/env.h"
 #include "dist/init.h"
 #include "dist/launcher.h"
+#include "dist/meta_group.h"
 #include "dist/sync_batch_norm.h"
 #include "kernels/context.h"
 #include "memory/allocation_trace.h"
@@ -327,9 +328,19 @@ int cmd_train(const std::vector<std::string>& argv) {
   const bool planned = o.planner && !graph;
   train::StepPlanner planner(planned ? device : Device::cpu());
   // The loader's batches after the transforms: resized to --image-size, --channels repeated.
+  // A data-parallel step is dry-run wrapped the same way, over a group that moves nothing.
+  train::ModelWrapper wrap_like_run;
+  if (group) {
+    wrap_like_run = [&](std::shared_ptr<nn::Module> m) -> std::shared_ptr<nn::Module> {
+      auto meta_group = std::make_shared<dist::MetaGroup>(group->size(), group->rank());
+      if (o.sync_bn) dist::convert_sync_batchnorm(*m, meta_group);
+      return std::make_shared<dist::DataParallel>(
+          m, meta_group, dist::DataParallelOptions{.reduce_dtype = o.reduce_precision});
+    };
+  }
   train::plan_before_first_step(planner, model_name, mc,
                                 Shape{batch, dc.image_size, dc.image_size, dc.channels}, precision,
-                                micro_batches);
+                                micro_batches, wrap_like_run);
 
   // The memory tools (issue: memory monitor, release scheduler, OOM recovery), on callbacks.
   train::StepCallbacks callbacks;

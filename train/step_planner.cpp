@@ -151,13 +151,14 @@ void StepPlanner::run(const std::function<void()>& step) {
 
 bool plan_before_first_step(StepPlanner& planner, const std::string& name,
                             const models::ModelConfig& config, const Shape& input_nhwc,
-                            DType precision, int64_t micro_batches) {
+                            DType precision, int64_t micro_batches, const ModelWrapper& wrap) {
   if (!planner.active()) return false;
   // The dry run builds a model and draws dropout masks: the caller's random stream must not
   // notice (a planned run draws what an unplanned one does).
   GeneratorStateGuard keep_random_stream;
-  auto model = models::create(name, config);
+  std::shared_ptr<nn::Module> model = models::create(name, config);
   model->to(Device::meta());
+  if (wrap) model = wrap(model);
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
   // Three steps: the first two differ from the later ones (lazy optimizer state, and parameters
   // cast to the autocast dtype one layer at a time until the second step has seen the order of

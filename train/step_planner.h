@@ -83,9 +83,12 @@ class StepPlanner {
 // Plans the training step of zoo model `name` (built with `config`, trained with any optimizer: its
 // state is not planned) on batches of `input_nhwc` under `precision`, from a dry run on meta, so
 // the first step already runs in the arena. False when the planner is not active or the arena does
-// not fit.
+// not fit. `wrap`, when given, wraps the dry run's model as the real one is wrapped (data
+// parallelism over a dist::MetaGroup), so that the plan covers what the wrapper allocates.
+using ModelWrapper = std::function<std::shared_ptr<nn::Module>(std::shared_ptr<nn::Module>)>;
 bool plan_before_first_step(StepPlanner& planner, const std::string& name,
                             const models::ModelConfig& config, const Shape& input_nhwc,
-                            DType precision, int64_t micro_batches = 1);
+                            DType precision, int64_t micro_batches = 1,
+                            const ModelWrapper& wrap = nullptr);
 
 }  // namespace frugal::train

@@ -9,10 +9,12 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "dist/buckets.h"
+#include "dist/meta_group.h"
 #include "dist/rank_threads.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "optim/optimizer.h"
+#include "train/memory_estimate.h"
 #include "train/trainer.h"
 
 namespace frugal {
@@ -273,6 +275,53 @@ TEST(DataParallel, OneRanksOverflowSkipsTheStepOnEveryRank) {
   EXPECT_EQ(after[1], before[1]);
   EXPECT_EQ(scales[0], 512.0);
   EXPECT_EQ(scales[1], 512.0);
+}
+
+// The planner's dry run (Note [Planned steps]) of a data-parallel step, on meta over a group that
+// moves nothing, asks for what DataParallel adds to the step (bucket buffers, averaged gradients)
+// exactly as the real step does. (The CPU's convolutions ask for scratch memory the meta device
+// leaves out; the plain steps' requests are compared as they are.)
+TEST(DataParallel, AMetaDryRunAsksForWhatTheRealStepAdds) {
+  const dist::DataParallelOptions options{.bucket_cap_bytes = 256, .first_bucket_cap_bytes = 64};
+  auto bytes_of = [](const std::vector<memory::StepTrace>& traces) {
+    std::vector<size_t> out;
+    for (const auto& a : traces.back().allocations) out.push_back(a.bytes);
+    return out;
+  };
+  auto trace = [&](nn::Module& m) {
+    optim::SGD opt(m.parameters(), {.lr = 0.1, .momentum = 0.9});
+    return bytes_of(train::trace_steps(m, opt, {4, 6, 6, 3}, 4, DType::f32, 3, 1, false));
+  };
+  std::vector<size_t> cpu_plain, cpu_wrapped;
+  auto errors = run_ranks(1, [&](dist::SocketGroup& g) {
+    cpu_plain = trace(*small_net(2, true));
+    dist::DataParallel model(small_net(2, true),
+                             std::shared_ptr<dist::ProcessGroup>(&g, [](auto*) {}), options);
+    cpu_wrapped = trace(model);
+  });
+  ASSERT_TRUE(no_errors(errors));
+  auto meta_net = small_net(2, true);
+  meta_net->to(Device::meta());
+  const std::vector<size_t> meta_plain = trace(*meta_net);
+  dist::DataParallel meta_model(meta_net, std::make_shared<dist::MetaGroup>(2), options);
+  const std::vector<size_t> meta_wrapped = trace(meta_model);
+
+  // Each wrapped step is its plain step, then DataParallel's requests at backward's end.
+  auto added = [](const std::vector<size_t>& plain, const std::vector<size_t>& wrapped) {
+    EXPECT_TRUE(std::equal(plain.begin(), plain.end(), wrapped.begin()));
+    return std::vector<size_t>(wrapped.begin() + static_cast<int64_t>(plain.size()), wrapped.end());
+  };
+  const std::vector<size_t> cpu_added = added(cpu_plain, cpu_wrapped);
+  const std::vector<size_t> meta_added = added(meta_plain, meta_wrapped);
+  EXPECT_EQ(meta_added, cpu_added);
+  // Three buckets of flattened gradients, then a gradient per parameter read back out of them.
+  size_t bucket_bytes = 0;
+  for (const dist::Bucket& b : meta_model.buckets()) bucket_bytes += b.bytes();
+  EXPECT_EQ(meta_model.buckets().size(), 3u);
+  EXPECT_EQ(meta_added.size(), meta_model.buckets().size() + meta_model.parameters().size());
+  size_t added_bytes = 0;
+  for (size_t b : meta_added) added_bytes += b;
+  EXPECT_EQ(added_bytes, 2 * bucket_bytes);
 }
 
 TEST(DataParallel, TheModelMustBeOnTheGroupsDevice) {
