@@ -72,40 +72,37 @@ void reduce_as(Acc, void* out, const std::vector<const void*>& in, size_t n, Red
   for (size_t i = 0; i < n; ++i) store(out, i, acc[i]);
 }
 
+// The element types that are their own accumulator.
+template <typename T>
+void reduce_wide(void* out, const std::vector<const void*>& in, size_t n, ReduceOp op) {
+  reduce_as(
+      T{}, out, in, n, op, [](const void* p, size_t i) { return static_cast<const T*>(p)[i]; },
+      [](void* p, size_t i, T v) { static_cast<T*>(p)[i] = v; });
+}
+
+// 16-bit floats, accumulated in f32 and rounded once.
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
+void reduce_half(void* out, const std::vector<const void*>& in, size_t n, ReduceOp op) {
+  reduce_as(
+      float{}, out, in, n, op,
+      [](const void* p, size_t i) { return Widen(static_cast<const uint16_t*>(p)[i]); },
+      [](void* p, size_t i, float v) { static_cast<uint16_t*>(p)[i] = Narrow(v); });
+}
+
 // out = the reduction of the ranks' buffers `in` (rank order), each n elements of `dtype`.
 void reduce_buffers(DType dtype, void* out, const std::vector<const void*>& in, size_t n,
                     ReduceOp op) {
-  auto u16 = [](const void* p, size_t i) { return static_cast<const uint16_t*>(p)[i]; };
   switch (dtype) {
     case DType::f32:
-      reduce_as(
-          float{}, out, in, n, op,
-          [](const void* p, size_t i) { return static_cast<const float*>(p)[i]; },
-          [](void* p, size_t i, float v) { static_cast<float*>(p)[i] = v; });
-      return;
-    case DType::f16:
-      reduce_as(
-          float{}, out, in, n, op, [&](const void* p, size_t i) { return f16_to_float(u16(p, i)); },
-          [](void* p, size_t i, float v) { static_cast<uint16_t*>(p)[i] = float_to_f16(v); });
-      return;
-    case DType::bf16:
-      reduce_as(
-          float{}, out, in, n, op,
-          [&](const void* p, size_t i) { return bf16_to_float(u16(p, i)); },
-          [](void* p, size_t i, float v) { static_cast<uint16_t*>(p)[i] = float_to_bf16(v); });
-      return;
+      return reduce_wide<float>(out, in, n, op);
     case DType::f64:
-      reduce_as(
-          double{}, out, in, n, op,
-          [](const void* p, size_t i) { return static_cast<const double*>(p)[i]; },
-          [](void* p, size_t i, double v) { static_cast<double*>(p)[i] = v; });
-      return;
+      return reduce_wide<double>(out, in, n, op);
     case DType::i64:
-      reduce_as(
-          int64_t{}, out, in, n, op,
-          [](const void* p, size_t i) { return static_cast<const int64_t*>(p)[i]; },
-          [](void* p, size_t i, int64_t v) { static_cast<int64_t*>(p)[i] = v; });
-      return;
+      return reduce_wide<int64_t>(out, in, n, op);
+    case DType::f16:
+      return reduce_half<f16_to_float, float_to_f16>(out, in, n, op);
+    case DType::bf16:
+      return reduce_half<bf16_to_float, float_to_bf16>(out, in, n, op);
     case DType::u8:
       break;
   }

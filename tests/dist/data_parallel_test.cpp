@@ -20,6 +20,7 @@
 namespace frugal {
 namespace {
 
+using test::no_errors;
 using test::run_ranks;
 
 // conv -> relu -> pool -> linear, no BatchNorm: a shard's mean-loss gradients average to the
@@ -66,16 +67,6 @@ void expect_close(const std::vector<std::vector<double>>& a,
       ASSERT_NEAR(a[i][j], b[i][j], tol) << what << ": parameter " << i << " element " << j;
     }
   }
-}
-
-bool no_errors(const std::vector<std::string>& errors) {
-  for (const std::string& e : errors) {
-    if (!e.empty()) {
-      ADD_FAILURE() << e;
-      return false;
-    }
-  }
-  return true;
 }
 
 TEST(GradientBuckets, ReverseOrderFirstBucketSmallOneDtypeEach) {

@@ -2,6 +2,8 @@
 // group and runs `body`; what each rank threw (empty when nothing) comes back by rank.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <exception>
 #include <functional>
 #include <string>
@@ -34,6 +36,17 @@ inline std::vector<std::string> run_ranks(int n,
   }
   for (auto& t : threads) t.join();
   return errors;
+}
+
+// True when no rank threw; otherwise adds a test failure with the first error.
+inline bool no_errors(const std::vector<std::string>& errors) {
+  for (const std::string& e : errors) {
+    if (!e.empty()) {
+      ADD_FAILURE() << e;
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace frugal::test

@@ -13,17 +13,8 @@
 namespace frugal {
 namespace {
 
+using test::no_errors;
 using test::run_ranks;
-
-bool no_errors(const std::vector<std::string>& errors) {
-  for (const std::string& e : errors) {
-    if (!e.empty()) {
-      ADD_FAILURE() << e;
-      return false;
-    }
-  }
-  return true;
-}
 
 // Rank r's values: distinct per rank and element, with fractions that f16 and bf16 round.
 std::vector<double> values_of(int rank, int n) {
