@@ -109,6 +109,21 @@ void reduce_buffers(DType dtype, void* out, const std::vector<const void*>& in, 
   FRUGAL_FAIL("SocketGroup: cannot reduce ", dtype, " tensors");
 }
 
+// The header of collective number `sequence` over `t` (null for a barrier).
+Header header_for(Kind kind, const Tensor* t, uint64_t sequence, ReduceOp op = ReduceOp::sum,
+                  int root = 0) {
+  Header h;
+  h.kind = kind;
+  h.op = static_cast<uint32_t>(op);
+  h.root = root;
+  if (t != nullptr) {
+    h.dtype = static_cast<uint32_t>(t->dtype());
+    h.numel = static_cast<uint64_t>(t->numel());
+  }
+  h.sequence = sequence;
+  return h;
+}
+
 double parse_seconds(const char* name, const char* text) {
   char* end = nullptr;
   double v = std::strtod(text, &end);
@@ -278,12 +293,7 @@ void SocketGroup::all_reduce(Tensor& t, ReduceOp op) {
   if (size_ == 1) {
     return;  // sum, avg and max of one rank's tensor are the tensor
   }
-  Call call;
-  call.header.kind = Kind::all_reduce;
-  call.header.op = static_cast<uint32_t>(op);
-  call.header.dtype = static_cast<uint32_t>(t.dtype());
-  call.header.numel = static_cast<uint64_t>(t.numel());
-  call.header.sequence = ++sequence_;
+  const Call call{header_for(Kind::all_reduce, &t, ++sequence_, op)};
   const size_t bytes = t.nbytes();
   if (rank_ != 0) {
     ask(call, t.data_ptr(), bytes);
@@ -302,12 +312,7 @@ void SocketGroup::broadcast(Tensor& t, int root) {
   check_collective_tensor(*this, "broadcast", t);
   FRUGAL_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of ", size_);
   if (size_ == 1) return;
-  Call call;
-  call.header.kind = Kind::broadcast;
-  call.header.dtype = static_cast<uint32_t>(t.dtype());
-  call.header.root = root;
-  call.header.numel = static_cast<uint64_t>(t.numel());
-  call.header.sequence = ++sequence_;
+  const Call call{header_for(Kind::broadcast, &t, ++sequence_, ReduceOp::sum, root)};
   const size_t bytes = t.nbytes();
   if (rank_ != 0) {
     ask(call, t.data_ptr(), bytes);
@@ -328,9 +333,7 @@ void SocketGroup::broadcast_bytes(void* data, size_t n, int root) {
 
 void SocketGroup::barrier() {
   if (size_ == 1) return;
-  Call call;
-  call.header.kind = Kind::barrier;
-  call.header.sequence = ++sequence_;
+  const Call call{header_for(Kind::barrier, nullptr, ++sequence_)};
   if (rank_ != 0) {
     ask(call, nullptr, 0);
     await(call, nullptr, 0);
