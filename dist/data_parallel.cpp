@@ -27,11 +27,7 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<P
     params_.push_back(t);
     names_.push_back(name);
   }
-  for (auto& [name, t] : module_->named_buffers()) {
-    Tensor b = t;
-    group_->broadcast(b, 0);
-    b.bump_version();
-  }
+  broadcast_buffers();
   std::vector<BucketParam> planned;
   for (const Tensor& p : params_) {
     planned.push_back({static_cast<size_t>(p.numel()), options_.reduce_dtype});
@@ -63,15 +59,17 @@ void DataParallel::reset_backward_state() {
 Tensor DataParallel::forward(const Tensor& x) {
   // A backward that failed part-way (out of memory, retried smaller) left its counts behind.
   if (is_training() && autograd::grad_enabled()) reset_backward_state();
-  if (options_.broadcast_buffers && group_->size() > 1) {
-    autograd::NoGradGuard no_grad;
-    for (auto& [name, t] : module_->named_buffers()) {
-      Tensor b = t;
-      group_->broadcast(b, 0);
-      b.bump_version();
-    }
-  }
+  if (options_.broadcast_buffers && group_->size() > 1) broadcast_buffers();
   return (*module_)(x);
+}
+
+void DataParallel::broadcast_buffers() {
+  autograd::NoGradGuard no_grad;
+  for (auto& [name, t] : module_->named_buffers()) {
+    Tensor b = t;
+    group_->broadcast(b, 0);
+    b.bump_version();  // written in place: what saved them must see the change
+  }
 }
 
 void DataParallel::on_gradient(size_t i) {

@@ -77,6 +77,7 @@ class DataParallel final : public nn::Module {
 
  private:
   void reset_backward_state();
+  void broadcast_buffers();  // rank 0's, to every rank
   void on_gradient(size_t param);
   void start_bucket(size_t bucket);
   void finish_backward();
