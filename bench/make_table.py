@@ -54,11 +54,19 @@ def fmt_rate(v):
     return "n/a" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
+def impl_of(r):
+    """frugal, pytorch, or "pytorch compile MODE" for torch_train_step.py --compile MODE runs."""
+    config = r.get("config", "")
+    if r["impl"] == "pytorch" and ", compile " in config:
+        return "pytorch compile " + config.split(", compile ", 1)[1]
+    return r["impl"]
+
+
 def median_runs(rows):
     """{case: {impl: (the run with the median img/s, [img/s of every run])}}"""
     runs = {}
     for r in rows:
-        runs.setdefault(case_key(r), {}).setdefault(r["impl"], []).append(r)
+        runs.setdefault(case_key(r), {}).setdefault(impl_of(r), []).append(r)
     out = {}
     for key, impls in runs.items():
         for impl, rs in impls.items():
@@ -86,6 +94,10 @@ def table(rows):
             "frugal peak reserved MiB", "PyTorch peak reserved MiB", "reserved frugal/PyTorch"]
     if cpu:
         head += ["frugal peak RSS MiB", "PyTorch peak RSS MiB", "RSS frugal/PyTorch"]
+    compiled = any(i.startswith("pytorch compile") for v in cases.values() for i in v)
+    if compiled:
+        head += ["torch.compile img/s (best mode)", "compile peak alloc MiB",
+                 "img/s frugal/best PyTorch"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for key, impls in cases.items():
         f, t = impls.get("frugal"), impls.get("pytorch")
@@ -102,6 +114,14 @@ def table(rows):
         if cpu:
             cells += [mib(get(f, "peak_rss_timed_bytes")), mib(get(t, "peak_rss_timed_bytes")),
                       ratio(get(f, "peak_rss_timed_bytes"), get(t, "peak_rss_timed_bytes"))]
+        if compiled:
+            modes = {i: r for i, r in impls.items() if i.startswith("pytorch compile")}
+            best_mode = max(modes, key=lambda i: modes[i]["img_per_s"]) if modes else None
+            c = modes.get(best_mode)
+            best = max([r["img_per_s"] for i, r in impls.items() if i != "frugal"], default=None)
+            cells += [f"{fmt_rate(c['img_per_s'])} ({best_mode[len('pytorch compile '):]})"
+                      if c else "n/a", mib(get(c, "peak_allocated_bytes")),
+                      ratio(get(f, "img_per_s"), best)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

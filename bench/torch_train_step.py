@@ -61,7 +61,27 @@ def cpu_name():
     return platform.processor() or "unknown CPU"
 
 
+def mobilenet_v1(torch, torchvision, classes):
+    """frugal's MobileNetV1 (models/mobilenet_v1.cpp; torchvision has none): the paper's body,
+    each conv with BatchNorm and ReLU, dropout 0.2 before the classifier."""
+    from torchvision.ops import Conv2dNormActivation as ConvBN
+
+    blocks = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1), (512, 1),
+              (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1)]
+    layers, c_in = [ConvBN(3, 32, 3, stride=2)], 32
+    for c, s in blocks:
+        layers.append(torch.nn.Sequential(ConvBN(c_in, c_in, 3, stride=s, groups=c_in),
+                                          ConvBN(c_in, c, 1)))
+        c_in = c
+    return torch.nn.Sequential(torch.nn.Sequential(*layers), torch.nn.AdaptiveAvgPool2d(1),
+                               torch.nn.Flatten(1), torch.nn.Dropout(0.2),
+                               torch.nn.Linear(c_in, classes))
+
+
 def build_model(torch, torchvision, in_channels, classes, name="mobilenet_v2"):
+    if name == "mobilenet_v1":
+        assert in_channels == 3, "only mobilenet_v2 takes other input channels here"
+        return mobilenet_v1(torch, torchvision, classes)
     if name != "mobilenet_v2":
         assert in_channels == 3, "only mobilenet_v2 takes other input channels here"
         if name == "resnet18":
@@ -157,7 +177,9 @@ def main():
                    help="none, blocks (torch.utils.checkpoint around every block) or N "
                         "(checkpoint_sequential over the feature layers)")
     p.add_argument("--compile", default="none",
-                   help="none, default (torch.compile), or budget:X (torch.compile with "
+                   help="none, default (torch.compile), a torch.compile mode "
+                        "(max-autotune-no-cudagraphs, max-autotune, reduce-overhead), or "
+                        "budget:X (torch.compile with "
                         "torch._functorch.config.activation_memory_budget = X)")
     p.add_argument("--memory-cap-mib", type=int, default=0,
                    help="CUDA: cap with torch.cuda.set_per_process_memory_fraction")
@@ -201,7 +223,9 @@ def main():
     if a.compile != "none":
         if a.compile.startswith("budget:"):
             torch._functorch.config.activation_memory_budget = float(a.compile.split(":", 1)[1])
-        forward = torch.compile(forward)
+        mode = a.compile if a.compile in ("max-autotune-no-cudagraphs", "max-autotune",
+                                          "reduce-overhead") else None
+        forward = torch.compile(forward, mode=mode)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     images = torch.randn(a.batch, c, h, w, device=dev).contiguous(memory_format=fmt)
     labels = torch.randint(0, a.classes, (a.batch,), device=dev)
@@ -250,9 +274,11 @@ def main():
             return static_loss
         loss = step()
     else:
+        warmup_start = time.perf_counter()
         for _ in range(a.warmup):
             loss = step()
         warmup_loss = loss.item()  # synchronises
+    warmup_seconds = time.perf_counter() - warmup_start if not graphed else None
 
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -334,6 +360,7 @@ def main():
         "num_parameters": sum(t.numel() for t in model.parameters()),
         "loss_after_warmup": warmup_loss,
         "loss_final": final_loss,
+        "warmup_seconds": warmup_seconds,  # torch.compile's compile time is in here
         "torch_version": torch.__version__,
     }
     if world > 1:

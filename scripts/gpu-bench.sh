@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The GPU benchmark, run by scripts/gpu-check.sh after the GPU tests: MobileNetV2 training steps
-# in frugal (train_step_bench) and PyTorch (bench/torch_train_step.py) in the same call, then a
-# markdown table of both with ratios appended to "$OUT/bench-results.md" (copy it into
-# bench/RESULTS.md). Each precision of BENCH_PRECISIONS (default "f32 f16 bf16") runs in both:
-# f16 as autocast + GradScaler, bf16 as autocast alone, side by side with PyTorch's autocast.
+# The GPU benchmark, run by scripts/gpu-check.sh after the GPU tests: training steps of each
+# model of BENCH_MODELS (default MobileNetV2 alone; "all": the zoo) in frugal (train_step_bench)
+# and PyTorch (bench/torch_train_step.py) in the same call, then a markdown table of both with
+# ratios appended to "$OUT/bench-results.md" (copy it into bench/RESULTS.md). Each precision of
+# BENCH_PRECISIONS (default "f32 f16 bf16") runs in both: f16 as autocast + GradScaler, bf16 as
+# autocast alone, side by side with PyTorch's autocast. BENCH_COMPILE (default none) adds
+# PyTorch's eager step under torch.compile in each mode it lists ("default
+# max-autotune-no-cudagraphs"; about a minute of compiling each), in the table's compile column.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD_DIR:-build-gpu}"
@@ -23,6 +26,9 @@ MODES="${BENCH_MODES:-eager graph}"
 # times. The 224x224 step is device-bound and steady.
 SMALL_REPEATS="${BENCH_SMALL_REPEATS:-5}"
 CASES=("128 3x224x224 1000 1" "256 1x32x32 10 $SMALL_REPEATS")
+MODELS="${BENCH_MODELS:-mobilenet_v2}"
+[ "$MODELS" = all ] && MODELS="mobilenet_v2 mobilenet_v1 efficientnet_b0 resnet18"
+COMPILE="${BENCH_COMPILE:-}"
 MAX_REPEATS=$(( SMALL_REPEATS > 1 ? SMALL_REPEATS : 1 ))
 
 BIN="$BUILD/train_step_bench"
@@ -49,20 +55,31 @@ run() {
 # Repeats go round all precisions before the next repeat, so a slow spell of the machine does
 # not land on one precision; make_table.py reports the median run and the range.
 for ((rep = 0; rep < MAX_REPEATS; rep++)); do
+  for model in $MODELS; do
   for precision in $PRECISIONS; do
     for c in "${CASES[@]}"; do
       read -r batch input classes repeats <<< "$c"
       [ "$rep" -lt "$repeats" ] || continue
+      # The zoo takes 3 channels but MobileNetV2 (Fashion-MNIST's 1 at 32x32).
+      [ "$model" != mobilenet_v2 ] && input="3x${input#*x}"
       for mode in $MODES; do
-        args=(--device cuda --batch "$batch" --input "$input" --classes "$classes"
-              --precision "$precision" --warmup "$WARMUP" --steps "$STEPS" --json)
+        args=(--device cuda --model "$model" --batch "$batch" --input "$input"
+              --classes "$classes" --precision "$precision" --warmup "$WARMUP" --steps "$STEPS"
+              --json)
         [ "$mode" = graph ] && args+=(--graph)
         run frugal "$BIN" "${args[@]}" || status=1
         if [ "$have_torch" = 1 ]; then
           run pytorch python3 bench/torch_train_step.py "${args[@]}" || status=1
+          if [ "$mode" = eager ]; then
+            for how in $COMPILE; do
+              run pytorch python3 bench/torch_train_step.py "${args[@]}" --compile "$how" ||
+                status=1
+            done
+          fi
         fi
       done
     done
+  done
   done
 done
 
@@ -71,7 +88,7 @@ missing=""
 [ "$have_torch" = 1 ] || missing="PyTorch with CUDA was not found: frugal's numbers only."
 if grep -q '^{' "$JSONL"; then
   python3 bench/make_table.py "$JSONL" --missing "$missing" \
-    --title "MobileNetV2 training step, $(date -u +%F), ${gpu:-unknown GPU}" | tee -a "$MD"
+    --title "Training steps ($MODELS), $(date -u +%F), ${gpu:-unknown GPU}" | tee -a "$MD"
 else
   echo "no results"; status=1
 fi
