@@ -170,7 +170,7 @@ SocketGroupOptions SocketGroupOptions::from_env() {
     o.master_port = static_cast<int>(v);
   }
   if (const char* t = std::getenv("FRUGAL_DIST_TIMEOUT")) {
-    o.timeout_seconds = parse_seconds("FRUGAL_DIST_TIMEOUT", t);
+    o.timeout_seconds = o.rendezvous_timeout_seconds = parse_seconds("FRUGAL_DIST_TIMEOUT", t);
   }
   return o;
 }
@@ -179,9 +179,11 @@ SocketGroup::SocketGroup(int rank, int size, SocketGroupOptions options)
     : rank_(rank), size_(size), timeout_(options.timeout_seconds) {
   FRUGAL_CHECK(size >= 1 && rank >= 0 && rank < size, "SocketGroup: rank ", rank, " of world size ",
                size, " is impossible");
-  FRUGAL_CHECK(timeout_ > 0, "SocketGroup: timeout must be positive, got ", timeout_);
+  FRUGAL_CHECK(timeout_ > 0 && options.rendezvous_timeout_seconds > 0,
+               "SocketGroup: timeouts must be positive, got ", timeout_, " and ",
+               options.rendezvous_timeout_seconds);
   if (size == 1) return;
-  const Deadline deadline = deadline_in(timeout_);
+  const Deadline deadline = deadline_in(options.rendezvous_timeout_seconds);
   const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
   if (rank != 0) {
     peers_.push_back(connect_before(options.master_addr, options.master_port, deadline));

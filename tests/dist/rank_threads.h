@@ -21,7 +21,8 @@ inline std::vector<std::string> run_ranks(int n,
                                           double timeout_seconds = 20, int port = 0) {
   dist::SocketGroupOptions options{.master_addr = "127.0.0.1",
                                    .master_port = port != 0 ? port : dist::choose_free_port(),
-                                   .timeout_seconds = timeout_seconds};
+                                   .timeout_seconds = timeout_seconds,
+                                   .rendezvous_timeout_seconds = 60};
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
