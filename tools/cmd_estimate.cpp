@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "base/error.h"
+#include "dist/data_parallel.h"
+#include "dist/meta_group.h"
+#include "dist/socket_group.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
 #include "tools/args.h"
@@ -49,7 +52,9 @@ constexpr const char* kHelp =
     "  --max-batch       instead: the largest batch whose predicted peak fits --memory-budget,\n"
     "                    for the plain step, depthwise outputs recomputed, checkpointed blocks,\n"
     "                    and both (multiples of --granularity, default 16)\n"
-    "  --memory-budget SIZE   for --max-batch: bytes, or with KiB, MiB or GiB (e.g. 4GiB)\n";
+    "  --memory-budget SIZE   for --max-batch: bytes, or with KiB, MiB or GiB (e.g. 4GiB)\n"
+    "  --gpus N          one rank's step of frugal train --gpus N (--batch images each): the\n"
+    "                    model wrapped in DataParallel, its gradient buckets counted\n";
 
 // --max-batch: the largest batch each way of training fits under `budget` bytes, predicted.
 int print_max_batches(const std::string& model_name, const models::ModelConfig& base,
@@ -104,8 +109,19 @@ int cmd_estimate(const std::vector<std::string>& argv) {
                              o.granularity);
   }
   if (!o.json.empty()) check_output_path("estimate", "json", o.json);
-  auto model = models::create(model_name, mc);
+  std::shared_ptr<nn::Module> model = models::create(model_name, mc);
   model->to(measure ? Device::cpu() : Device::meta());
+  // --gpus: DataParallel over a group that moves nothing but allocates what a real one does (a
+  // socket group of one when the CPU measures the step).
+  if (o.gpus > 1) {
+    std::shared_ptr<dist::ProcessGroup> group;
+    if (measure) {
+      group = std::make_shared<dist::SocketGroup>(0, 1);
+    } else {
+      group = std::make_shared<dist::MetaGroup>(static_cast<int>(o.gpus));
+    }
+    model = std::make_shared<dist::DataParallel>(model, group);
+  }
   const Shape input{batch, in.h, in.w, in.c};
   const train::SavedEstimate e = train::estimate_saved(*model, input, precision);
   std::unique_ptr<optim::Optimizer> opt;
@@ -118,8 +134,9 @@ int cmd_estimate(const std::vector<std::string>& argv) {
   // it measures the CPU allocator's bytes.
   const train::MemoryEstimate step = train::estimate_memory(
       *model, *opt, input, mc.num_classes, precision, /*for_cuda=*/device_flag == "cuda");
-  std::printf("%s (width %.2f), batch %lld, input %lldx%lldx%lld, %s, checkpoint %s%s, %s\n",
+  std::printf("%s (width %.2f), batch %lld%s, input %lldx%lldx%lld, %s, checkpoint %s%s, %s\n",
               model_name.c_str(), mc.width, static_cast<long long>(batch),
+              o.gpus > 1 ? (" per GPU of " + std::to_string(o.gpus)).c_str() : "",
               static_cast<long long>(in.c), static_cast<long long>(in.h),
               static_cast<long long>(in.w), dtype_name(precision), mc.checkpoint.str().c_str(),
               mc.recompute_depthwise ? ", depthwise recomputed" : "",

@@ -91,6 +91,7 @@ struct EstimateOptions {
   std::string device = "cuda", optimizer = "sgd", json;
   bool measure = false, per_module = false, max_batch = false;
   int64_t memory_budget = int64_t{4} << 30, granularity = 16;
+  int64_t gpus = 1;  // --gpus N: one rank's step of N data-parallel ranks (buckets counted)
 };
 EstimateOptions parse_estimate_options(const std::vector<std::string>& argv);
 

@@ -55,7 +55,7 @@ CompareCommand parse_compare_options(const std::vector<std::string>& argv) {
 EstimateOptions parse_estimate_options(const std::vector<std::string>& argv) {
   Args args("estimate", argv,
             {"model", "batch", "input", "classes", "width", "precision", "checkpoint", "device",
-             "json", "optimizer", "memory-budget", "granularity"},
+             "json", "optimizer", "memory-budget", "granularity", "gpus"},
             {"help", "per-module", "recompute-depthwise", "max-batch", "measure"});
   EstimateOptions o;
   o.help = args.flag("help");
@@ -75,6 +75,7 @@ EstimateOptions parse_estimate_options(const std::vector<std::string>& argv) {
   if (o.measure && o.device != "cpu") {
     throw UsageError("estimate: --measure runs the step on the CPU: it needs --device cpu");
   }
+  o.gpus = args.integer("gpus", 1, 1, dist::kMaxProcs);
   o.model_config.num_classes = args.integer("classes", 1000, 2, kMaxClasses);
   o.model_config.in_channels = o.input.c;
   o.model_config.width = args.number("width", 1.0, 1.0 / 64, kMaxWidth);

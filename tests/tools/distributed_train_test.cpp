@@ -115,4 +115,34 @@ TEST(DistributedTrain, GpusNeedsThatManyGpusAndRanksRunTrainWithoutIt) {
   EXPECT_THROW(tools::rank_args_for_gpus({"--gpus", "2", "--device", "cpu"}), tools::UsageError);
 }
 
+// frugal estimate --gpus N: one rank's step, DataParallel's buckets counted. ResNet-18 on two
+// tiny images peaks at the end of backward, where the buckets are: the prediction grows, by less
+// than the buckets plus the averaged gradients (two copies of the parameters).
+TEST(DistributedTrain, EstimateForSeveralGpusCountsTheBuckets) {
+  ScratchDir dir;
+  auto peak = [&](const std::string& gpus, int64_t* parameters) {
+    ::testing::internal::CaptureStdout();
+    const int code = tools::run_command(
+        "estimate", {"--model", "resnet18", "--batch", "2", "--input", "3x32x32", "--classes", "10",
+                     "--precision", "f32", "--gpus", gpus, "--json", dir / "e.json"});
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    EXPECT_EQ(code, 0) << out;
+    const std::string json = read_file(dir / "e.json");
+    auto number_after = [&](const std::string& key) {
+      const size_t at = json.find("\"" + key + "\": ");
+      EXPECT_NE(at, std::string::npos) << key;
+      return std::stoll(json.substr(at + key.size() + 4));
+    };
+    *parameters = number_after("parameters");
+    if (gpus != "1") {
+      EXPECT_NE(out.find("batch 2 per GPU of " + gpus), std::string::npos) << out;
+    }
+    return number_after("peak_allocated_bytes");
+  };
+  int64_t params = 0;
+  const int64_t one = peak("1", &params), two = peak("2", &params);
+  EXPECT_GT(two, one);
+  EXPECT_LE(two, one + 2 * params);
+}
+
 }  // namespace
