@@ -62,6 +62,16 @@ void check_options(const LaunchOptions& o) {
     FRUGAL_CHECK(arg.find('\0') == std::string::npos,
                  "launch: a command argument holds a NUL character");
   }
+  FRUGAL_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes,
+               "launch: node_rank must be from 0 to nnodes - 1, got node_rank ", o.node_rank,
+               " of nnodes ", o.nnodes);
+  FRUGAL_CHECK(int64_t{o.nnodes} * o.nproc <= int64_t{kMaxProcs} * kMaxProcs,
+               "launch: nnodes * nproc is too large");
+  FRUGAL_CHECK(o.nnodes == 1 || o.master_port > 0,
+               "launch: several nodes need master_port given (every node's launcher must name ",
+               "the same one; a free port chosen here would be this node's alone)");
+  FRUGAL_CHECK(o.nnodes == 1 || (o.master_addr != "127.0.0.1" && o.master_addr != "localhost"),
+               "launch: several nodes need master_addr to name rank 0's node, not ", o.master_addr);
   FRUGAL_CHECK(o.master_port >= 0 && o.master_port <= 65535,
                "launch: master_port must be from 1 to 65535 (or 0: choose a free one), got ",
                o.master_port);
@@ -97,7 +107,8 @@ bool sets_variable(const std::vector<std::string>& inherited, const LaunchOption
 // The ranks of one launch and the loop that waits for them.
 class Job {
  public:
-  Job(const LaunchOptions& o, const SignalCatcher& signals) : o_(o), signals_(signals) {}
+  Job(const LaunchOptions& o, const SignalCatcher& signals)
+      : o_(o), signals_(signals), first_rank_(o.node_rank * o.nproc) {}
 
   void say(const std::string& line) const {
     if (o_.log == nullptr) return;
@@ -140,8 +151,8 @@ class Job {
     if (first_failed_ >= 0) {
       const Rank& f = ranks_[first_failed_];
       r.exit_code = exit_code_of(f.status);
-      r.failed_rank = first_failed_;
-      r.message = describe_exit(first_failed_, f.pid, f.status);
+      r.failed_rank = first_rank_ + first_failed_;
+      r.message = describe_exit(first_rank_ + first_failed_, f.pid, f.status);
     } else if (launcher_signal_ != 0) {
       r.exit_code = 128 + launcher_signal_;
       r.message = "interrupted by " + signal_name(launcher_signal_);
@@ -179,7 +190,7 @@ class Job {
 
   void on_failure(int rank) {
     first_failed_ = rank;
-    say(describe_exit(rank, ranks_[rank].pid, ranks_[rank].status) +
+    say(describe_exit(first_rank_ + rank, ranks_[rank].pid, ranks_[rank].status) +
         (running_ranks().empty() ? "" : "; stopping the other ranks"));
     stop(SIGTERM);
   }
@@ -223,6 +234,13 @@ class Job {
         " after SIGKILL (stuck in the kernel?); leaving " + (lost_.size() == 1 ? "it" : "them"));
   }
 
+  // This node's ranks (indices) by their global ranks.
+  std::string ranks_word(const std::vector<int>& local) const {
+    std::vector<int> global;
+    for (int r : local) global.push_back(first_rank_ + r);
+    return dist::ranks_word(global);
+  }
+
   std::vector<int> running_ranks() const {
     std::vector<int> out;
     for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -242,6 +260,7 @@ class Job {
   std::vector<Rank> ranks_;
   bool stopping_ = false, killing_ = false;
   Clock::time_point kill_at_, give_up_at_;
+  int first_rank_;  // the global rank of this node's first
   int first_failed_ = -1, launcher_signal_ = 0;
   std::vector<int> stopped_, killed_, lost_;
 };

@@ -28,6 +28,10 @@
 //   ignored, by it and by the ranks.
 // - Nothing waits without a bound: after SIGKILL a rank is given kKillWaitSeconds to be reaped
 //   and is then reported and left (only a process stuck in the kernel outlives SIGKILL).
+// - Several nodes: one launcher on each (nnodes, node_rank, and the same master_addr and
+//   master_port everywhere, which must then be given); RANK counts from node_rank * nproc and
+//   every message and result names ranks by that global number. NCCL bootstraps itself from
+//   rank 0's address, so nothing else changes.
 // - Ranks die with the launcher (PR_SET_PDEATHSIG, tied to the thread that called launch(), which
 //   waits for them): a launcher killed outright does not leave orphans waiting for a peer forever.
 #pragma once
@@ -40,7 +44,11 @@
 namespace frugal::dist {
 
 struct LaunchOptions {
-  int nproc = 1;                     // processes on this node, ranks 0..nproc-1
+  int nproc = 1;  // processes on this node
+  // Several nodes: one launcher on each, with the same nnodes, nproc, master_addr (rank 0's
+  // node) and master_port; this node's ranks are node_rank * nproc .. + nproc - 1.
+  int nnodes = 1;
+  int node_rank = 0;
   std::vector<std::string> command;  // argv of every rank; command[0] looked up in PATH
   std::string master_addr = "127.0.0.1";
   int master_port = 0;        // 0: a free port chosen by the launcher (Note [Choosing a port])
@@ -52,11 +60,11 @@ struct LaunchOptions {
 struct LaunchResult {
   int exit_code = 0;     // 0 when every rank exited 0; else the first failed rank's code (128 +
                          // signal for a signal), or 128 + signal when the launcher was signalled
-  int failed_rank = -1;  // the first rank that failed, -1 if none did
+  int failed_rank = -1;  // the first rank that failed (its global rank), -1 if none did
   std::string message;   // "rank 1 (pid 1234) exited with code 3; stopped ranks 0, 2"; empty on
                          // success
-  std::vector<int> rank_exit_codes;  // [nproc] each rank's code as exit_code counts it; -1: it
-                                     // could not be reaped
+  std::vector<int> rank_exit_codes;  // [nproc] each of this node's ranks' code as exit_code
+                                     // counts it; -1: it could not be reaped
 };
 
 // Upper bounds checked by launch(): far above one node's GPUs, far below a fork bomb.

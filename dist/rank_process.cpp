@@ -89,11 +89,10 @@ std::vector<std::string> rank_environment(const std::vector<std::string>& inheri
                                           const LaunchOptions& options, int rank, int port,
                                           int omp_threads) {
   std::vector<std::string> env = inherited;
-  const std::string world = std::to_string(options.nproc);
-  set_variable(env, "RANK", std::to_string(rank), true);
-  set_variable(env, "WORLD_SIZE", world, true);
-  set_variable(env, "LOCAL_RANK", std::to_string(rank), true);  // one node: local rank = rank
-  set_variable(env, "LOCAL_WORLD_SIZE", world, true);
+  set_variable(env, "RANK", std::to_string(options.node_rank * options.nproc + rank), true);
+  set_variable(env, "WORLD_SIZE", std::to_string(options.nnodes * options.nproc), true);
+  set_variable(env, "LOCAL_RANK", std::to_string(rank), true);
+  set_variable(env, "LOCAL_WORLD_SIZE", std::to_string(options.nproc), true);
   set_variable(env, "MASTER_ADDR", options.master_addr, true);
   set_variable(env, "MASTER_PORT", std::to_string(port), true);
   for (const auto& [name, value] : options.extra_env) set_variable(env, name, value, true);

@@ -19,9 +19,9 @@ constexpr const char* kRankVariables[] = {
 // OMP_NUM_THREADS's default for nproc ranks: the hardware threads shared out, at least 1.
 int default_omp_threads(int nproc);
 
-// `inherited` ("NAME=value" each, the launcher's environment) with the rank variables of `rank`
-// replacing any inherited ones, then extra_env, then NCCL_NVLS_ENABLE=0 and
-// OMP_NUM_THREADS=omp_threads where neither set them.
+// `inherited` ("NAME=value" each, the launcher's environment) with the rank variables of this
+// node's rank `rank` (RANK counts from node_rank * nproc) replacing any inherited ones, then
+// extra_env, then NCCL_NVLS_ENABLE=0 and OMP_NUM_THREADS=omp_threads where neither set them.
 std::vector<std::string> rank_environment(const std::vector<std::string>& inherited,
                                           const LaunchOptions& options, int rank, int port,
                                           int omp_threads);

@@ -23,7 +23,12 @@ constexpr const char* kHelp =
     "  --master-port P       rank 0's port (default: a free one)\n"
     "  --master-addr A       rank 0's address (default 127.0.0.1)\n"
     "  --grace S             seconds from SIGTERM to SIGKILL when stopping the ranks (default 10)\n"
-    "example: frugal launch --nproc 2 -- frugal train --model resnet18\n";
+    "  --nnodes M            several machines: one frugal launch on each, with the same M,\n"
+    "                        --nproc, --master-addr (rank 0's machine) and --master-port\n"
+    "  --node-rank K         this machine's place, 0..M-1: its ranks are K*N .. K*N+N-1\n"
+    "example: frugal launch --nproc 2 -- frugal train --model resnet18\n"
+    "         frugal launch --nnodes 2 --node-rank 1 --nproc 8 --master-addr node0 \\\n"
+    "           --master-port 29500 -- frugal train --precision f16\n";
 
 }  // namespace
 

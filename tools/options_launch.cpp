@@ -17,8 +17,10 @@ LaunchCommand parse_launch_options(const std::vector<std::string>& argv) {
     throw UsageError(
         "launch: no command: put it after --, as in frugal launch --nproc 2 -- frugal train ...");
   }
-  Args args("launch", flags, {"nproc", "nproc-per-node", "master-port", "master-addr", "grace"},
-            {"help"});
+  Args args(
+      "launch", flags,
+      {"nproc", "nproc-per-node", "master-port", "master-addr", "grace", "nnodes", "node-rank"},
+      {"help"});
   c.help = args.flag("help");
   if (c.help) return c;
   dist::LaunchOptions& o = c.options;
@@ -34,6 +36,13 @@ LaunchCommand parse_launch_options(const std::vector<std::string>& argv) {
   o.master_addr = args.str("master-addr", o.master_addr);
   if (o.master_addr.empty()) throw UsageError("launch: --master-addr needs a host");
   o.grace_seconds = args.number("grace", o.grace_seconds, 0, dist::kMaxGraceSeconds);
+  o.nnodes = static_cast<int>(args.integer("nnodes", 1, 1, dist::kMaxProcs));
+  o.node_rank = static_cast<int>(args.integer("node-rank", 0, 0, o.nnodes - 1));
+  if (o.nnodes > 1 && (!args.has("master-port") || !args.has("master-addr"))) {
+    throw UsageError("launch: --nnodes " + std::to_string(o.nnodes) +
+                     " needs --master-addr (rank 0's node) and --master-port, the same on "
+                     "every node");
+  }
   o.command.assign(dashes + 1, argv.end());
   return c;
 }

@@ -161,6 +161,46 @@ TEST(RankEnvironment, RankVariablesReplaceDefaultsGiveWay) {
   EXPECT_EQ(env, expected);
 }
 
+TEST(RankEnvironment, SeveralNodesNumberRanksFromTheNodesFirst) {
+  LaunchOptions o;
+  o.nproc = 2;
+  o.nnodes = 3;
+  o.node_rank = 1;
+  o.master_addr = "node0";
+  const std::vector<std::string> env = rank_environment({}, o, 1, 29500, 4);
+  const std::vector<std::string> expected = {"RANK=3",
+                                             "WORLD_SIZE=6",
+                                             "LOCAL_RANK=1",
+                                             "LOCAL_WORLD_SIZE=2",
+                                             "MASTER_ADDR=node0",
+                                             "MASTER_PORT=29500",
+                                             "NCCL_NVLS_ENABLE=0",
+                                             "OMP_NUM_THREADS=4"};
+  EXPECT_EQ(env, expected);
+}
+
+TEST_F(LaunchTest, ANodesFailedRankIsNamedByItsGlobalRank) {
+  LaunchOptions o = sh(2, "if [ \"$LOCAL_RANK\" = 1 ]; then exit 3; fi; sleep 60");
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.master_addr = "10.0.0.1";
+  o.master_port = 29500;
+  const LaunchResult r = launch(o);
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.failed_rank, 3);
+  EXPECT_NE(r.message.find("rank 3 (pid"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("stopped rank 2"), std::string::npos) << r.message;
+  // Several nodes must agree on the port and name rank 0's node.
+  o.master_port = 0;
+  EXPECT_THROW(launch(o), Error);
+  o.master_port = 29500;
+  o.master_addr = "127.0.0.1";
+  EXPECT_THROW(launch(o), Error);
+  o.master_addr = "10.0.0.1";
+  o.node_rank = 2;
+  EXPECT_THROW(launch(o), Error);
+}
+
 TEST_F(LaunchTest, RanksExitingZeroAtDifferentTimesSucceed) {
   ScopedEnv omp("OMP_NUM_THREADS", "1");  // given: the launcher has nothing to say
   const LaunchResult r = launch(sh(3, "sleep 0.$RANK; exit 0"));
