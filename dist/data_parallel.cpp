@@ -73,6 +73,7 @@ void DataParallel::broadcast_buffers() {
 }
 
 void DataParallel::on_gradient(size_t i) {
+  if (!sync_) return;  // no_sync(): the gradient stays local and accumulates
   FRUGAL_CHECK(!ready_[i], "DataParallel: parameter '", names_[i], "' received a second gradient ",
                "in one backward after its bucket was counted (is it reached both inside and ",
                "outside a checkpointed segment?); its ranks would average an incomplete gradient");
@@ -104,6 +105,7 @@ void DataParallel::start_bucket(size_t b) {
   InFlight& f = in_flight_[b];
   f.flat = parts.size() == 1 ? parts[0].clone() : cat(parts, 0);
   f.work = group_->all_reduce_async(f.flat, ReduceOp::avg);
+  ++buckets_reduced_;
 }
 
 void DataParallel::finish_backward() {

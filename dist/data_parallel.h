@@ -20,8 +20,9 @@
 //   gradients.
 // - Gradient accumulation: every backward averages what .grad holds. Averaging is linear and
 //   the part accumulated earlier is already equal on every rank, so the result is the average of
-//   the accumulated gradients, as with one reduction at the end, at the price of one all-reduce
-//   per micro-batch.
+//   the accumulated gradients, as with one reduction at the end. Inside no_sync() backward
+//   reduces nothing (PyTorch's DDP.no_sync): train_step runs all micro-batches but the last so,
+//   and one all-reduce a step remains.
 // - Mixed precision: with a GradScaler, agree_on_overflow makes every rank skip the same steps.
 // - BatchNorm stays local to each rank (its batch statistics are the rank's shard's): two ranks
 //   of B images train as one process accumulating two micro-batches of B. With
@@ -70,6 +71,22 @@ class DataParallel final : public nn::Module {
     int64_t at_end = 0;
   };
   Overlap last_overlap() const { return last_overlap_; }
+  // While the returned guard lives, backward leaves gradients local (they accumulate); the next
+  // backward outside it averages everything accumulated.
+  class NoSync {
+   public:
+    explicit NoSync(DataParallel& ddp) : ddp_(ddp), previous_(ddp.sync_) { ddp.sync_ = false; }
+    ~NoSync() { ddp_.sync_ = previous_; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DataParallel& ddp_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+  // Buckets all-reduced since construction (each backward outside no_sync reduces them all).
+  int64_t buckets_reduced() const { return buckets_reduced_; }
   // True when every rank's parameters hold the same bits (a hash of them compared across ranks,
   // so it copies them to the host once): the check at the end of a run that the replicas did
   // not drift apart. Every rank must call it.
@@ -99,6 +116,8 @@ class DataParallel final : public nn::Module {
   };
   std::vector<InFlight> in_flight_;  // by bucket; empty until started
   bool finish_queued_ = false;
+  bool sync_ = true;  // false inside no_sync()
+  int64_t buckets_reduced_ = 0;
   Overlap overlap_, last_overlap_;
 };
 

@@ -2,19 +2,21 @@
 // so a CUDA step never waits for the host.
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <optional>
-#include <cstdio>
-#include <unistd.h>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
-#include "kernels/host_profile.h"
+#include "dist/data_parallel.h"
 #include "kernels/context.h"
+#include "kernels/host_profile.h"
 #include "nn/functional.h"
 #include "train/captured_step.h"
 
@@ -130,13 +132,19 @@ Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images
   // Note [Micro-batches]: slices of n / m rows (the first n % m one more), each loss weighted by
   // its share, so the accumulated gradient is the batch's mean loss gradient, but for BatchNorm,
   // which normalises each slice with its own statistics (as PyTorch's accumulation does).
+  auto* ddp = dynamic_cast<dist::DataParallel*>(&model);
   Tensor total;
   int64_t start = 0;
   for (int64_t i = 0; i < micro_batches; ++i) {
     const int64_t rows = n / micro_batches + (i < n % micro_batches ? 1 : 0);
     const double weight = static_cast<double>(rows) / static_cast<double>(n);
+    // Data parallelism: gradients stay local until the last micro-batch's backward averages
+    // them all (Note [Data parallelism]), one all-reduce a step.
+    std::optional<dist::DataParallel::NoSync> local;
+    if (ddp != nullptr && i + 1 < micro_batches) local.emplace(*ddp);
     Tensor loss = forward_backward(model, images, labels, start, rows, precision, scaler,
                                    label_smoothing, weight, callbacks, i);
+    local.reset();
     autograd::NoGradGuard ng;
     Tensor part = mul(loss.detach(), weight);
     total = total.defined() ? add(total, part) : part;

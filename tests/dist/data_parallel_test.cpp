@@ -172,6 +172,38 @@ TEST(DataParallel, LocalBatchNormRanksEqualOneProcessWithMicroBatches) {
   expect_close(values_of(*nets[1]), values_of(*reference), 2e-5, "rank 1 after 4 steps");
 }
 
+// Micro-batches on each rank: the ones before the last run under no_sync, so a step all-reduces
+// once, and the result is still one process's accumulation over all the slices.
+TEST(DataParallel, MicroBatchesReduceOnceAStep) {
+  constexpr int kSteps = 3;
+  constexpr int64_t kBatch = 8;
+  auto reference = small_net(13, /*batch_norm=*/true);
+  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
+  std::vector<Batch> batches;
+  for (int s = 0; s < kSteps; ++s) batches.push_back(batch_of(kBatch, 400 + s));
+  for (const Batch& b : batches) {
+    train::train_step(*reference, ref_opt, b.images, b.labels, DType::f32, nullptr, 0.0, 4);
+  }
+  std::vector<std::shared_ptr<nn::Module>> nets{small_net(13, true), small_net(13, true)};
+  std::vector<int64_t> reduced(2), buckets(2);
+  auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    dist::DataParallel model(nets[r], std::shared_ptr<dist::ProcessGroup>(&g, [](auto*) {}));
+    optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+    for (const Batch& b : batches) {
+      const int64_t half = kBatch / 2;
+      train::train_step(model, opt, slice_rows(b.images, g.rank() * half, half),
+                        slice_rows(b.labels, g.rank() * half, half), DType::f32, nullptr, 0.0, 2);
+    }
+    reduced[r] = model.buckets_reduced();
+    buckets[r] = static_cast<int64_t>(model.buckets().size());
+  });
+  ASSERT_TRUE(no_errors(errors));
+  EXPECT_EQ(reduced[0], kSteps * buckets[0]) << "more than one all-reduce a step";
+  expect_close(values_of(*nets[0]), values_of(*reference), 2e-5, "rank 0 after 3 steps");
+  EXPECT_EQ(values_of(*nets[0]), values_of(*nets[1]));
+}
+
 TEST(DataParallel, AParameterOnlyOneRankUsedGetsTheAverageEverywhere) {
   std::vector<std::shared_ptr<nn::Module>> nets{small_net(1), small_net(1)};
   std::vector<std::vector<double>> bias_grad(2);
