@@ -10,9 +10,10 @@
 // mean and variance (functional::sync_batch_norm); backward sums those statistics' gradients
 // across ranks the same way, so every rank's input gradient is that of the global batch.
 // Evaluation uses the running statistics, updated identically on every rank. The layers keep
-// their parameters and names (checkpoints load either way). The composite forward keeps more for
-// backward than the fused kernel, and each layer costs two small collectives a step: an
-// option, off by default (BatchNorm stays local, as in DDP).
+// their parameters and names (checkpoints load either way) and save what the fused batch norm
+// saves (x and per-channel statistics), but run as several ops rather than one fused kernel,
+// and each layer costs two small collectives a step: an option, off by default (BatchNorm
+// stays local, as in DDP).
 #pragma once
 
 #include <cstdint>

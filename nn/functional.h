@@ -54,8 +54,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 using CrossReplicaSum = std::function<Tensor(const Tensor&)>;
 // Training-mode batch_norm whose statistics are those of every replica's batch together
 // (PyTorch's SyncBatchNorm): per-channel sums, sums of squares and counts go through
-// `sum_across`, in f32. Composed of differentiable ops, so backward reduces its statistics'
-// gradients through sum_across's backward. Updates the running statistics (not while
+// `sum_across`, in f32; backward sums the per-channel sums of dy and dy * xhat the same way.
+// Saves x and the statistics, as batch_norm does. Updates the running statistics (not while
 // recomputing a checkpointed segment) with the global mean and unbiased variance.
 Tensor sync_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                        const Tensor& running_mean, const Tensor& running_var,

@@ -1,4 +1,6 @@
-// sync_batch_norm: batch statistics across data-parallel replicas, from differentiable ops.
+// sync_batch_norm: batch statistics across data-parallel replicas. One recorded op that saves
+// what the fused batch norm saves (x and per-channel statistics), with two cross-replica sums:
+// the statistics in forward, their gradients' sums in backward.
 #include <numeric>
 
 #include "core/autograd.h"
@@ -7,6 +9,22 @@
 #include "nn/functional.h"
 
 namespace frugal::nn::functional {
+namespace {
+
+std::vector<int64_t> all_but_last(const Tensor& x) {
+  std::vector<int64_t> dims(static_cast<size_t>(x.ndim() - 1));
+  std::iota(dims.begin(), dims.end(), 0);
+  return dims;
+}
+
+// The replicas' sum of `t` as plain numbers: no graph of its own (sync_batch_norm's backward is
+// written out below).
+Tensor summed(const CrossReplicaSum& sum_across, const Tensor& t) {
+  autograd::NoGradGuard no_grad;
+  return sum_across(t);
+}
+
+}  // namespace
 
 Tensor sync_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                        const Tensor& running_mean, const Tensor& running_var,
@@ -18,33 +36,51 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
   const int64_t c = x.size(-1);
   FRUGAL_CHECK(weight.numel() == c && bias.numel() == c, "sync_batch_norm: weight and bias must ",
                "have ", c, " elements for input ", x.shape());
-  std::vector<int64_t> rows_dims(static_cast<size_t>(x.ndim() - 1));
-  std::iota(rows_dims.begin(), rows_dims.end(), 0);
-  const double local_rows = static_cast<double>(x.numel() / c);
-
-  // Statistics in f32 whatever x's dtype (as the fused kernels keep them).
-  const DType acc = acc_dtype(x.dtype());
-  Tensor xf = x.dtype() == acc ? x : cast(x, acc);
-  Tensor packed = cat({sum(xf, rows_dims), sum(mul(xf, xf), rows_dims),
-                       full({1}, local_rows, {.dtype = acc, .device = x.device()})},
-                      0);  // [2C + 1]: one collective for all three
-  Tensor total = sum_across(packed);
-  Tensor n = narrow(total, 0, 2 * c, 1);
-  Tensor mean = div(narrow(total, 0, 0, c), n);
-  // E[x^2] - mean^2, biased; clamped at 0 against rounding below it.
-  Tensor var = clamp(sub(div(narrow(total, 0, c, c), n), mul(mean, mean)), 0.0);
-  Tensor invstd = rsqrt(add(var, eps));
-  Tensor y = add(mul(mul(sub(xf, mean), invstd), weight), bias);
-  if (!autograd::recomputing() && running_mean.defined() && running_var.defined()) {
+  const std::vector<int64_t> rows = all_but_last(x);
+  const DType acc = acc_dtype(x.dtype());  // statistics in f32 whatever x's dtype
+  Tensor mean, invstd, n, y;
+  {
     autograd::NoGradGuard no_grad;
-    // The running variance is unbiased over every replica's rows: var * n / (n - 1).
-    Tensor unbiased = mul(var.detach(), div(n.detach(), sub(n.detach(), 1.0)));
-    copy_(running_mean, add(mul(running_mean, 1.0 - momentum), mul(mean.detach(), momentum)));
-    copy_(running_var, add(mul(running_var, 1.0 - momentum), mul(unbiased, momentum)));
-    running_mean.bump_version();
-    running_var.bump_version();
+    Tensor xf = x.dtype() == acc ? x.detach() : cast(x.detach(), acc);
+    // Sums, sums of squares and this replica's rows: one collective for all three.
+    Tensor total =
+        summed(sum_across, cat({sum(xf, rows), sum(mul(xf, xf), rows),
+                                full({1}, static_cast<double>(x.numel() / c), {acc, x.device()})},
+                               0));
+    n = narrow(total, 0, 2 * c, 1);
+    mean = div(narrow(total, 0, 0, c), n);
+    // E[x^2] - mean^2, biased; clamped at 0 against rounding below it.
+    Tensor var = clamp(sub(div(narrow(total, 0, c, c), n), mul(mean, mean)), 0.0);
+    invstd = rsqrt(add(var, eps));
+    y = add(mul(mul(sub(xf, mean), invstd), weight.detach()), bias.detach());
+    if (y.dtype() != x.dtype()) y = cast(y, x.dtype());
+    if (!autograd::recomputing() && running_mean.defined() && running_var.defined()) {
+      // The running variance is unbiased over every replica's rows: var * n / (n - 1).
+      Tensor unbiased = mul(var, div(n, sub(n, 1.0)));
+      copy_(running_mean, add(mul(running_mean, 1.0 - momentum), mul(mean, momentum)));
+      copy_(running_var, add(mul(running_var, 1.0 - momentum), mul(unbiased, momentum)));
+      running_mean.bump_version();
+      running_var.bump_version();
+    }
   }
-  return y.dtype() == x.dtype() ? y : cast(y, x.dtype());
+  return autograd::record(
+      "sync_batch_norm", {x, weight, bias}, y, {x, weight, mean, invstd, n},
+      [sum_across, rows](const std::vector<Tensor>& g, std::vector<Tensor>& saved) {
+        const Tensor &xs = saved[0], &w = saved[1], &mu = saved[2], &is = saved[3],
+                     &count = saved[4];
+        const DType acc = acc_dtype(xs.dtype());
+        const int64_t c = xs.size(-1);
+        Tensor dy = g[0].dtype() == acc ? g[0] : cast(g[0], acc);
+        Tensor xhat = mul(sub(xs.dtype() == acc ? xs : cast(xs, acc), mu), is);
+        Tensor dbeta = sum(dy, rows), dgamma = sum(mul(dy, xhat), rows);  // this replica's
+        // dx needs the means of dy and dy * xhat over every replica's rows.
+        Tensor total = summed(sum_across, cat({dbeta, dgamma}, 0));
+        Tensor mean_dy = div(narrow(total, 0, 0, c), count);
+        Tensor mean_dy_xhat = div(narrow(total, 0, c, c), count);
+        Tensor dx = mul(sub(sub(dy, mean_dy), mul(xhat, mean_dy_xhat)), mul(is, w));
+        if (dx.dtype() != xs.dtype()) dx = cast(dx, xs.dtype());
+        return std::vector<Tensor>{dx, dgamma, dbeta};
+      });
 }
 
 }  // namespace frugal::nn::functional

@@ -26,6 +26,23 @@ void expect_near(const Tensor& a, const Tensor& b, double tol, const std::string
   for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], tol) << what << " element " << i;
 }
 
+// all_reduce_sum is differentiable: each rank's loss depends on every rank's input, so a rank's
+// input gradient sums what every rank's loss says about the total.
+TEST(AllReduceSum, ItsBackwardSumsTheGradientsOfEveryRank) {
+  std::vector<std::vector<double>> grads(2);
+  auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
+    const double r = g.rank();
+    Tensor x = from_vector({1.0 + r, 2.0 + r}, {2}).requires_grad_();
+    Tensor total = dist::all_reduce_sum(mul(x, 3.0 + r), borrowed(g));    // sum of a_r * x_r
+    sum(mul(total, from_vector({10.0 * (r + 1), 1.0}, {2}))).backward();  // weights w_r
+    grads[static_cast<size_t>(g.rank())] = x.grad().to_vector();
+  });
+  for (const std::string& e : errors) ASSERT_TRUE(e.empty()) << e;
+  // d/dx_r of sum_q w_q . total = a_r * (w_0 + w_1) = a_r * {30, 2}.
+  EXPECT_EQ(grads[0], (std::vector<double>{90, 6}));
+  EXPECT_EQ(grads[1], (std::vector<double>{120, 8}));
+}
+
 TEST(SyncBatchNorm, GradientCheckOnOneRank) {
   auto errors = run_ranks(1, [&](dist::SocketGroup& g) {
     auto group = borrowed(g);
