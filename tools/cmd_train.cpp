@@ -210,6 +210,11 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (env.distributed() && graph) {
     throw UsageError("train: --graph does not run under several processes yet; leave it out");
   }
+  if (env.distributed() && o.oom_recover) {
+    // A rank retrying a step alone would leave the others' collectives unmatched.
+    throw UsageError("train: --oom-recover does not run under several processes; fit the step "
+                     "with --memory-budget (every rank then makes the same choice)");
+  }
   std::shared_ptr<dist::ProcessGroup> group;
   if (env.distributed()) group = dist::init_process_group(env, device);
   check_files(o);
