@@ -115,6 +115,27 @@ TEST(DistributedTrain, GpusNeedsThatManyGpusAndRanksRunTrainWithoutIt) {
   EXPECT_THROW(tools::rank_args_for_gpus({"--gpus", "2", "--device", "cpu"}), tools::UsageError);
 }
 
+// What cannot run as one rank of several is refused before any rank waits for another.
+TEST(DistributedTrain, ARankRefusesWhatRanksCannotShare) {
+  const std::vector<std::pair<const char*, const char*>> rank1 = {
+      {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}};
+  for (const auto& [name, value] : rank1) setenv(name, value, 1);
+  auto refused = [](std::vector<std::string> args) {
+    ::testing::internal::CaptureStderr();
+    const int code = tools::run_command("train", args);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(code, 2) << err;
+    return err;
+  };
+  EXPECT_NE(refused({"--device", "cpu", "--oom-recover"}).find("--oom-recover does not run"),
+            std::string::npos);
+  EXPECT_NE(refused({"--device", "cpu", "--graph"}).find("--graph does not run"),
+            std::string::npos);
+  EXPECT_NE(refused({"--device", "cpu", "--gpus", "2"}).find("--gpus starts ranks itself"),
+            std::string::npos);
+  for (const auto& [name, value] : rank1) unsetenv(name);
+}
+
 // frugal estimate --gpus N: one rank's step, DataParallel's buckets counted. ResNet-18 on two
 // tiny images peaks at the end of backward, where the buckets are: the prediction grows, by less
 // than the buckets plus the averaged gradients (two copies of the parameters).
