@@ -144,19 +144,24 @@ TEST(DataParallel, TwoRanksOnHalfBatchesStepLikeOneProcessOnTheWholeBatch) {
   EXPECT_EQ(overlap[0].during_backward + overlap[0].at_end, 3);
 }
 
-// With BatchNorm local to each rank, two ranks on halves are one process accumulating two
-// micro-batches of those halves (each normalised alone), step after step.
-TEST(DataParallel, LocalBatchNormRanksEqualOneProcessWithMicroBatches) {
-  constexpr int kSteps = 4;
+// Two ranks with local BatchNorm, each on its half of every batch in `rank_micro` micro-batches,
+// against one process on the whole batch in 2 * rank_micro: the same slices, each normalised
+// alone. Returns the buckets each rank all-reduced over the steps (and how many it has).
+struct MicroBatchRun {
+  int64_t reduced = 0, buckets = 0;
+};
+MicroBatchRun expect_ranks_equal_micro_batches(int steps, int64_t rank_micro, uint64_t seed) {
   constexpr int64_t kBatch = 8;
-  auto reference = small_net(12, /*batch_norm=*/true);
+  auto reference = small_net(seed, /*batch_norm=*/true);
   optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
   std::vector<Batch> batches;
-  for (int s = 0; s < kSteps; ++s) batches.push_back(batch_of(kBatch, 300 + s));
+  for (int s = 0; s < steps; ++s) batches.push_back(batch_of(kBatch, seed * 100 + s));
   for (const Batch& b : batches) {
-    train::train_step(*reference, ref_opt, b.images, b.labels, DType::f32, nullptr, 0.0, 2);
+    train::train_step(*reference, ref_opt, b.images, b.labels, DType::f32, nullptr, 0.0,
+                      2 * rank_micro);
   }
-  std::vector<std::shared_ptr<nn::Module>> nets{small_net(12, true), small_net(12, true)};
+  std::vector<std::shared_ptr<nn::Module>> nets{small_net(seed, true), small_net(seed, true)};
+  MicroBatchRun run;
   auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
     const size_t r = static_cast<size_t>(g.rank());
     dist::DataParallel model(nets[r], std::shared_ptr<dist::ProcessGroup>(&g, [](auto*) {}));
@@ -164,44 +169,29 @@ TEST(DataParallel, LocalBatchNormRanksEqualOneProcessWithMicroBatches) {
     for (const Batch& b : batches) {
       const int64_t half = kBatch / 2;
       train::train_step(model, opt, slice_rows(b.images, g.rank() * half, half),
-                        slice_rows(b.labels, g.rank() * half, half));
+                        slice_rows(b.labels, g.rank() * half, half), DType::f32, nullptr, 0.0,
+                        rank_micro);
     }
+    if (r == 0) run = {model.buckets_reduced(), static_cast<int64_t>(model.buckets().size())};
   });
-  ASSERT_TRUE(no_errors(errors));
-  expect_close(values_of(*nets[0]), values_of(*reference), 2e-5, "rank 0 after 4 steps");
-  expect_close(values_of(*nets[1]), values_of(*reference), 2e-5, "rank 1 after 4 steps");
+  EXPECT_TRUE(no_errors(errors));
+  expect_close(values_of(*nets[0]), values_of(*reference), 2e-5, "rank 0");
+  EXPECT_EQ(values_of(*nets[0]), values_of(*nets[1])) << "replicas must stay bit-identical";
+  return run;
+}
+
+// With BatchNorm local to each rank, two ranks on halves are one process accumulating two
+// micro-batches of those halves (each normalised alone), step after step.
+TEST(DataParallel, LocalBatchNormRanksEqualOneProcessWithMicroBatches) {
+  const MicroBatchRun run = expect_ranks_equal_micro_batches(4, 1, 12);
+  EXPECT_EQ(run.reduced, 4 * run.buckets);
 }
 
 // Micro-batches on each rank: the ones before the last run under no_sync, so a step all-reduces
 // once, and the result is still one process's accumulation over all the slices.
 TEST(DataParallel, MicroBatchesReduceOnceAStep) {
-  constexpr int kSteps = 3;
-  constexpr int64_t kBatch = 8;
-  auto reference = small_net(13, /*batch_norm=*/true);
-  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
-  std::vector<Batch> batches;
-  for (int s = 0; s < kSteps; ++s) batches.push_back(batch_of(kBatch, 400 + s));
-  for (const Batch& b : batches) {
-    train::train_step(*reference, ref_opt, b.images, b.labels, DType::f32, nullptr, 0.0, 4);
-  }
-  std::vector<std::shared_ptr<nn::Module>> nets{small_net(13, true), small_net(13, true)};
-  std::vector<int64_t> reduced(2), buckets(2);
-  auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
-    const size_t r = static_cast<size_t>(g.rank());
-    dist::DataParallel model(nets[r], std::shared_ptr<dist::ProcessGroup>(&g, [](auto*) {}));
-    optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
-    for (const Batch& b : batches) {
-      const int64_t half = kBatch / 2;
-      train::train_step(model, opt, slice_rows(b.images, g.rank() * half, half),
-                        slice_rows(b.labels, g.rank() * half, half), DType::f32, nullptr, 0.0, 2);
-    }
-    reduced[r] = model.buckets_reduced();
-    buckets[r] = static_cast<int64_t>(model.buckets().size());
-  });
-  ASSERT_TRUE(no_errors(errors));
-  EXPECT_EQ(reduced[0], kSteps * buckets[0]) << "more than one all-reduce a step";
-  expect_close(values_of(*nets[0]), values_of(*reference), 2e-5, "rank 0 after 3 steps");
-  EXPECT_EQ(values_of(*nets[0]), values_of(*nets[1]));
+  const MicroBatchRun run = expect_ranks_equal_micro_batches(3, 2, 13);
+  EXPECT_EQ(run.reduced, 3 * run.buckets) << "more than one all-reduce a step";
 }
 
 TEST(DataParallel, AParameterOnlyOneRankUsedGetsTheAverageEverywhere) {
