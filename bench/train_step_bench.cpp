@@ -7,10 +7,12 @@
 //   train_step_bench --device cuda --batch 128 --input 3x224x224 --classes 1000 --precision f16 --json
 #include <omp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -52,7 +54,8 @@ constexpr const char* kUsage =
     "                        [--warmup N] [--steps N] [--seed S] [--json] [--profile]\n"
     "                        [--graph] [--checkpoint none|blocks|first:K|N] [--memory-cap-mib M]\n"
     "                        [--planner on|off] [--recompute-depthwise] [--micro-batches N]\n"
-    "                        [--memory-budget-mib M]\n"
+    "                        [--memory-budget-mib M] [--segments]\n"
+    "  --segments:       the caching allocator's segments after the timed steps, in the JSON\n"
     "  --checkpoint:     activation checkpointing (models::CheckpointPolicy)\n"
     "  --micro-batches:  accumulate gradients over N slices of the batch (train::train_step)\n"
     "  --memory-budget-mib: the cheapest way to fit M MiB (train::choose_for_budget: plain,\n"
@@ -100,12 +103,65 @@ std::string device_name(Device device) {
   return cpu_name();
 }
 
+// Who mapped each segment (--segments): the tag of the request that made the caching allocator
+// reserve more, in order, from before the model is built to the end of the timed steps.
+class SegmentMaps final : public memory::AllocationObserver {
+ public:
+  explicit SegmentMaps(Device device) : device_(device) { memory::add_allocation_observer(this); }
+  ~SegmentMaps() override { memory::remove_allocation_observer(this); }
+  void on_event(const memory::AllocationEvent& e) override {
+    if (e.device != device_ || e.kind != memory::EventKind::segment_map) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    nlohmann::ordered_json m;
+    m["bytes"] = e.bytes;
+    m["tag"] = memory::tag_name(e);
+    m["category"] = memory::category_name(e.tag->category);
+    m["phase"] = memory::phase_name(e.tag->phase);
+    m["step"] = step.load();
+    maps_.push_back(std::move(m));
+  }
+  nlohmann::ordered_json json() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return maps_;
+  }
+  std::atomic<int64_t> step{-1};  // -1 before the first step
+
+ private:
+  Device device_;
+  std::mutex mu_;
+  nlohmann::ordered_json maps_ = nlohmann::json::array();
+};
+
+// Where reserved memory goes between steps: each segment of the caching allocator with its pool,
+// its allocated bytes and its free blocks (--segments), to tell fragmentation from live data.
+nlohmann::ordered_json segments_json(Device device) {
+  nlohmann::ordered_json out = nlohmann::json::array();
+  for (const memory::SegmentSnapshot& s : memory::cuda_caching_allocator(device.index).snapshot()) {
+    nlohmann::ordered_json seg;
+    seg["size"] = s.size;
+    seg["pool"] = s.arena ? "arena" : s.small_pool ? "small" : "large";
+    size_t allocated = 0;
+    nlohmann::ordered_json free_blocks = nlohmann::json::array();
+    for (const memory::BlockSnapshot& b : s.blocks) {
+      if (b.allocated)
+        allocated += b.size;
+      else
+        free_blocks.push_back(b.size);
+    }
+    seg["allocated"] = allocated;
+    seg["blocks"] = s.blocks.size();
+    seg["free_blocks"] = free_blocks;
+    out.push_back(seg);
+  }
+  return out;
+}
+
 int run(int argc, char** argv) {
   Flags flags(
       argc, argv,
       {"device", "model", "batch", "input", "classes", "precision", "warmup", "steps", "seed",
        "checkpoint", "memory-cap-mib", "planner", "micro-batches", "memory-budget-mib"},
-      {"json", "help", "profile", "graph", "recompute-depthwise"});
+      {"json", "help", "profile", "graph", "recompute-depthwise", "segments"});
   if (flags.flag("help")) {
     std::cout << kUsage;
     return 0;
@@ -159,6 +215,9 @@ int run(int argc, char** argv) {
                                    .in_channels = chw[0],
                                    .checkpoint = checkpoint,
                                    .recompute_depthwise = recompute_depthwise};
+  std::unique_ptr<SegmentMaps> segment_maps;
+  if (flags.flag("segments") && device.is_cuda())
+    segment_maps = std::make_unique<SegmentMaps>(device);
   std::shared_ptr<nn::Module> model = models::create(model_name, config);
   model->to(device);
   model->train();
@@ -216,7 +275,12 @@ int run(int argc, char** argv) {
   if (graph && planner.active())
     throw std::invalid_argument("--graph with --planner on: captured steps use a private pool");
   train::CapturedStep captured(device, eager_step, {.warmup = std::max<int64_t>(1, warmup - 1)});
-  auto step = [&]() -> Tensor { return graph ? captured() : eager_step(); };
+  int64_t steps_run = 0;
+  auto step = [&]() -> Tensor {
+    if (segment_maps) segment_maps->step = steps_run;
+    steps_run++;
+    return graph ? captured() : eager_step();
+  };
 
   Tensor loss;
   for (int64_t i = 0; i < warmup; ++i) loss = step();
@@ -302,6 +366,10 @@ int run(int argc, char** argv) {
     j["planner_replans"] = r.replans;
     j["planner_followed"] = r.last.followed();
     j["planner_report"] = r.str();
+  }
+  if (segment_maps) {
+    j["segments"] = segments_json(device);
+    j["segment_maps"] = segment_maps->json();
   }
   j["num_parameters"] = model->num_parameters();
   j["loss_after_warmup"] = warmup_loss;

@@ -25,6 +25,9 @@ struct Context {
   memory::DataPtr workspace(size_t bytes,
                             memory::Category category = memory::Category::workspace) const {
     memory::CategoryScope tag(category);  // Note [Allocation events]
+    // Released before the kernel entry returns: scratch the arena may hold (Note [Kernel
+    // scratch]); cuDNN's bounded workspace is planned instead.
+    memory::ScratchScope transient(category == memory::Category::workspace);
     return (scratch != nullptr ? *scratch : memory::allocator_for(device)).allocate(bytes);
   }
 };

@@ -70,6 +70,9 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   if (planned_step_ && stream == kDefaultStream && std::this_thread::get_id() == step_thread_ &&
       plannable(current_category())) {
     if (void* p = take_planned(rounded, bytes)) return DataPtr(p, bytes, this);
+  } else if (planned_step_ && stream == kDefaultStream &&
+             std::this_thread::get_id() == step_thread_ && in_scratch_scope()) {
+    if (void* p = take_scratch(rounded, bytes)) return DataPtr(p, bytes, this);
   }
   const bool small_pool = rounded <= kSmallRequestMax;
   Block* b = find_free(rounded, stream, small_pool);

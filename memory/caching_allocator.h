@@ -25,8 +25,10 @@
 // the opening thread's default-stream requests are served under the pool's tag instead.
 // A step plan (Note [Planned steps] in step_trace.h) adds one more segment, the arena: during a
 // planned step the stepping thread's forward and backward requests on the default stream are
-// matched against the plan and handed out at their planned offsets; the rest, and every request
-// the plan cannot serve, take the path above. Arena blocks count as allocated like any other.
+// matched against the plan and handed out at their planned offsets, and its kernel scratch is put
+// in the smallest run of arena bytes free at that moment that holds it (Note [Kernel scratch] in
+// events.h); the rest, and every request the arena cannot serve, take the path above. Arena
+// blocks count as allocated like any other.
 //
 //   CachingAllocator a(make_cuda_memory_source(0), Device::cuda(0));
 //   DataPtr p = a.allocate(3000);           // 3072 B block in a new 2 MiB segment
@@ -189,12 +191,15 @@ class CachingAllocator final : public Allocator {
     size_t bytes = 0;
     struct Live {
       size_t size, requested;
+      bool carried;  // planned to outlive the step (Note [Gradients carried into the next step])
     };
     std::map<uintptr_t, Live> live;  // by address
     bool contains(uintptr_t a) const { return a >= base && a < base + bytes; }
     bool occupied(uintptr_t a, size_t size) const;
   };
   void* take_planned(size_t rounded, size_t requested);
+  void* take_scratch(size_t rounded, size_t requested);  // Note [Kernel scratch]
+  void* hand_out_in_arena(uintptr_t addr, size_t rounded, size_t requested, bool carried);
   bool release_planned(uintptr_t addr);  // false: not an arena block
   Arena* arena_holding(uintptr_t addr);
   void retire_arena();
@@ -227,6 +232,8 @@ class CachingAllocator final : public Allocator {
     size_t next = 0;              // the first not yet matched in this step
   };
   std::unordered_map<size_t, SizeQueue> by_size_;
+  size_t cursor_ = 0;  // one past the latest entry of plan_ handed out in this step
+  static constexpr size_t kScratchLookahead = 8;  // entries scratch keeps clear of
   PlanReplay replay_;
 };
 

@@ -1,7 +1,10 @@
 // The caching allocator's planned steps: the arena, matching requests against the plan, and what
 // a replay reports (Note [Planned steps] in memory/step_trace.h).
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "memory/caching_allocator.h"
@@ -89,6 +92,7 @@ void CachingAllocator::begin_planned_step() {
   planned_step_ = true;
   step_thread_ = std::this_thread::get_id();
   for (auto& [bytes, queue] : by_size_) queue.next = 0;
+  cursor_ = 0;
   replay_ = {};
 }
 
@@ -99,7 +103,11 @@ PlanReplay CachingAllocator::end_planned_step() {
   for (const auto& [bytes, queue] : by_size_) {
     replay_.skipped += static_cast<int64_t>(queue.entries.size() - queue.next);
   }
-  replay_.live_at_end = arena_ != nullptr ? static_cast<int64_t>(arena_->live.size()) : 0;
+  if (arena_ != nullptr) {
+    for (const auto& [addr, live] : arena_->live) {
+      (live.carried ? replay_.carried_at_end : replay_.live_at_end)++;
+    }
+  }
   return replay_;
 }
 
@@ -112,15 +120,71 @@ void* CachingAllocator::take_planned(size_t rounded, size_t requested) {
     replay_.extra++;
     return nullptr;
   }
-  const StepPlan::Entry& e = plan_.entries[it->second.entries[it->second.next++]];
+  const size_t index = it->second.entries[it->second.next++];
+  cursor_ = std::max(cursor_, index + 1);
+  const StepPlan::Entry& e = plan_.entries[index];
   if (!e.in_arena) return nullptr;  // planned to outlive the step
   const uintptr_t addr = arena_->base + e.offset;
   if (arena_->occupied(addr, rounded)) {
     replay_.occupied++;
     return nullptr;
   }
-  arena_->live.emplace(addr, Arena::Live{rounded, requested});
   replay_.served++;
+  return hand_out_in_arena(addr, rounded, requested, e.carried);
+}
+
+void* CachingAllocator::take_scratch(size_t rounded, size_t requested) {
+  if (arena_ == nullptr) return nullptr;
+  // A kernel may ask for planned bytes while its scratch lives (cuDNN's bounded workspace while
+  // a staged weight gradient waits for its cast): keep clear of the next few entries the plan
+  // hands out, as well as of the blocks alive now.
+  std::vector<std::pair<uintptr_t, uintptr_t>> upcoming;  // [begin, end)
+  for (size_t i = cursor_; i < plan_.entries.size() && upcoming.size() < kScratchLookahead; ++i) {
+    const StepPlan::Entry& e = plan_.entries[i];
+    if (e.in_arena)
+      upcoming.emplace_back(arena_->base + e.offset, arena_->base + e.offset + e.bytes);
+  }
+  // The first place in [from, run_end) clear of the upcoming entries, or run_end.
+  auto clear_place = [&](uintptr_t from, uintptr_t run_end) {
+    for (size_t moves = 0; moves <= upcoming.size(); ++moves) {
+      bool moved = false;
+      for (const auto& [b, e] : upcoming) {
+        if (from < e && b < from + rounded) {
+          from = e;
+          moved = true;
+        }
+      }
+      if (!moved || from + rounded > run_end) break;
+    }
+    return from + rounded <= run_end ? from : run_end;
+  };
+  // The smallest run of free bytes that holds it, between the blocks alive now.
+  uintptr_t best = 0, at = arena_->base;
+  size_t best_run = SIZE_MAX;
+  auto consider = [&](uintptr_t run_end) {
+    const size_t run = run_end - at;
+    if (run < rounded || run >= best_run) return;
+    const uintptr_t place = clear_place(at, run_end);
+    if (place == run_end) return;
+    best_run = run;
+    best = place;
+  };
+  for (const auto& [addr, live] : arena_->live) {
+    if (addr > at) consider(addr);
+    at = std::max(at, addr + live.size);
+  }
+  if (arena_->base + arena_->bytes > at) consider(arena_->base + arena_->bytes);
+  if (best_run == SIZE_MAX) {
+    replay_.scratch_elsewhere++;
+    return nullptr;
+  }
+  replay_.scratch++;
+  return hand_out_in_arena(best, rounded, requested, /*carried=*/false);
+}
+
+void* CachingAllocator::hand_out_in_arena(uintptr_t addr, size_t rounded, size_t requested,
+                                          bool carried) {
+  arena_->live.emplace(addr, Arena::Live{rounded, requested, carried});
   const auto n = static_cast<int64_t>(rounded);
   stats_.allocated_bytes.add(n);
   stats_.active_bytes.add(n);

@@ -57,6 +57,13 @@ const char* category_name(Category c) {
 
 PhaseScope::PhaseScope(Phase p) : prev_(t_phase) { t_phase = p; }
 PhaseScope::~PhaseScope() { t_phase = prev_; }
+namespace {
+thread_local bool t_scratch = false;
+}  // namespace
+ScratchScope::ScratchScope(bool on) : prev_(t_scratch) { t_scratch = t_scratch || on; }
+ScratchScope::~ScratchScope() { t_scratch = prev_; }
+bool in_scratch_scope() { return t_scratch; }
+
 CategoryScope::CategoryScope(Category c) : prev_(t_category) { t_category = static_cast<int>(c); }
 CategoryScope::~CategoryScope() { t_category = prev_; }
 

@@ -1,7 +1,10 @@
 // Recording a step's allocations and turning them into a plan (Note [Planned steps]).
 #include "memory/step_trace.h"
 
+#include <map>
+
 #include "memory/arena_plan.h"
+#include "memory/rounding.h"
 
 namespace frugal::memory {
 
@@ -57,18 +60,49 @@ StepTrace StepRecorder::finish() {
   return std::move(trace_);
 }
 
-StepPlan plan_step(const StepTrace& trace) {
+namespace {
+
+// Rounded sizes of the releases, from before the recording, that `next` makes before its first
+// plannable allocation, with their counts (Note [Gradients carried into the next step]).
+std::map<size_t, int64_t> released_first(const StepTrace& next) {
+  int64_t first = next.events;
+  for (const StepTrace::Allocation& a : next.allocations) {
+    if (plannable(a.category)) {
+      first = a.begin;
+      break;
+    }
+  }
+  std::map<size_t, int64_t> sizes;
+  for (const auto& [event, bytes] : next.earlier_releases) {
+    if (event < first) sizes[round_request(bytes)]++;
+  }
+  return sizes;
+}
+
+}  // namespace
+
+StepPlan plan_step(const StepTrace& trace, const StepTrace* next) {
   StepPlan plan;
+  std::map<size_t, int64_t> carry = released_first(next != nullptr ? *next : trace);
   std::vector<Lifetime> lifetimes;
   std::vector<size_t> arena_entry;  // entry index of each lifetime
   for (const StepTrace::Allocation& a : trace.allocations) {
     if (!plannable(a.category)) continue;
     StepPlan::Entry e;
     e.bytes = round_request(a.bytes);
-    e.in_arena = a.end != kStillLive;
+    int64_t end = a.end;
+    if (end == kStillLive && a.category == Category::backward) {  // a gradient, not the loss
+      auto it = carry.find(e.bytes);
+      if (it != carry.end() && it->second > 0) {
+        it->second--;
+        e.carried = true;
+        end = trace.events;  // to the end of the step; the next frees it before its first request
+      }
+    }
+    e.in_arena = end != kStillLive;
     if (e.in_arena) {
       arena_entry.push_back(plan.entries.size());
-      lifetimes.push_back({a.bytes, a.begin, a.end});
+      lifetimes.push_back({a.bytes, a.begin, end});
     }
     plan.entries.push_back(e);
   }

@@ -30,7 +30,19 @@ std::string PlannerReport::str() const {
                 static_cast<long long>(steps), static_cast<long long>(replans),
                 static_cast<long long>(last.served), static_cast<long long>(last.extra),
                 static_cast<long long>(last.skipped), static_cast<long long>(last.occupied));
-  return line;
+  std::string out = line;
+  if (last.scratch + last.scratch_elsewhere > 0) {
+    std::snprintf(line, sizeof line, "; kernel scratch: %lld in free arena bytes, %lld elsewhere",
+                  static_cast<long long>(last.scratch),
+                  static_cast<long long>(last.scratch_elsewhere));
+    out += line;
+  }
+  if (trimmed_bytes > 0) {
+    std::snprintf(line, sizeof line, "; %.1f MiB of cache given back when it settled",
+                  mib(trimmed_bytes));
+    out += line;
+  }
+  return out;
 }
 
 StepPlanner::StepPlanner(Device device, PlannerOptions options)
@@ -55,8 +67,10 @@ bool StepPlanner::plan(const std::vector<memory::StepTrace>& traces) {
   settled_ = false;
   queued_.clear();
   size_t arena = 0;
-  for (const memory::StepTrace& t : traces) {
-    queued_.push_back(memory::plan_step(t));
+  for (size_t i = 0; i < traces.size(); ++i) {
+    // Each step's gradients are carried into the next one (Note [Gradients carried into the next
+    // step]): the next trace says what that step frees first.
+    queued_.push_back(memory::plan_step(traces[i], &traces[std::min(i + 1, traces.size() - 1)]));
     arena = std::max(arena, queued_.back().arena_bytes);
   }
   queued_.front().arena_bytes = arena;  // the later plans then reuse its arena
@@ -67,6 +81,8 @@ bool StepPlanner::plan(const std::vector<memory::StepTrace>& traces) {
 
 bool StepPlanner::install(memory::StepPlan plan) {
   const size_t arena = plan.arena_bytes, bound = plan.lower_bound;
+  carried_ = std::count_if(plan.entries.begin(), plan.entries.end(),
+                           [](const memory::StepPlan::Entry& e) { return e.carried; });
   if (!allocator_->install_plan(std::move(plan))) {
     std::fprintf(stderr,
                  "frugal: step planner: an arena of %.1f MiB does not fit on %s (memory cap or "
@@ -89,6 +105,9 @@ void StepPlanner::run(const std::function<void()>& step) {
   }
   std::optional<memory::StepRecorder> recorder;
   if (!settled_) recorder.emplace(device_);
+  // The number the step's first allocation will get: segments no later one used are the cache of
+  // the steps before the plan settled (Note [Trimming after the plan settles]).
+  const int64_t first_allocation = allocator_->stats().allocation.allocated + 1;
   const bool planned = allocator_->has_plan();
   if (planned) allocator_->begin_planned_step();
   try {
@@ -112,7 +131,19 @@ void StepPlanner::run(const std::function<void()>& step) {
       install(std::move(next));
       return;
     }
+    if (kept && recorder && carried_ == 0 && !trace.earlier_releases.empty()) {
+      // A plan made from a first step, which had no gradients before it to free: this step shows
+      // which of its own to carry (Note [Gradients carried into the next step]). An improvement,
+      // not a departure; the next step is recorded and checked against it.
+      memory::StepPlan carrying = memory::plan_step(trace);
+      if (std::any_of(carrying.entries.begin(), carrying.entries.end(),
+                      [](const memory::StepPlan::Entry& e) { return e.carried; })) {
+        install(std::move(carrying));
+        return;
+      }
+    }
     if (kept) {
+      if (!settled_) trim_unused(first_allocation);
       settled_ = true;
       departures_ = 0;
       return;
@@ -147,6 +178,17 @@ void StepPlanner::run(const std::function<void()>& step) {
     report_.replans++;
   }
   install(memory::plan_step(trace));
+}
+
+// Note [Trimming after the plan settles]
+// Until a step follows its plan, the caching allocator serves what the plans do not: the first
+// steps' gradients before any plan carried them, the workspace of a step that departed. Those
+// segments stay cached, and reserved, though the settled plan never asks for them again. The
+// first step that follows its plan gives back every whole free segment that no allocation of that
+// step used; segments it used (its parameters' neighbours, a kernel's workspace) stay.
+void StepPlanner::trim_unused(int64_t first_allocation) {
+  const size_t freed = allocator_->trim_cache(0, first_allocation);
+  report_.trimmed_bytes += freed;
 }
 
 bool plan_before_first_step(StepPlanner& planner, const std::string& name,

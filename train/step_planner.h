@@ -40,6 +40,7 @@ struct PlannerReport {
   size_t arena_bytes = 0;     // of the plan in force; 0 without one
   size_t lower_bound = 0;     // its largest sum of live arena bytes
   bool gave_up = false;
+  size_t trimmed_bytes = 0;  // cached segments given back once the plan settled
   memory::PlanReplay last;  // the last planned step's replay
   std::string str() const;  // one line for people
 };
@@ -68,6 +69,7 @@ class StepPlanner {
 
  private:
   bool install(memory::StepPlan plan);
+  void trim_unused(int64_t first_allocation);
 
   memory::CachingAllocator* allocator_ = nullptr;
   Device device_;
@@ -77,6 +79,7 @@ class StepPlanner {
   bool settled_ = false;                  // a planned step followed the plan: stop recording
   int departures_ = 0;                    // consecutive
   int64_t stragglers_ = 0;                // arena blocks the last planned step left alive
+  int64_t carried_ = 0;                   // entries of the plan in force carried to the next step
   bool warned_ = false;
 };
 

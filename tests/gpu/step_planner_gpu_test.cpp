@@ -139,16 +139,26 @@ TEST(StepPlannerGpu, TheMetaDryRunRecordsTheDevicesRequests) {
     size_t first_difference = std::min(meta.entries.size(), cuda.entries.size());
     for (size_t i = 0; i < first_difference; ++i) {
       if (meta.entries[i].bytes != cuda.entries[i].bytes ||
-          meta.entries[i].in_arena != cuda.entries[i].in_arena) {
+          meta.entries[i].in_arena != cuda.entries[i].in_arena ||
+          meta.entries[i].carried != cuda.entries[i].carried) {
         first_difference = i;
         break;
       }
     }
     EXPECT_EQ(meta.entries.size(), cuda.entries.size());
     ASSERT_EQ(first_difference, std::min(meta.entries.size(), cuda.entries.size()))
-        << "meta " << meta.entries[first_difference].bytes << " bytes, cuda "
-        << cuda.entries[first_difference].bytes;
-    EXPECT_EQ(meta.arena_bytes, cuda.arena_bytes);
+        << "meta " << meta.entries[first_difference].bytes << " bytes (carried "
+        << meta.entries[first_difference].carried << "), cuda "
+        << cuda.entries[first_difference].bytes << " (carried "
+        << cuda.entries[first_difference].carried << ")";
+    size_t first_offset = 0;  // where the packings part, when they do
+    while (first_offset < meta.entries.size() &&
+           meta.entries[first_offset].offset == cuda.entries[first_offset].offset) {
+      first_offset++;
+    }
+    EXPECT_EQ(meta.arena_bytes, cuda.arena_bytes)
+        << "bounds " << meta.lower_bound << " and " << cuda.lower_bound
+        << "; first entry placed apart: " << first_offset << " of " << meta.entries.size();
   }
 }
 

@@ -25,8 +25,12 @@ struct FakeTraining {
   DataPtr param_grad;         // outlives the step
   std::vector<DataPtr> keep;  // saved tensors a test keeps past the step
   bool keep_one = false;
+  bool zero_grad_first = false;  // free the last gradient before anything else, as train_step
+  size_t scratch = 0;            // a kernel's workspace of this many bytes in each backward layer
+  bool scratch_spans_gradient = false;  // ... still alive when the layer's gradient is made
 
   void step(CachingAllocator& a, bool check = false) {
+    if (zero_grad_first) param_grad.reset();
     std::vector<DataPtr> saved;
     {
       PhaseScope fw(Phase::forward);
@@ -40,12 +44,25 @@ struct FakeTraining {
     param_grad.reset();
     DataPtr g = a.allocate(sizes.back());
     for (size_t i = sizes.size(); i-- > 0;) {
+      DataPtr early;
+      if (scratch_spans_gradient) {  // a staged result waiting while planned bytes are asked for
+        ScratchScope kernel;
+        CategoryScope tag(Category::workspace);
+        early = a.allocate(scratch);
+      }
       DataPtr gi = a.allocate(sizes[i]);
+      early.reset();
       if (check) a.check_invariants();
       if (keep_one && i == 1) {
         keep.push_back(std::move(saved[i]));
       } else {
         saved[i].reset();
+      }
+      if (scratch > 0) {  // a kernel entry's workspace, released before it returns
+        ScratchScope kernel;
+        CategoryScope tag(Category::workspace);
+        DataPtr ws = a.allocate(scratch);
+        if (check) a.check_invariants();
       }
       g = std::move(gi);
     }
@@ -120,6 +137,115 @@ TEST(PlannedStep, AReplayIsServedFromTheArenaAtItsOffsets) {
   int arenas = 0;
   for (const SegmentSnapshot& seg : dev.alloc.snapshot()) arenas += seg.arena;
   EXPECT_EQ(arenas, 1);
+}
+
+TEST(PlannedStep, AGradientTheNextStepFreesFirstIsCarriedInTheArena) {
+  FakeDevice dev;
+  FakeTraining t;
+  t.zero_grad_first = true;
+  t.step(dev.alloc);
+  StepPlan plan = record_and_plan(dev, t);
+  ASSERT_TRUE(plan.entries.back().carried);  // the parameter gradient, made last
+  for (const auto& e : plan.entries) EXPECT_TRUE(e.in_arena);
+  ASSERT_TRUE(dev.alloc.install_plan(plan));
+  for (int s = 0; s < 3; ++s) {
+    dev.alloc.begin_planned_step();
+    t.step(dev.alloc, /*check=*/true);
+    PlanReplay r = dev.alloc.end_planned_step();
+    EXPECT_TRUE(r.followed()) << "step " << s;
+    EXPECT_EQ(r.served, static_cast<int64_t>(plan.entries.size()));
+    EXPECT_EQ(r.carried_at_end, 1);
+    // Nothing allocated outside the arena: the gradient lives in it between steps.
+    for (const SegmentSnapshot& seg : dev.alloc.snapshot()) {
+      if (seg.arena) continue;
+      for (const BlockSnapshot& b : seg.blocks) EXPECT_FALSE(b.allocated);
+    }
+  }
+  dev.alloc.check_invariants();
+}
+
+TEST(PlannedStep, ACarriedGradientStillAliveIsNeverHandedOutAgain) {
+  FakeDevice dev;
+  FakeTraining t;
+  t.zero_grad_first = true;
+  t.step(dev.alloc);
+  ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
+  dev.alloc.begin_planned_step();
+  t.step(dev.alloc);
+  dev.alloc.end_planned_step();
+  DataPtr held = std::move(t.param_grad);  // accumulated into by the next step, not freed
+  const uintptr_t at = addr_of(held);
+  dev.alloc.begin_planned_step();
+  t.step(dev.alloc, /*check=*/true);
+  PlanReplay r = dev.alloc.end_planned_step();
+  EXPECT_GE(r.occupied, 1);  // this step's gradient was planned where the held one lives
+  EXPECT_NE(addr_of(t.param_grad), at);
+  dev.alloc.check_invariants();  // includes: arena blocks never overlap
+}
+
+TEST(PlannedStep, KernelScratchTakesFreeArenaBytesInsteadOfASegment) {
+  FakeDevice dev;
+  FakeTraining t;
+  t.scratch = 8192;  // after each layer's saved tensor is gone: a free run holds it
+  t.step(dev.alloc);
+  StepPlan plan = record_and_plan(dev, t);
+  ASSERT_TRUE(dev.alloc.install_plan(plan));
+  const int64_t segments = dev.alloc.stats().segment.current;
+  dev.alloc.begin_planned_step();
+  t.step(dev.alloc, /*check=*/true);  // invariants include: arena blocks never overlap
+  PlanReplay r = dev.alloc.end_planned_step();
+  EXPECT_TRUE(r.followed());
+  EXPECT_EQ(r.scratch, static_cast<int64_t>(t.sizes.size()));
+  EXPECT_EQ(r.scratch_elsewhere, 0);
+  EXPECT_EQ(dev.alloc.stats().segment.current, segments);  // no segment cached for it
+  // Scratch larger than any free run of the arena goes to the caching allocator, as before.
+  t.scratch = plan.arena_bytes + (1 << 20);
+  dev.alloc.begin_planned_step();
+  t.step(dev.alloc, /*check=*/true);
+  r = dev.alloc.end_planned_step();
+  EXPECT_EQ(r.scratch, 0);
+  EXPECT_EQ(r.scratch_elsewhere, static_cast<int64_t>(t.sizes.size()));
+  EXPECT_TRUE(r.followed());
+  dev.alloc.check_invariants();
+}
+
+TEST(PlannedStep, ScratchKeepsClearOfThePlannedBytesAskedForWhileItLives) {
+  FakeDevice dev;
+  FakeTraining t;
+  t.scratch = 8192;
+  t.scratch_spans_gradient = true;
+  t.step(dev.alloc);
+  ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
+  for (int s = 0; s < 2; ++s) {
+    dev.alloc.begin_planned_step();
+    t.step(dev.alloc, /*check=*/true);
+    PlanReplay r = dev.alloc.end_planned_step();
+    EXPECT_EQ(r.occupied, 0);  // the gradient's planned bytes were never under the scratch
+    EXPECT_TRUE(r.followed());
+    EXPECT_GT(r.scratch, 0);
+  }
+}
+
+TEST(PlannedStep, ScratchOutsideAPlannedStepOrOffItsThreadIsNotPlaced) {
+  FakeDevice dev;
+  FakeTraining t;
+  t.step(dev.alloc);
+  ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
+  ScratchScope kernel;
+  CategoryScope tag(Category::workspace);
+  DataPtr outside = dev.alloc.allocate(4096);
+  dev.alloc.begin_planned_step();
+  DataPtr other;
+  std::thread([&] {
+    ScratchScope k;
+    other = dev.alloc.allocate(4096);
+  }).join();
+  PlanReplay r = dev.alloc.end_planned_step();
+  EXPECT_EQ(r.scratch, 0);
+  for (const SegmentSnapshot& seg : dev.alloc.snapshot()) {
+    if (!seg.arena) continue;
+    for (const BlockSnapshot& b : seg.blocks) EXPECT_FALSE(b.allocated);
+  }
 }
 
 TEST(PlannedStep, ADepartingStepIsServedElsewhereAndNeverCollides) {
