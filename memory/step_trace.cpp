@@ -1,6 +1,7 @@
 // Recording a step's allocations and turning them into a plan (Note [Planned steps]).
 #include "memory/step_trace.h"
 
+#include <algorithm>
 #include <map>
 
 #include "memory/arena_plan.h"
@@ -105,6 +106,25 @@ StepPlan plan_step(const StepTrace& trace, const StepTrace* next) {
       lifetimes.push_back({a.bytes, a.begin, end});
     }
     plan.entries.push_back(e);
+  }
+  // Time counted in the planned allocations' own events only: a device trace has kernel scratch
+  // and other unplanned events between them that a dry run on meta does not, and the packing
+  // (whose area order weighs lifetimes by their length) must not depend on them.
+  std::vector<int64_t> moments;
+  moments.reserve(2 * lifetimes.size());
+  for (const Lifetime& l : lifetimes) {
+    moments.push_back(l.begin);
+    moments.push_back(l.end);
+  }
+  std::sort(moments.begin(), moments.end());
+  moments.erase(std::unique(moments.begin(), moments.end()), moments.end());
+  auto rank = [&](int64_t t) {
+    return static_cast<int64_t>(std::lower_bound(moments.begin(), moments.end(), t) -
+                                moments.begin());
+  };
+  for (Lifetime& l : lifetimes) {
+    l.begin = rank(l.begin);
+    l.end = rank(l.end);
   }
   const ArenaPlan arena = plan_arena(lifetimes);
   for (size_t i = 0; i < lifetimes.size(); ++i) {
