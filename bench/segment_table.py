@@ -40,7 +40,9 @@ def main():
         def pool(name):
             n, size, alloc = by.get(name, [0, 0, 0])
             return f"{n}, {size / MIB:.1f}/{alloc / MIB:.1f}"
-        alloc, res = r["peak_allocated_bytes"], r["peak_reserved_bytes"]
+        # A replayed step allocates nothing: its step's own peak is the capture's.
+        alloc = r.get("capture_peak_allocated_bytes") or r["peak_allocated_bytes"]
+        res = r["peak_reserved_bytes"]
         print(f"| {r['model']} | {r['precision']} | {r['config']}{', graph' if r.get('graph') else ''} "
               f"| {alloc / MIB:.1f} | {res / MIB:.1f} | {res / max(alloc, 1):.3f} "
               f"| {by.get('arena', [0, 0, 0])[1] / MIB:.1f} | {pool('small')} | {pool('large')} "

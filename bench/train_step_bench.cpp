@@ -62,7 +62,7 @@ constexpr const char* kUsage =
     "      checkpointed leading blocks, micro-batches), as frugal train --memory-budget does,\n"
     "      with the allocator capped at M; overrides --checkpoint and --micro-batches\n"
     "  --planner on|off: plan the step's memory before the first step and replay it from one\n"
-    "      arena (on by default, off with --graph)\n"
+    "      arena (on by default; with --graph the capture goes into that arena)\n"
     "  --memory-cap-mib: cap the CUDA caching allocator's reserved memory (an OOM beyond it)\n"
     "  --graph:   capture the step as a CUDA graph in the last warm-up step and replay it\n"
     "             (train/captured_step.h); eager where graphs are not available\n"
@@ -243,10 +243,9 @@ int run(int argc, char** argv) {
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(amp_dtype);
   if (group && scaler) dist::agree_on_overflow(*scaler, group);
 
-  const bool graph_requested = flags.flag("graph");
   // --planner on (the default without --graph): the step's memory is planned before the first step
   // (a dry run on meta) and replayed from one arena (Note [Planned steps]).
-  const std::string planner_flag = flags.str("planner", graph_requested ? "off" : "on");
+  const std::string planner_flag = flags.str("planner", "on");
   if (planner_flag != "on" && planner_flag != "off")
     throw std::invalid_argument("--planner expects on or off, got '" + planner_flag + "'");
   train::StepPlanner planner(planner_flag == "on" ? device : Device::cpu());
@@ -272,9 +271,13 @@ int run(int argc, char** argv) {
   const bool graph = flags.flag("graph");
   if (graph && warmup < 2) throw std::invalid_argument("--graph needs --warmup 2 or more");
   if (graph && group) throw std::invalid_argument("--graph does not run under several ranks yet");
-  if (graph && planner.active())
-    throw std::invalid_argument("--graph with --planner on: captured steps use a private pool");
-  train::CapturedStep captured(device, eager_step, {.warmup = std::max<int64_t>(1, warmup - 1)});
+  // Planned, the capture goes into the planner's arena (Note [Captured steps in the arena]).
+  train::CapturedStep captured(device,
+                               [&] {
+                                 return train::train_step(*model, opt, images, labels, amp_dtype,
+                                                          scaler.get(), 0.0, micro_batches);
+                               },
+                               {.warmup = std::max<int64_t>(1, warmup - 1), .planner = &planner});
   int64_t steps_run = 0;
   auto step = [&]() -> Tensor {
     if (segment_maps) segment_maps->step = steps_run;
@@ -283,7 +286,20 @@ int run(int argc, char** argv) {
   };
 
   Tensor loss;
-  for (int64_t i = 0; i < warmup; ++i) loss = step();
+  // A planner still settling keeps the capture waiting (train::CapturedStep): warm up until the
+  // step is captured, within the capture's own limit.
+  int64_t warmup_done = 0;
+  int64_t capture_peak_allocated = 0;  // of the captured step, which replays then reuse
+  for (; warmup_done < warmup || (graph && !captured.captured() &&
+                                  warmup_done < warmup + train::CapturedStep::kMaxSettlingCalls);
+       ++warmup_done) {
+    memory::Allocator& a = memory::allocator_for(device);
+    const bool capturing_next = graph && !captured.captured();
+    if (capturing_next) a.reset_peak_stats();
+    loss = step();
+    if (capturing_next && captured.captured())
+      capture_peak_allocated = a.stats().allocated_bytes.peak;
+  }
   const double warmup_loss = loss.item();  // synchronises
   device_sync(device);
 
@@ -334,7 +350,7 @@ int run(int argc, char** argv) {
   j["batch"] = batch;
   j["input"] = input;
   j["classes"] = classes;
-  j["warmup"] = warmup;
+  j["warmup"] = warmup_done;
   j["steps"] = steps;
   j["threads"] = device.is_cpu() ? omp_get_max_threads() : 0;
   j["timer"] = timer.clock_name();
@@ -345,6 +361,7 @@ int run(int argc, char** argv) {
   j["world_size"] = env.world_size;
   j["img_per_s"] = med > 0 ? 1000.0 * static_cast<double>(batch * env.world_size) / med : 0.0;
   j["peak_allocated_bytes"] = stats.allocated_bytes.peak;
+  if (j["graph"].get<bool>()) j["capture_peak_allocated_bytes"] = capture_peak_allocated;
   j["peak_reserved_bytes"] = stats.reserved_bytes.peak;
   j["memory_measured"] =
       std::string("peak of frugal's ") + (device.is_cuda() ? "CUDA caching" : "host") +
@@ -352,7 +369,8 @@ int run(int argc, char** argv) {
       "momentum, batch included)" +
       std::string(j["graph"].get<bool>()
                       ? "; replays allocate nothing, so the captured step's temporaries show "
-                        "in peak reserved only"
+                        "in peak reserved only, and capture_peak_allocated_bytes is the peak "
+                        "allocated while the step was captured"
                       : "");
   const int64_t peak_rss_timed = rss_reset ? proc_status_bytes("VmHWM") : -1;
   j["peak_rss_timed_bytes"] = peak_rss_timed;

@@ -62,17 +62,19 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   if (bytes == 0) return {};
   detail::check_injected_oom(device_, bytes);
   std::lock_guard<std::mutex> lock(mu_);
+  const size_t rounded = round_request(bytes);
+  // A planned step's requests go to its arena before a private pool can take them: a step
+  // captured while planned lives in the arena (Note [Captured steps in the arena]).
+  if (planned_step_ && stream == kDefaultStream && std::this_thread::get_id() == step_thread_) {
+    if (plannable(current_category())) {
+      if (void* p = take_planned(rounded, bytes)) return DataPtr(p, bytes, this);
+    } else if (in_scratch_scope()) {
+      if (void* p = take_scratch(rounded, bytes)) return DataPtr(p, bytes, this);
+    }
+  }
   if (open_pool_ != kDefaultStream && stream == kDefaultStream &&
       std::this_thread::get_id() == pool_thread_) {
     stream = open_pool_;
-  }
-  const size_t rounded = round_request(bytes);
-  if (planned_step_ && stream == kDefaultStream && std::this_thread::get_id() == step_thread_ &&
-      plannable(current_category())) {
-    if (void* p = take_planned(rounded, bytes)) return DataPtr(p, bytes, this);
-  } else if (planned_step_ && stream == kDefaultStream &&
-             std::this_thread::get_id() == step_thread_ && in_scratch_scope()) {
-    if (void* p = take_scratch(rounded, bytes)) return DataPtr(p, bytes, this);
   }
   const bool small_pool = rounded <= kSmallRequestMax;
   Block* b = find_free(rounded, stream, small_pool);

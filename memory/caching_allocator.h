@@ -138,6 +138,16 @@ class CachingAllocator final : public Allocator {
   // fit. A plan that fits the arena in force keeps it; an arena still holding live blocks when it
   // is given up stays reserved until its last block is released.
   bool install_plan(StepPlan plan);
+  // Note [Captured steps in the arena]
+  // A planned step captured as a CUDA graph takes its planned and scratch bytes from the arena, at
+  // the offsets every replay then writes again; only its other requests go to the private pool.
+  // The arena must outlive the graph, whatever plans come after: pin_arena (before the capture)
+  // keeps the current arena reserved until unpin_arena with the returned handle, even when a
+  // plan replaces it. Replays allocate nothing, so no other step writes there while the graph
+  // lives unless it is itself planned (a planned eager step between replays would share the
+  // arena in stream order, as planned steps always do). Returns 0 when there is no arena.
+  uintptr_t pin_arena();
+  void unpin_arena(uintptr_t handle);
   void remove_plan();
   bool has_plan() const;
   size_t arena_bytes() const;  // of the current plan; 0 without one
@@ -194,6 +204,7 @@ class CachingAllocator final : public Allocator {
       bool carried;  // planned to outlive the step (Note [Gradients carried into the next step])
     };
     std::map<uintptr_t, Live> live;  // by address
+    int pins = 0;                    // captured graphs that replay in it
     bool contains(uintptr_t a) const { return a >= base && a < base + bytes; }
     bool occupied(uintptr_t a, size_t size) const;
   };
@@ -203,6 +214,7 @@ class CachingAllocator final : public Allocator {
   bool release_planned(uintptr_t addr);  // false: not an arena block
   Arena* arena_holding(uintptr_t addr);
   void retire_arena();
+  void free_if_retired_and_unused(Arena* arena);
   void free_arena(std::unique_ptr<Arena> arena);
   [[noreturn]] void throw_oom(size_t bytes, size_t rounded, size_t seg_bytes, StreamId stream);
 

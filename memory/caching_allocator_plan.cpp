@@ -27,8 +27,9 @@ bool CachingAllocator::install_plan(StepPlan plan) {
   // gradients, freed by the next zero_grad) are never handed out twice, since every planned
   // request is checked against the live blocks, and two arenas are never reserved at once.
   // One much larger than needed is given back when it is empty.
-  const bool reuse = arena_ != nullptr && plan.arena_bytes <= arena_->bytes &&
-                     (!arena_->live.empty() || plan.arena_bytes >= arena_->bytes / 10 * 9);
+  const bool reuse =
+      arena_ != nullptr && plan.arena_bytes <= arena_->bytes &&
+      (!arena_->live.empty() || arena_->pins > 0 || plan.arena_bytes >= arena_->bytes / 10 * 9);
   if (!reuse) retire_arena();
   // The plan replaces the cached blocks the step used to take from: give them back first.
   release_free_segments();
@@ -73,7 +74,7 @@ size_t CachingAllocator::arena_bytes() const {
 // until its last block is released.
 void CachingAllocator::retire_arena() {
   if (arena_ == nullptr) return;
-  if (arena_->live.empty()) {
+  if (arena_->live.empty() && arena_->pins == 0) {
     free_arena(std::move(arena_));
   } else {
     retired_.push_back(std::move(arena_));
@@ -218,14 +219,35 @@ bool CachingAllocator::release_planned(uintptr_t addr) {
   stats_.requested_bytes.sub(static_cast<int64_t>(it->second.requested));
   stats_.allocation.sub(1);
   arena->live.erase(it);
-  if (arena != arena_.get() && arena->live.empty()) {
-    auto r = std::find_if(retired_.begin(), retired_.end(),
-                          [&](const std::unique_ptr<Arena>& a) { return a.get() == arena; });
-    std::unique_ptr<Arena> gone = std::move(*r);
-    retired_.erase(r);
-    free_arena(std::move(gone));
-  }
+  free_if_retired_and_unused(arena);
   return true;
+}
+
+void CachingAllocator::free_if_retired_and_unused(Arena* arena) {
+  if (arena == arena_.get() || !arena->live.empty() || arena->pins > 0) return;
+  auto r = std::find_if(retired_.begin(), retired_.end(),
+                        [&](const std::unique_ptr<Arena>& a) { return a.get() == arena; });
+  if (r == retired_.end()) return;
+  std::unique_ptr<Arena> gone = std::move(*r);
+  retired_.erase(r);
+  free_arena(std::move(gone));
+}
+
+uintptr_t CachingAllocator::pin_arena() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (arena_ == nullptr || arena_->bytes == 0) return 0;
+  arena_->pins++;
+  return arena_->base;
+}
+
+void CachingAllocator::unpin_arena(uintptr_t handle) {
+  if (handle == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  Arena* arena = arena_holding(handle);
+  FRUGAL_CHECK(arena != nullptr && arena->pins > 0, "unpin_arena(", device_.str(),
+               "): no pinned arena at ", handle);
+  arena->pins--;
+  free_if_retired_and_unused(arena);
 }
 
 }  // namespace frugal::memory

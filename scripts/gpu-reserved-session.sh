@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call for issue 12's reserved-memory goal: build, the gpu tests named by TESTS (default
 # the planner's and the captured step's), then train_step_bench --segments for each row of ROWS
-# (model:precision[:extra,flags] at batch 128, 3x224x224) and of GRAPH_ROWS (32x32, batch 256,
-# replayed from a CUDA graph), tabulated by bench/segment_table.py: peak allocated and reserved and
-# where reserved goes, by pool, after the timed steps.
+# (model:precision[:extra,flags] at batch 128, 3x224x224), GRAPH224_ROWS (the same, replayed from a
+# CUDA graph) and GRAPH_ROWS (32x32, batch 256, eager and replayed), tabulated by
+# bench/segment_table.py: peak allocated and reserved, and where reserved goes, by pool, after the
+# timed steps.
 #   OUT=/tmp/x scripts/gpu-reserved-session.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,12 @@ for row in ${ROWS:-mobilenet_v2:f16 mobilenet_v2:f32 mobilenet_v2:f16:--checkpoi
   build-gpu/train_step_bench --device cuda --model "$model" --precision "$precision" --batch 128 \
     --input 3x224x224 --classes 1000 --warmup 3 --steps 5 --json --segments ${extra//,/ } \
     >> "$OUTDIR/segments.jsonl" 2>> "$OUTDIR/bench.err" || echo "== $row failed"
+done
+for row in ${GRAPH224_ROWS:-mobilenet_v2:f16 resnet18:f16}; do  # replayed at 224x224
+  IFS=: read -r model precision extra <<< "$row"
+  build-gpu/train_step_bench --device cuda --model "$model" --precision "$precision" --batch 128 \
+    --input 3x224x224 --classes 1000 --warmup 3 --steps 5 --json --segments --graph ${extra//,/ } \
+    >> "$OUTDIR/segments.jsonl" 2>> "$OUTDIR/bench.err" || echo "== $row --graph failed"
 done
 for row in ${GRAPH_ROWS:-mobilenet_v2:f16}; do
   IFS=: read -r model precision extra <<< "$row"

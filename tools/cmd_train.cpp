@@ -330,7 +330,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
 
   // Note [Planned steps]: the step's memory planned before the first step, from a dry run on meta.
-  const bool planned = o.planner && !graph;
+  const bool planned = o.planner;  // with --graph, the capture goes into its arena
   train::StepPlanner planner(planned ? device : Device::cpu());
   // The loader's batches after the transforms: resized to --image-size, --channels repeated.
   // A data-parallel step is dry-run wrapped the same way, over a group that moves nothing.

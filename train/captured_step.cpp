@@ -10,6 +10,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/graph.h"
 #include "memory/caching_allocator.h"
+#include "train/step_planner.h"
 
 namespace frugal::train {
 namespace {
@@ -42,15 +43,28 @@ CapturedStep::CapturedStep(Device device, StepFn step, CapturedStepOptions optio
 CapturedStep::~CapturedStep() {
   if (graph_ == nullptr) return;
   graph_.reset();  // waits for the replays in flight
-  caching_allocator_of(device_).release_private_pool(pool_);
+  memory::CachingAllocator& alloc = caching_allocator_of(device_);
+  alloc.release_private_pool(pool_);
+  alloc.unpin_arena(pinned_arena_);
+}
+
+Tensor CapturedStep::run_eager() {
+  if (options_.planner == nullptr) return step_();
+  Tensor out;
+  options_.planner->run([&] { out = step_(); });
+  return out;
 }
 
 int64_t CapturedStep::graph_nodes() const { return graph_ != nullptr ? graph_->num_nodes() : 0; }
 
 Tensor CapturedStep::operator()() {
-  if (!can_capture_ || calls_ < options_.warmup) {
+  // A planner still settling (plans queued, a step departing) would re-plan inside the capture.
+  const bool settling = options_.planner != nullptr && options_.planner->active() &&
+                        !options_.planner->settled() &&
+                        calls_ < options_.warmup + kMaxSettlingCalls;
+  if (!can_capture_ || calls_ < options_.warmup || (graph_ == nullptr && settling)) {
     ++calls_;
-    return step_();
+    return run_eager();
   }
   ++calls_;
   if (graph_ == nullptr) {
@@ -72,11 +86,15 @@ void CapturedStep::capture() {
   auto graph = std::make_unique<kernels::DeviceGraph>(device_);
   const memory::StreamId pool = next_pool_id();
   gen_->begin_graph_capture(reinterpret_cast<const uint64_t*>(rng_counter_.data<int64_t>()));
+  // Planned: the arena the capture writes in stays for the graph (Note [Captured steps in the
+  // arena]); a planner that re-plans during the capture gets another one.
+  const bool planned = options_.planner != nullptr && options_.planner->active();
+  const uintptr_t pinned = planned ? alloc.pin_arena() : 0;
   alloc.open_private_pool(pool);
   Tensor out;
   try {
     graph->begin_capture();
-    out = step_();
+    out = run_eager();
     draws_per_step_ = gen_->end_graph_capture();
     // The next replay draws where this one stops.
     kernels::add_i64(detail::ctx_of(rng_counter_), 1, rng_counter_.data<int64_t>(),
@@ -89,11 +107,13 @@ void CapturedStep::capture() {
     out = Tensor();
     graph.reset();
     alloc.release_private_pool(pool);
+    alloc.unpin_arena(pinned);
     FRUGAL_FAIL("CapturedStep: capturing the step on ", device_, " failed, nothing ran (see ",
                 "Note [Captured training steps] in train/captured_step.h): ", e.what());
   }
   alloc.close_private_pool();
   pool_ = pool;
+  pinned_arena_ = pinned;
   graph_ = std::move(graph);
   out_ = std::move(out);
   graph_->replay();  // capturing ran nothing: this is the step

@@ -24,6 +24,14 @@
 //     cache the eager steps left is emptied first, since the pool cannot reuse it.
 //     Temporaries count as freed after capture, so the allocator's allocated bytes understate
 //     what a replay uses; its reserved bytes do not.
+//   - With a step planner (CapturedStepOptions::planner), every call runs the step through it:
+//     the warm-up goes on past `warmup` until the planner has settled (at most
+//     kMaxSettlingCalls more), and the capture is itself a planned step, so its activations,
+//     gradients and kernel scratch sit in the planner's arena at their planned offsets, which
+//     the arena keeps for the graph (Note [Captured steps in the arena] in
+//     memory/caching_allocator.h); only the rest (the loss, the optimizer's transients) goes to
+//     the private pool. A replayed step then reserves what an eager planned one does, not a
+//     second copy of the step's memory.
 //   - Randomness: dropout on `generator` reads its offset from a device counter that every
 //     replay advances (Note [Random draws in captured graphs]), so each replay draws new masks,
 //     the same ones the eager steps would have drawn. Other random ops cannot be captured.
@@ -52,9 +60,12 @@ class DeviceGraph;
 
 namespace frugal::train {
 
+class StepPlanner;
+
 struct CapturedStepOptions {
   int64_t warmup = 2;              // eager calls before the capture (at least 1)
   Generator* generator = nullptr;  // the dropout generator; default_generator() when null
+  StepPlanner* planner = nullptr;  // runs every call, the capture into its arena (see above)
 };
 
 class CapturedStep {
@@ -67,6 +78,8 @@ class CapturedStep {
 
   Tensor operator()();  // one step, see Note [Captured training steps]
 
+  static constexpr int64_t kMaxSettlingCalls = 8;  // eager calls past warmup, for the planner
+
   bool captured() const { return graph_ != nullptr; }
   int64_t replays() const { return replays_; }
   int64_t graph_nodes() const;  // 0 until captured
@@ -74,6 +87,7 @@ class CapturedStep {
  private:
   void capture();
   void replay();
+  Tensor run_eager();
 
   Device device_;
   StepFn step_;
@@ -84,6 +98,7 @@ class CapturedStep {
   int64_t replays_ = 0;
   uint64_t draws_per_step_ = 0;
   uint64_t pool_ = 0;
+  uintptr_t pinned_arena_ = 0;  // the planner's arena, kept for the graph
   Tensor rng_counter_;  // i64 [1] on the device: the dropout offset base of the next replay
   Tensor out_;
   std::unique_ptr<kernels::DeviceGraph> graph_;

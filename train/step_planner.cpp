@@ -125,6 +125,9 @@ void StepPlanner::run(const std::function<void()>& step) {
     const bool kept = report_.last.extra == 0 && report_.last.skipped == 0 &&
                       report_.last.occupied <= stragglers_;
     stragglers_ = report_.last.live_at_end;
+    // Inside a CUDA-graph capture nothing may free device memory (a re-plan gives cached segments
+    // back) and the arena in force is the graph's: plans change on the next eager step, if any.
+    if (allocator_->capturing()) return;
     if (!queued_.empty()) {  // the next step has its own plan, made in advance
       memory::StepPlan next = std::move(queued_.front());
       queued_.erase(queued_.begin());
@@ -177,6 +180,7 @@ void StepPlanner::run(const std::function<void()>& step) {
     }
     report_.replans++;
   }
+  if (allocator_->capturing()) return;
   install(memory::plan_step(trace));
 }
 

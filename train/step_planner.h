@@ -66,6 +66,9 @@ class StepPlanner {
   void run(const std::function<void()>& step);
   const PlannerReport& report() const { return report_; }
   bool active() const { return allocator_ != nullptr; }
+  // A planned step has followed its plan and no plan is queued: the steps from now on repeat it
+  // (what a CUDA-graph capture wants before it captures the step into the arena).
+  bool settled() const { return settled_ && queued_.empty() && !report_.gave_up; }
 
  private:
   bool install(memory::StepPlan plan);

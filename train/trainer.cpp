@@ -196,7 +196,9 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
               return train_step(model, opt, graph_images, graph_labels, precision, scaler,
                                 options.label_smoothing);
             },
-            CapturedStepOptions{.warmup = 1});
+            // Planned, the capture lives in the planner's arena (Note [Captured training steps]).
+            CapturedStepOptions{.warmup = 1, .planner = options.planner});
+        planned_shape = batch->images.shape();  // a last partial batch runs unplanned
       }
       copy_(graph_images, batch->images);
       copy_(graph_labels, batch->labels);

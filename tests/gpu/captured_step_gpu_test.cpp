@@ -20,6 +20,7 @@
 #include "optim/optimizer.h"
 #include "train/captured_step.h"
 #include "train/precision_compare.h"
+#include "train/step_planner.h"
 #include "train/trainer.h"
 
 using namespace frugal;
@@ -74,6 +75,10 @@ std::shared_ptr<nn::Module> small_mobilenet(uint64_t seed,
 }
 
 struct StepsRun {
+  int64_t reserved = 0;       // the run's own, at its end (the cache emptied before it)
+  int64_t pool_reserved = 0;  // of that, in private pools' segments
+  size_t arena = 0;           // the planner's arena, when planned
+  train::PlannerReport planner;
   std::vector<double> losses;
   std::vector<std::vector<double>> state;
   uint64_t generator_offset = 0;
@@ -83,8 +88,12 @@ struct StepsRun {
 
 // `steps` training steps of MobileNetV2 (dropout included) on batches 0..steps-1, eagerly or
 // through a CapturedStep, from the same seed and generator offset.
+// `planned`: through a step planner, planned before the first step (the capture in its arena).
 StepsRun train_steps(DType precision, bool captured, int steps,
-                     models::CheckpointPolicy checkpoint = {}) {
+                     models::CheckpointPolicy checkpoint = {}, bool planned = false) {
+  auto& alloc = dynamic_cast<memory::CachingAllocator&>(memory::allocator_for(kGpu));
+  alloc.empty_cache();
+  const int64_t reserved_before = alloc.stats().reserved_bytes.current;
   auto model = small_mobilenet(21, checkpoint);
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
@@ -93,14 +102,33 @@ StepsRun train_steps(DType precision, bool captured, int steps,
   auto step_fn = [&] {
     return train::train_step(*model, opt, images, labels, precision, scaler.get());
   };
-  train::CapturedStep step(kGpu, step_fn, {.warmup = 2});
+  train::StepPlanner planner(planned ? kGpu : Device::cpu());
+  if (planned) {
+    EXPECT_TRUE(train::plan_before_first_step(
+        planner, "mobilenet_v2", {.num_classes = 10, .in_channels = 1, .checkpoint = checkpoint},
+        Shape{16, 32, 32, 1}, precision));
+  }
+  train::CapturedStep step(kGpu, step_fn, {.warmup = 2, .planner = &planner});
   StepsRun run;
   for (int k = 0; k < steps; ++k) {
     copy_(images, batch_images(k));
     copy_(labels, batch_labels(k));
-    Tensor loss = captured ? step() : step_fn();
+    Tensor loss;
+    if (captured) {
+      loss = step();
+    } else {
+      planner.run([&] { loss = step_fn(); });
+    }
     run.losses.push_back(loss.item());
   }
+  run.reserved = alloc.stats().reserved_bytes.current - reserved_before;
+  for (const memory::SegmentSnapshot& seg : alloc.snapshot()) {
+    if (!seg.arena && seg.stream != memory::kDefaultStream) {
+      run.pool_reserved += static_cast<int64_t>(seg.size);
+    }
+  }
+  run.arena = alloc.arena_bytes();
+  run.planner = planner.report();
   run.state = state_of(*model);
   run.generator_offset = default_generator().offset();
   run.scale = scaler ? scaler->get_scale() : 1.0;
@@ -151,6 +179,39 @@ TEST(CapturedStepGpu, TrainingReplaysMatchEagerSteps) {
     EXPECT_EQ(graphed.scale, eager.scale);
     // num_batches_tracked is the last buffer of every BatchNorm: 6 steps counted exactly.
     EXPECT_EQ(graphed.state.back(), std::vector<double>{6.0});
+  }
+}
+
+// Note [Captured steps in the arena]: a planned capture takes the step's memory from the
+// planner's arena, so the replays train as the eager planned steps do and reserve what they do,
+// with only the loss and the optimizer's few transients in the graph's private pool.
+TEST(CapturedStepGpu, PlannedReplaysLiveInTheArenaAndTrainLikeEagerPlannedSteps) {
+  SKIP_WITHOUT_GPU();
+  DeterministicGuard same_algorithms;
+  for (DType precision : {DType::f32, DType::f16}) {
+    SCOPED_TRACE(dtype_name(precision));
+    const uint64_t offset = default_generator().offset();
+    StepsRun eager = train_steps(precision, false, 12, {}, /*planned=*/true);
+    default_generator().set_offset(offset);
+    StepsRun graphed = train_steps(precision, true, 12, {}, /*planned=*/true);
+    ASSERT_GE(graphed.replays, 4);  // captured once the planner settled
+    EXPECT_FALSE(graphed.planner.gave_up);
+    EXPECT_EQ(graphed.arena, eager.arena);
+    for (size_t k = 0; k < eager.losses.size(); ++k) {
+      EXPECT_NEAR(graphed.losses[k], eager.losses[k], 1e-3 * std::abs(eager.losses[k]))
+          << "step " << k;
+    }
+    EXPECT_LT(max_rel_diff(graphed.state, eager.state), 1e-3);
+    EXPECT_EQ(graphed.generator_offset, eager.generator_offset);
+    // No second copy of the step: the pool holds small segments only, and the run reserves at
+    // most a few of them more than the eager planned one.
+    EXPECT_LE(graphed.pool_reserved, 6 << 20);
+    EXPECT_LE(graphed.reserved, eager.reserved + graphed.pool_reserved);
+    std::printf(
+        "[captured in the arena] %s: reserved %.1f MiB replayed (pool %.1f) against "
+        "%.1f eager, arena %.1f MiB\n",
+        dtype_name(precision), graphed.reserved / 1048576.0, graphed.pool_reserved / 1048576.0,
+        eager.reserved / 1048576.0, static_cast<double>(graphed.arena) / 1048576.0);
   }
 }
 

@@ -248,6 +248,41 @@ TEST(PlannedStep, ScratchOutsideAPlannedStepOrOffItsThreadIsNotPlaced) {
   }
 }
 
+TEST(PlannedStep, ACapturedPlannedStepTakesTheArenaAndTheArenaOutlivesItsPlanWhilePinned) {
+  FakeDevice dev;
+  FakeTraining t;
+  t.step(dev.alloc);
+  StepPlan plan = record_and_plan(dev, t);
+  int64_t in_arena = 0;
+  for (const auto& e : plan.entries) in_arena += e.in_arena;
+  ASSERT_TRUE(dev.alloc.install_plan(plan));
+  const uintptr_t pin = dev.alloc.pin_arena();
+  ASSERT_NE(pin, 0u);
+  constexpr StreamId kPool = StreamId{1} << 62;
+  dev.alloc.open_private_pool(kPool);  // as a capture does
+  dev.alloc.begin_planned_step();
+  t.step(dev.alloc, /*check=*/true);
+  PlanReplay r = dev.alloc.end_planned_step();
+  dev.alloc.close_private_pool();
+  EXPECT_EQ(r.served, in_arena);  // the plan served first, the pool only what it does not plan
+  bool pool_holds_the_gradient = false;
+  for (const SegmentSnapshot& seg : dev.alloc.snapshot()) {
+    if (seg.stream != kPool) continue;
+    for (const BlockSnapshot& b : seg.blocks) pool_holds_the_gradient |= b.allocated;
+  }
+  EXPECT_TRUE(pool_holds_the_gradient);  // the parameter gradient outlives the step
+  const int frees = dev.source->free_calls;
+  dev.alloc.remove_plan();  // a graph still replays in the arena: it stays
+  EXPECT_EQ(dev.source->free_calls, frees);
+  EXPECT_EQ(dev.alloc.stats().reserved_bytes.current >= static_cast<int64_t>(plan.arena_bytes),
+            true);
+  dev.alloc.unpin_arena(pin);  // the graph is gone
+  EXPECT_EQ(dev.source->free_calls, frees + 1);
+  t.param_grad.reset();
+  dev.alloc.release_private_pool(kPool);
+  dev.alloc.check_invariants();
+}
+
 TEST(PlannedStep, ADepartingStepIsServedElsewhereAndNeverCollides) {
   FakeDevice dev;
   FakeTraining t;
