@@ -65,11 +65,13 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   const size_t rounded = round_request(bytes);
   // A planned step's requests go to its arena before a private pool can take them: a step
   // captured while planned lives in the arena (Note [Captured steps in the arena]).
+  bool scratch = false;  // kernel scratch of a planned step that the arena could not hold
   if (planned_step_ && stream == kDefaultStream && std::this_thread::get_id() == step_thread_) {
     if (plannable(current_category())) {
       if (void* p = take_planned(rounded, bytes)) return DataPtr(p, bytes, this);
     } else if (in_scratch_scope()) {
       if (void* p = take_scratch(rounded, bytes)) return DataPtr(p, bytes, this);
+      scratch = true;
     }
   }
   if (open_pool_ != kDefaultStream && stream == kDefaultStream &&
@@ -79,7 +81,11 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   const bool small_pool = rounded <= kSmallRequestMax;
   Block* b = find_free(rounded, stream, small_pool);
   if (b == nullptr) {
-    const size_t seg_bytes = segment_bytes_for(rounded);
+    // Scratch the arena could not hold comes back every step: a segment of its own size, not a
+    // 20 MiB one it would share with what lives on (Note [Kernel scratch]).
+    const size_t seg_bytes = scratch && !small_pool ? (rounded + kLargeRoundBytes - 1) /
+                                                          kLargeRoundBytes * kLargeRoundBytes
+                                                    : segment_bytes_for(rounded);
     if (!try_new_segment(seg_bytes, stream, small_pool, &b)) {
       // Cached segments may be what stands between us and the memory: give them back, once.
       stats_.num_alloc_retries++;

@@ -210,6 +210,7 @@ class CachingAllocator final : public Allocator {
   };
   void* take_planned(size_t rounded, size_t requested);
   void* take_scratch(size_t rounded, size_t requested);  // Note [Kernel scratch]
+  void* take_scratch_clear_of(size_t rounded, size_t requested, size_t lookahead);
   void* hand_out_in_arena(uintptr_t addr, size_t rounded, size_t requested, bool carried);
   bool release_planned(uintptr_t addr);  // false: not an arena block
   Arena* arena_holding(uintptr_t addr);

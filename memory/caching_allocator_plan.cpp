@@ -139,8 +139,17 @@ void* CachingAllocator::take_scratch(size_t rounded, size_t requested) {
   // A kernel may ask for planned bytes while its scratch lives (cuDNN's bounded workspace while
   // a staged weight gradient waits for its cast): keep clear of the next few entries the plan
   // hands out, as well as of the blocks alive now.
+  // Where the next few fit nowhere (near the step's peak), the very next one alone is kept clear.
+  for (size_t lookahead : {kScratchLookahead, size_t{1}}) {
+    if (void* p = take_scratch_clear_of(rounded, requested, lookahead)) return p;
+  }
+  replay_.scratch_elsewhere++;
+  return nullptr;
+}
+
+void* CachingAllocator::take_scratch_clear_of(size_t rounded, size_t requested, size_t lookahead) {
   std::vector<std::pair<uintptr_t, uintptr_t>> upcoming;  // [begin, end)
-  for (size_t i = cursor_; i < plan_.entries.size() && upcoming.size() < kScratchLookahead; ++i) {
+  for (size_t i = cursor_; i < plan_.entries.size() && upcoming.size() < lookahead; ++i) {
     const StepPlan::Entry& e = plan_.entries[i];
     if (e.in_arena)
       upcoming.emplace_back(arena_->base + e.offset, arena_->base + e.offset + e.bytes);
@@ -175,10 +184,7 @@ void* CachingAllocator::take_scratch(size_t rounded, size_t requested) {
     at = std::max(at, addr + live.size);
   }
   if (arena_->base + arena_->bytes > at) consider(arena_->base + arena_->bytes);
-  if (best_run == SIZE_MAX) {
-    replay_.scratch_elsewhere++;
-    return nullptr;
-  }
+  if (best_run == SIZE_MAX) return nullptr;
   replay_.scratch++;
   return hand_out_in_arena(best, rounded, requested, /*carried=*/false);
 }

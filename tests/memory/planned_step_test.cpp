@@ -209,6 +209,22 @@ TEST(PlannedStep, KernelScratchTakesFreeArenaBytesInsteadOfASegment) {
   dev.alloc.check_invariants();
 }
 
+TEST(PlannedStep, ScratchTheArenaCannotHoldGetsASegmentOfItsOwnSize) {
+  FakeDevice dev;
+  FakeTraining t;
+  t.sizes = {64 << 10, 128 << 10};  // an arena far smaller than the scratch
+  t.scratch = 3 << 20;              // would take a 20 MiB segment as a plain request
+  t.step(dev.alloc);
+  ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
+  dev.source->segment_sizes.clear();
+  dev.alloc.begin_planned_step();
+  t.step(dev.alloc, /*check=*/true);
+  PlanReplay r = dev.alloc.end_planned_step();
+  EXPECT_EQ(r.scratch_elsewhere, static_cast<int64_t>(t.sizes.size()));
+  ASSERT_EQ(dev.source->segment_sizes.size(), 1u);  // one, reused by every layer
+  EXPECT_EQ(dev.source->segment_sizes[0], size_t{4} << 20);
+}
+
 TEST(PlannedStep, ScratchKeepsClearOfThePlannedBytesAskedForWhileItLives) {
   FakeDevice dev;
   FakeTraining t;
