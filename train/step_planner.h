@@ -1,7 +1,7 @@
 // The step planner (Note [Planned steps] in memory/step_trace.h): runs training steps so that
 // their activations, gradients and transients live in one arena packed for the step, instead of
 // in cached segments that drift apart. Reserved memory then stays at the arena plus what lives
-// outside it (parameters, gradients between steps, optimizer state), close to allocated.
+// outside it (parameters, optimizer state, the batch), close to allocated.
 //
 //   train::StepPlanner planner(device);
 //   planner.plan(train::trace_steps(*meta_model, meta_opt, {128, 224, 224, 3}, 1000, DType::f16,
