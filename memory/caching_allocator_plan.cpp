@@ -136,10 +136,8 @@ void* CachingAllocator::take_planned(size_t rounded, size_t requested) {
 
 void* CachingAllocator::take_scratch(size_t rounded, size_t requested) {
   if (arena_ == nullptr) return nullptr;
-  // A kernel may ask for planned bytes while its scratch lives (cuDNN's bounded workspace while
-  // a staged weight gradient waits for its cast): keep clear of the next few entries the plan
-  // hands out, as well as of the blocks alive now.
-  // Where the next few fit nowhere (near the step's peak), the very next one alone is kept clear.
+  // Clear of the blocks alive now and of the next few entries the plan hands out (Note [Kernel
+  // scratch]); where that leaves no room (near the step's peak), of the very next one alone.
   for (size_t lookahead : {kScratchLookahead, size_t{1}}) {
     if (void* p = take_scratch_clear_of(rounded, requested, lookahead)) return p;
   }

@@ -74,12 +74,14 @@ class CategoryScope {
 
 // Note [Kernel scratch]
 // A kernel's workspace (kernels::Context::workspace) is released before the kernel entry that asked
-// for it returns, and no tensor is allocated while it lives. Requests made under a ScratchScope
-// say so, and during a planned step the caching allocator places them in bytes of the arena that
-// nothing lives in at that moment (Note [Planned steps]) instead of caching a segment for them
-// that stays reserved through every step (18-22 MiB of depthwise and batch-norm partial sums in
-// MobileNetV2 and EfficientNet-B0 on the H200). cuBLAS's workspace, which lives on, is not
-// scratch.
+// for it returns. Requests made under a ScratchScope say so, and during a planned step the caching
+// allocator places them in bytes of the arena that nothing lives in at that moment (Note [Planned
+// steps]) instead of caching a segment for them that stays reserved through every step (18-22 MiB
+// of depthwise and batch-norm partial sums in MobileNetV2 and EfficientNet-B0 on the H200). A
+// kernel may ask for planned bytes while its scratch lives (cuDNN's bounded workspace while a
+// staged weight gradient waits for its cast), so scratch keeps clear of the next planned entries
+// too; scratch no free run holds gets a segment of its own size. cuBLAS's workspace, which lives
+// on, is not scratch.
 class ScratchScope {
  public:
   explicit ScratchScope(bool on = true);

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "core/autograd.h"
+#include "core/op_util.h"
 #include "core/ops.h"
 #include "kernels/random.h"
 #include "nn/init.h"
@@ -73,6 +74,19 @@ Tensor StochasticDepth::forward(const Tensor& x) {
   if (!is_training() || p_ == 0.0) return x;
   FRUGAL_CHECK(x.ndim() >= 1, "StochasticDepth: expected a batch dimension, got ", describe(x));
   const int64_t n = x.size(0);
+  std::vector<int64_t> dims(static_cast<size_t>(x.ndim()), 1);
+  dims[0] = n;
+  if (p_ == 1.0) return x * 0.0;
+  if (x.device().is_cuda()) {
+    // The row mask drawn on the device by the dropout kernel, in place over ones, from the
+    // generator's draw(): a captured graph replays it with a new offset each time (Note [Random
+    // draws in captured graphs]). One allocation, as on the host path below.
+    Tensor mask = ones(Shape(dims), {x.dtype(), x.device()});  // [N, 1, 1, 1]
+    const Generator::Draw draw = gen_->draw(static_cast<uint64_t>(n));
+    kernels::dropout_forward(detail::ctx_of(mask), mask.dtype(), n, mask.data_ptr(), p_, draw.seed,
+                             draw.offset, draw.offset_base, mask.data_ptr(), nullptr);
+    return x * mask;
+  }
   // Reserved even on meta, so a dry run advances the generator like a real step.
   const uint64_t offset = gen_->take(static_cast<uint64_t>(n));
   const double keep = 1.0 - p_;
@@ -81,8 +95,6 @@ Tensor StochasticDepth::forward(const Tensor& x) {
     bool kept = kernels::uniform01(gen_->seed(), offset + static_cast<uint64_t>(i)) >= p_;
     mask[static_cast<size_t>(i)] = kept ? 1.0 / keep : 0.0;  // kept implies keep > 0
   }
-  std::vector<int64_t> dims(static_cast<size_t>(x.ndim()), 1);
-  dims[0] = n;
   Tensor m = from_vector(mask, Shape(dims), {x.dtype(), x.device()});  // [N, 1, 1, 1]
   return x * m;
 }

@@ -54,7 +54,8 @@ class SqueezeExcitation : public nn::Module {
 // torchvision.ops.StochasticDepth(p, "row"): in training each sample of the batch is kept with
 // probability 1 - p and scaled by 1 / (1 - p), else zeroed; identity in eval or when p == 0.
 // The per-sample keep draw is U(seed, offset + i) >= p from the generator (kernels/random.h),
-// the same rule as dropout, computed on the host and uploaded as a [N, 1, 1, 1] tensor.
+// the same rule as dropout. The [N, 1, 1, 1] mask is drawn on the host, and on CUDA by the dropout
+// kernel from the generator's draw(), so a captured CUDA graph draws a new one at every replay.
 class StochasticDepth : public nn::Module {
  public:
   explicit StochasticDepth(double p, Generator& gen = default_generator());

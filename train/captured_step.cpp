@@ -59,8 +59,7 @@ int64_t CapturedStep::graph_nodes() const { return graph_ != nullptr ? graph_->n
 
 Tensor CapturedStep::operator()() {
   // A planner still settling (plans queued, a step departing) would re-plan inside the capture.
-  const bool settling = options_.planner != nullptr && options_.planner->active() &&
-                        !options_.planner->settled() &&
+  const bool settling = options_.planner != nullptr && options_.planner->settling() &&
                         calls_ < options_.warmup + kMaxSettlingCalls;
   if (!can_capture_ || calls_ < options_.warmup || (graph_ == nullptr && settling)) {
     ++calls_;

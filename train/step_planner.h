@@ -66,9 +66,9 @@ class StepPlanner {
   void run(const std::function<void()>& step);
   const PlannerReport& report() const { return report_; }
   bool active() const { return allocator_ != nullptr; }
-  // A planned step has followed its plan and no plan is queued: the steps from now on repeat it
-  // (what a CUDA-graph capture wants before it captures the step into the arena).
-  bool settled() const { return settled_ && queued_.empty() && !report_.gave_up; }
+  // Still making plans: a plan is queued or no planned step has followed its plan yet (and the
+  // planner has not given up). A CUDA-graph capture waits for the steps to repeat the plan.
+  bool settling() const { return active() && !report_.gave_up && !(settled_ && queued_.empty()); }
 
  private:
   bool install(memory::StepPlan plan);

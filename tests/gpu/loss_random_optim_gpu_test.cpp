@@ -1,9 +1,11 @@
 // CUDA vs CPU: cross-entropy with label smoothing (f32 logits), random fills and dropout (bit
 // for bit), and the fused SGD / AdamW updates including the found_inf skip.
+#include "core/factory.h"
 #include "gpu_test_util.h"
 #include "kernels/loss.h"
 #include "kernels/optim.h"
 #include "kernels/random.h"
+#include "models/blocks.h"
 
 using namespace frugal;
 using namespace frugal::gputest;
@@ -117,6 +119,34 @@ TEST(GpuRandom, FillsAndDropoutMatchCpuBitForBit) {
     kernels::cuda::dropout_forward(gpu(), t, n, dx.get(), p, seed, offset, nullptr, dgx2.get(),
                                    nullptr);
     EXPECT_EQ(dgx2.download(), dgx.download());
+  }
+}
+
+// StochasticDepth on CUDA draws its row mask with the dropout kernel from the generator's draw():
+// the CPU's mask from the same seed and offset, and drawable inside a graph capture (Note [Random
+// draws in captured graphs]), where the host path's take() throws.
+TEST(GpuRandom, StochasticDepthMatchesTheCpuAndDrawsInsideACapture) {
+  SKIP_WITHOUT_GPU();
+  const Device kGpu = Device::cuda(0);
+  Generator data_gen(1);
+  Tensor x = randn(Shape{48, 2, 2, 3}, data_gen);
+  Generator cpu_gen(9);
+  cpu_gen.set_offset(40);
+  models::StochasticDepth on_cpu(0.25, cpu_gen);
+  const std::vector<double> want = on_cpu.forward(x).to_vector();
+  for (bool capturing : {false, true}) {
+    SCOPED_TRACE(capturing ? "capturing" : "eager");
+    Generator gen(9);
+    gen.set_offset(40);
+    models::StochasticDepth sd(0.25, gen);
+    Tensor counter = full({1}, 40.0, {.dtype = DType::i64, .device = kGpu});
+    if (capturing)
+      gen.begin_graph_capture(reinterpret_cast<const uint64_t*>(counter.data<int64_t>()));
+    std::vector<double> got;
+    ASSERT_NO_THROW(got = sd.forward(x.to(kGpu)).to_vector());
+    if (capturing) EXPECT_EQ(gen.end_graph_capture(), 48u);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-6) << i;
   }
 }
 

@@ -118,6 +118,7 @@ TEST(StepPlanner, GivesUpOnStepsThatNeverRepeat) {
     planner.run([&] { fake_step(dev.alloc, sizes, grad); });
   }
   EXPECT_TRUE(planner.report().gave_up);
+  EXPECT_FALSE(planner.settling());  // nothing to wait for
   EXPECT_FALSE(dev.alloc.has_plan());
   dev.alloc.check_invariants();
 }
@@ -237,6 +238,7 @@ TEST(StepPlanner, AFirstStepPlannedApartThenTheStepsAfter) {
   FakeDevice dev;
   train::StepPlanner planner(dev.alloc);
   ASSERT_TRUE(planner.plan(traces));
+  EXPECT_TRUE(planner.settling());  // plans queued: a graph capture would wait
   memory::DataPtr grad;
   planner.run([&] { first(dev.alloc, grad); });
   EXPECT_TRUE(planner.report().last.followed());
@@ -246,5 +248,6 @@ TEST(StepPlanner, AFirstStepPlannedApartThenTheStepsAfter) {
   }
   EXPECT_EQ(planner.report().replans, 0);
   EXPECT_EQ(planner.report().planned_steps, 4);
+  EXPECT_FALSE(planner.settling());  // the steps repeat their plan
   dev.alloc.check_invariants();
 }
