@@ -259,12 +259,13 @@ int run(int argc, char** argv) {
   }
   train::plan_before_first_step(planner, model_name, config, Shape{batch, chw[1], chw[2], chw[0]},
                                 amp_dtype, micro_batches, wrap_like_run);  // nothing when off
+  auto train_once = [&] {
+    return train::train_step(*model, opt, images, labels, amp_dtype, scaler.get(), 0.0,
+                             micro_batches);
+  };
   auto eager_step = [&]() -> Tensor {
     Tensor out;
-    planner.run([&] {
-      out = train::train_step(*model, opt, images, labels, amp_dtype, scaler.get(), 0.0,
-                              micro_batches);
-    });
+    planner.run([&] { out = train_once(); });
     return out;
   };
   // --graph: the warm-up runs eagerly but for its last step, which captures (and replays).
@@ -272,11 +273,7 @@ int run(int argc, char** argv) {
   if (graph && warmup < 2) throw std::invalid_argument("--graph needs --warmup 2 or more");
   if (graph && group) throw std::invalid_argument("--graph does not run under several ranks yet");
   // Planned, the capture goes into the planner's arena (Note [Captured steps in the arena]).
-  train::CapturedStep captured(device,
-                               [&] {
-                                 return train::train_step(*model, opt, images, labels, amp_dtype,
-                                                          scaler.get(), 0.0, micro_batches);
-                               },
+  train::CapturedStep captured(device, train_once,
                                {.warmup = std::max<int64_t>(1, warmup - 1), .planner = &planner});
   int64_t steps_run = 0;
   auto step = [&]() -> Tensor {

@@ -83,9 +83,8 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   if (b == nullptr) {
     // Scratch the arena could not hold comes back every step: a segment of its own size, not a
     // 20 MiB one it would share with what lives on (Note [Kernel scratch]).
-    const size_t seg_bytes = scratch && !small_pool ? (rounded + kLargeRoundBytes - 1) /
-                                                          kLargeRoundBytes * kLargeRoundBytes
-                                                    : segment_bytes_for(rounded);
+    const size_t seg_bytes =
+        scratch && !small_pool ? round_up(rounded, kLargeRoundBytes) : segment_bytes_for(rounded);
     if (!try_new_segment(seg_bytes, stream, small_pool, &b)) {
       // Cached segments may be what stands between us and the memory: give them back, once.
       stats_.num_alloc_retries++;

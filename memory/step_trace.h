@@ -32,6 +32,7 @@
 //     gets its own plan).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -115,6 +116,9 @@ struct StepPlan {
   std::vector<Entry> entries;  // the trace's plannable allocations, in order
   size_t arena_bytes = 0;
   size_t lower_bound = 0;  // largest sum of live arena entries at one moment
+  int64_t carried() const {  // entries carried into the next step
+    return std::count_if(entries.begin(), entries.end(), [](const Entry& e) { return e.carried; });
+  }
 };
 
 // `next`: the trace of the step after (the same step when null, as in steady state); its early

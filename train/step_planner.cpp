@@ -81,8 +81,7 @@ bool StepPlanner::plan(const std::vector<memory::StepTrace>& traces) {
 
 bool StepPlanner::install(memory::StepPlan plan) {
   const size_t arena = plan.arena_bytes, bound = plan.lower_bound;
-  carried_ = std::count_if(plan.entries.begin(), plan.entries.end(),
-                           [](const memory::StepPlan::Entry& e) { return e.carried; });
+  carried_ = plan.carried();
   if (!allocator_->install_plan(std::move(plan))) {
     std::fprintf(stderr,
                  "frugal: step planner: an arena of %.1f MiB does not fit on %s (memory cap or "
@@ -139,8 +138,7 @@ void StepPlanner::run(const std::function<void()>& step) {
       // which of its own to carry (Note [Gradients carried into the next step]). An improvement,
       // not a departure; the next step is recorded and checked against it.
       memory::StepPlan carrying = memory::plan_step(trace);
-      if (std::any_of(carrying.entries.begin(), carrying.entries.end(),
-                      [](const memory::StepPlan::Entry& e) { return e.carried; })) {
+      if (carrying.carried() > 0) {
         install(std::move(carrying));
         return;
       }
