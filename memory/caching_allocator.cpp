@@ -80,6 +80,15 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   }
   const bool small_pool = rounded <= kSmallRequestMax;
   Block* b = find_free(rounded, stream, small_pool);
+  if (b == nullptr && stream == open_pool_ && stream != kDefaultStream) {
+    // A capture borrows cached free bytes before mapping a segment of its own (Note [Private
+    // pools for captured graphs]).
+    if (Block* lent = find_free(rounded, kDefaultStream, small_pool); lent != nullptr) {
+      take(lent, rounded, bytes);
+      lent->stream = stream;
+      return DataPtr(reinterpret_cast<void*>(lent->addr), bytes, this);
+    }
+  }
   if (b == nullptr) {
     // Scratch the arena could not hold comes back every step: a segment of its own size, not a
     // 20 MiB one it would share with what lives on (Note [Kernel scratch]).
@@ -215,7 +224,16 @@ void CachingAllocator::free_block(Block* b) {
   stats_.allocation.sub(1);
   b->allocated = false;
   b->requested = 0;
-  if (Block* next = b->next; next != nullptr && !next->allocated) {  // absorb the next block
+  merge_and_insert_free(b);
+}
+
+// Joins free block `b` (in no free set) with its free neighbours of the same stream: a block lent
+// to a private pool shares its segment with default-stream blocks but not their free bytes.
+void CachingAllocator::merge_and_insert_free(Block* b) {
+  auto mergeable = [&](const Block* other) {
+    return other != nullptr && !other->allocated && other->stream == b->stream;
+  };
+  if (Block* next = b->next; mergeable(next)) {  // absorb the next block
     erase_free(next);
     b->size += next->size;
     b->last_use = std::max(b->last_use, next->last_use);
@@ -223,7 +241,7 @@ void CachingAllocator::free_block(Block* b) {
     if (b->next != nullptr) b->next->prev = b;
     delete next;
   }
-  if (Block* prev = b->prev; prev != nullptr && !prev->allocated) {  // the previous absorbs b
+  if (Block* prev = b->prev; mergeable(prev)) {  // the previous absorbs b
     erase_free(prev);
     prev->size += b->size;
     prev->last_use = std::max(prev->last_use, b->last_use);
@@ -261,16 +279,21 @@ void CachingAllocator::release_private_pool(StreamId pool) {
     held_.erase(it);
     for (Block* b : held) free_block(b);
   }
+  // The pool's blocks, in its own segments and lent from cached ones, go back to the default
+  // stream; free ones join their free default-stream neighbours.
+  std::vector<Block*> pool_blocks;
   for (auto& [addr, head] : segments_) {
-    if (head->stream != pool) continue;
     for (Block* b = head; b != nullptr; b = b->next) {
-      if (b->allocated) {
-        b->stream = kDefaultStream;
-      } else {  // the free set is ordered by stream first
-        erase_free(b);
-        b->stream = kDefaultStream;
-        insert_free(b);
-      }
+      if (b->stream == pool) pool_blocks.push_back(b);
+    }
+  }
+  for (Block* b : pool_blocks) {  // a merge deletes only default-stream blocks: none of these
+    if (b->allocated) {
+      b->stream = kDefaultStream;
+    } else {  // the free set is ordered by stream first
+      erase_free(b);
+      b->stream = kDefaultStream;
+      merge_and_insert_free(b);
     }
   }
 }

@@ -73,6 +73,7 @@ struct BlockSnapshot {
   size_t size = 0;       // rounded block size
   size_t requested = 0;  // 0 when free
   bool allocated = false;
+  StreamId stream = kDefaultStream;  // its segment's, or the private pool it is lent to
 };
 
 struct SegmentSnapshot {
@@ -108,15 +109,19 @@ class CachingAllocator final : public Allocator {
   // A captured CUDA graph replays its kernels at the addresses they had during capture, so the
   // memory the capture touched must not be handed to anyone else while the graph lives:
   //   - while a pool is open, default-stream requests from the thread that opened it are served
-  //     from segments tagged `pool` (any tag other than a real stream's), so the graph's
-  //     temporaries never share a block with memory allocated outside it;
+  //     from blocks tagged `pool` (any tag other than a real stream's), so the graph's
+  //     temporaries never share a block with memory allocated outside it. A request the pool's
+  //     free blocks cannot serve borrows a free block of the default stream's cached segments
+  //     before a segment of the pool's own is mapped: the block is the pool's from then on, and
+  //     a captured step reserves no more than the eager step it copies (the loss and the
+  //     scratch the planned arena cannot hold fit in bytes the eager steps left free);
   //   - a block allocated before the pool opened and freed while it is open (the last step's
   //     gradients, say) may have been read by a captured kernel: it is held, still counted as
   //     allocated, until release_private_pool;
   //   - close_private_pool stops the redirection; the pool's free blocks stay reserved for later
   //     replays and captures into the same pool (reopen it with open_private_pool);
   //   - release_private_pool (the graph is gone) frees the held blocks and retags the pool's
-  //     segments to the default stream, so their memory serves everyone again.
+  //     blocks to the default stream, so their memory serves everyone again.
   // PyTorch's caching allocator keeps a private pool per graph for the same reason.
   // empty_cache and trim_cache keep the free segments of a pool until it is released (a replay
   // writes to them), as PyTorch's empty_cache keeps a live graph's pool.
@@ -195,6 +200,7 @@ class CachingAllocator final : public Allocator {
   void erase_free(Block* b);
   size_t release_free_segments();  // whole free segments back to the source; returns bytes
   void free_block(Block* b);  // back to its stream's free blocks, merged with free neighbours
+  void merge_and_insert_free(Block* b);
   void free_segment(Block* head);
   struct Arena {
     uintptr_t base = 0;

@@ -60,7 +60,7 @@ std::vector<SegmentSnapshot> CachingAllocator::snapshot() const {
     seg.stream = head->stream;
     seg.small_pool = head->small_pool;
     for (const Block* b = head; b != nullptr; b = b->next) {
-      seg.blocks.push_back({b->addr - addr, b->size, b->requested, b->allocated});
+      seg.blocks.push_back({b->addr - addr, b->size, b->requested, b->allocated, b->stream});
       seg.size += b->size;
     }
     out.push_back(std::move(seg));
@@ -99,12 +99,16 @@ void CachingAllocator::check_invariants() const {
                    " has size ", b->size);
       FRUGAL_CHECK(b->addr == addr + seg_size, where, "block at ", b->addr,
                    " does not follow its neighbour (expected ", addr + seg_size, ")");
-      FRUGAL_CHECK(b->stream == head->stream && b->small_pool == head->small_pool, where,
+      // A block may be lent to a live private pool from a default-stream segment, or the
+      // lent block may head one.
+      const bool lent = b->stream != head->stream &&
+                        (live_pools_.count(b->stream) > 0 || live_pools_.count(head->stream) > 0);
+      FRUGAL_CHECK((b->stream == head->stream || lent) && b->small_pool == head->small_pool, where,
                    "block at ", b->addr, " disagrees with its segment on stream or pool");
       if (b->next != nullptr) {
         FRUGAL_CHECK(b->next->prev == b, where, "broken prev link after block ", b->addr);
-        FRUGAL_CHECK(b->allocated || b->next->allocated, where, "free neighbours at ", b->addr,
-                     " and ", b->next->addr, " were not merged");
+        FRUGAL_CHECK(b->allocated || b->next->allocated || b->stream != b->next->stream, where,
+                     "free neighbours at ", b->addr, " and ", b->next->addr, " were not merged");
       }
       const Pool& pool = head->small_pool ? small_free_ : large_free_;
       if (b->allocated) {

@@ -4,7 +4,7 @@
 # (model:precision[:extra,flags] at batch 128, 3x224x224), GRAPH224_ROWS (the same, replayed from a
 # CUDA graph) and GRAPH_ROWS (32x32, batch 256, eager and replayed), tabulated by
 # bench/segment_table.py: peak allocated and reserved, and where reserved goes, by pool, after the
-# timed steps.
+# timed steps. BUDGET_CASES, when set, runs scripts/gpu-budget-bench.sh on them last.
 #   OUT=/tmp/x scripts/gpu-reserved-session.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -45,4 +45,8 @@ done
 python3 bench/segment_table.py "$OUTDIR/segments.jsonl" | tee "$OUTDIR/segments.md"
 python3 bench/segment_table.py --maps "$OUTDIR/segments.jsonl" > "$OUTDIR/segment-maps.txt"
 tail -5 "$OUTDIR/bench.err"
+if [ -n "${BUDGET_CASES:-}" ]; then  # the budget goal's cases (scripts/gpu-budget-bench.sh)
+  echo "== budget cases at $(( $(date +%s) - start )) s"
+  CASES="$BUDGET_CASES" BUILD_DIR=build-gpu scripts/gpu-budget-bench.sh
+fi
 echo "== done at $(( $(date +%s) - start )) s"

@@ -76,9 +76,6 @@ Tensor CapturedStep::operator()() {
 
 void CapturedStep::capture() {
   memory::CachingAllocator& alloc = caching_allocator_of(device_);
-  // The pool cannot reuse what the eager steps left cached; hand that back first, or the
-  // device would hold both (it waits for the device: this is outside the timed replays).
-  alloc.empty_cache();
   // The offset base lives outside the pool: it outlives any one replay's temporaries.
   rng_counter_ = zeros({1}, {.dtype = DType::i64, .device = device_});
   fill_(rng_counter_, static_cast<double>(gen_->offset()));  // exact below 2^53 draws
@@ -111,6 +108,10 @@ void CapturedStep::capture() {
                 "Note [Captured training steps] in train/captured_step.h): ", e.what());
   }
   alloc.close_private_pool();
+  // The capture borrowed what it needed of the cache the eager steps left (Note [Private pools
+  // for captured graphs]); the segments it left whole serve nobody now that every call replays,
+  // so they go back (this waits for the device, outside the timed replays).
+  alloc.empty_cache();
   pool_ = pool;
   pinned_arena_ = pinned;
   graph_ = std::move(graph);

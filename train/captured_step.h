@@ -21,7 +21,8 @@
 //     the captured step's output tensor, rewritten by every replay.
 //   - Memory: the capture allocates from a private pool of the caching allocator (Note [Private
 //     pools for captured graphs]), which the graph keeps until this object is destroyed. The
-//     cache the eager steps left is emptied first, since the pool cannot reuse it.
+//     pool borrows the free bytes the eager steps left cached before it maps segments of its
+//     own, and the cached segments it left whole are given back after the capture.
 //     Temporaries count as freed after capture, so the allocator's allocated bytes understate
 //     what a replay uses; its reserved bytes do not.
 //   - With a step planner (CapturedStepOptions::planner), every call runs the step through it:

@@ -85,16 +85,21 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
   // f16's 5-bit exponent underflows small gradients: it needs loss scaling; bf16 does not.
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
 
-  StepPlanner planner(o.planner && !o.graph ? device : Device::cpu());
+  StepPlanner planner(o.planner ? device : Device::cpu());
   plan_before_first_step(planner, o.model, config, Shape{o.batch, o.height, o.width, o.channels},
                          precision);  // nothing when the planner is off
+  auto train_step = [&] {
+    return train::train_step(*model, opt, images, labels, precision, scaler.get());
+  };
   auto eager_step = [&]() -> Tensor {
     Tensor out;
-    planner.run(
-        [&] { out = train::train_step(*model, opt, images, labels, precision, scaler.get()); });
+    planner.run([&] { out = train_step(); });
     return out;
   };
-  CapturedStep captured(device, eager_step, {.warmup = std::max<int64_t>(1, o.warmup - 1)});
+  // Planned, the capture goes into the planner's arena (Note [Captured training steps]), once the
+  // planner has settled: a few more eager steps, which the median of the timed ones outvotes.
+  CapturedStep captured(device, train_step,
+                        {.warmup = std::max<int64_t>(1, o.warmup - 1), .planner = &planner});
   auto step = [&]() -> Tensor { return o.graph ? captured() : eager_step(); };
 
   CompareRow row;

@@ -38,10 +38,12 @@ struct CompareOptions {
   double lr = 0.05;  // SGD; small enough that 23 steps on one batch stay finite
   double momentum = 0.9;
   // Replay the timed steps from a CUDA graph captured in the last warm-up step (Note [Captured
-  // training steps] in train/captured_step.h); needs warmup >= 2; eager on the CPU.
+  // training steps] in train/captured_step.h), or once the planner has settled; needs
+  // warmup >= 2; eager on the CPU.
   bool graph = false;
   models::CheckpointPolicy checkpoint{};  // --checkpoint none|blocks|N
-  // Plan each step's memory before the first (train/step_planner.h); CUDA only, not with graph.
+  // Plan each step's memory before the first (train/step_planner.h); CUDA only. With graph, the
+  // capture lives in the planner's arena.
   bool planner = true;
   bool recompute_depthwise = false;  // ModelConfig::recompute_depthwise
 };

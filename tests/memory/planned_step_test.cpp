@@ -283,8 +283,8 @@ TEST(PlannedStep, ACapturedPlannedStepTakesTheArenaAndTheArenaOutlivesItsPlanWhi
   EXPECT_EQ(r.served, in_arena);  // the plan served first, the pool only what it does not plan
   bool pool_holds_the_gradient = false;
   for (const SegmentSnapshot& seg : dev.alloc.snapshot()) {
-    if (seg.stream != kPool) continue;
-    for (const BlockSnapshot& b : seg.blocks) pool_holds_the_gradient |= b.allocated;
+    for (const BlockSnapshot& b : seg.blocks)
+      pool_holds_the_gradient |= b.allocated && b.stream == kPool;
   }
   EXPECT_TRUE(pool_holds_the_gradient);  // the parameter gradient outlives the step
   const int frees = dev.source->free_calls;

@@ -2,7 +2,10 @@
 // capture allocates stays out of everyone else's reach until the graph is released.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "memory/caching_allocator.h"
 #include "memory/fake_device_source.h"
@@ -16,21 +19,43 @@ namespace {
 constexpr StreamId kPool = 1001;
 }
 
-TEST(PrivatePool, RequestsWhileOpenComeFromTheirOwnSegments) {
+TEST(PrivatePool, RequestsWhileOpenBorrowCachedFreeBytesBeforeMappingSegments) {
   FakeDevice dev;
   DataPtr outside = dev.alloc.allocate(4096);
   DataPtr freed_outside = dev.alloc.allocate(4096);
   const uintptr_t free_before = addr_of(freed_outside);
-  freed_outside.reset();  // a cached default-stream block the pool must not take
+  freed_outside.reset();  // cached free bytes of the default stream's small segment
   dev.alloc.open_private_pool(kPool);
   DataPtr inside = dev.alloc.allocate(4096);
-  EXPECT_NE(addr_of(inside), free_before);
-  EXPECT_EQ(dev.source->alloc_calls, 2);  // a segment of the pool's own
-  dev.alloc.close_private_pool();
-  int pool_segments = 0;
-  for (const SegmentSnapshot& seg : dev.alloc.snapshot()) pool_segments += seg.stream == kPool;
-  EXPECT_EQ(pool_segments, 1);
+  EXPECT_EQ(addr_of(inside), free_before);  // lent to the pool: no segment mapped for it
+  EXPECT_EQ(dev.source->alloc_calls, 1);
+  DataPtr large = dev.alloc.allocate(3 * kMiB);  // nothing cached holds it: the pool's own
+  EXPECT_EQ(dev.source->alloc_calls, 2);
   dev.alloc.check_invariants();
+  inside.reset();  // a capture's temporary: a replay writes there again
+  dev.alloc.close_private_pool();
+  DataPtr after = dev.alloc.allocate(4096);
+  EXPECT_NE(addr_of(after), free_before);  // the lent block stays the pool's
+  bool lent_in_default_segment = false;
+  for (const SegmentSnapshot& seg : dev.alloc.snapshot()) {
+    if (seg.stream != kDefaultStream) continue;
+    for (const BlockSnapshot& b : seg.blocks) lent_in_default_segment |= b.stream == kPool;
+  }
+  EXPECT_TRUE(lent_in_default_segment);
+  dev.alloc.open_private_pool(kPool);  // a recapture finds it among the pool's free blocks
+  DataPtr recapture = dev.alloc.allocate(4096);
+  EXPECT_EQ(addr_of(recapture), free_before);
+  recapture.reset();
+  dev.alloc.close_private_pool();
+  dev.alloc.check_invariants();
+
+  after.reset();
+  large.reset();
+  dev.alloc.release_private_pool(kPool);  // the lent bytes rejoin their segment's free bytes
+  dev.alloc.check_invariants();
+  outside.reset();
+  dev.alloc.empty_cache();
+  EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, 0);
 }
 
 TEST(PrivatePool, ItsFreedBlocksServeOnlyTheReopenedPool) {
@@ -131,4 +156,59 @@ TEST(PrivatePool, EmptyCacheAndTrimKeepALivePoolsFreeSegments) {
   dev.alloc.empty_cache();
   EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, 0);
   dev.alloc.check_invariants();
+}
+
+// Random traffic around captures: no two live blocks overlap, and while a pool lives nothing
+// outside it is handed bytes a capture was given (a replay writes there), lent ones included.
+TEST(PrivatePool, RandomTrafficNeverHandsACapturesBytesToAnyoneElse) {
+  FakeDevice dev;
+  std::mt19937 rng(12);
+  struct Live {
+    DataPtr ptr;
+    size_t size;
+  };
+  std::vector<Live> live;
+  std::vector<std::pair<uintptr_t, uintptr_t>> captured;  // [begin, end) the pool was given
+  bool open = false, pool_alive = false;
+  auto overlaps = [](uintptr_t a, size_t n, uintptr_t b, uintptr_t e) {
+    return a < e && b < a + n;
+  };
+  for (int i = 0; i < 4000; ++i) {
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 5 && live.size() < 40) {  // at most ~500 MiB of the fake device's 1 GiB
+      const size_t sizes[] = {512, 4096, 300000, 1 * kMiB + 512, 3 * kMiB, 12 * kMiB};
+      const size_t n = sizes[rng() % 6] + rng() % 2048;
+      DataPtr p = dev.alloc.allocate(n);
+      const uintptr_t a = addr_of(p);
+      for (const Live& l : live)
+        ASSERT_FALSE(overlaps(a, n, addr_of(l.ptr), addr_of(l.ptr) + l.size)) << i;
+      if (open) {
+        captured.emplace_back(a, a + n);
+      } else {
+        for (const auto& [b, e] : captured) ASSERT_FALSE(overlaps(a, n, b, e)) << "request " << i;
+      }
+      live.push_back({std::move(p), n});
+    } else if (op < 8 && !live.empty()) {
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(rng() % live.size()));
+    } else if (op == 8) {
+      if (open) {
+        dev.alloc.close_private_pool();
+      } else {
+        dev.alloc.open_private_pool(kPool);
+        pool_alive = true;
+      }
+      open = !open;
+    } else if (!open && pool_alive) {  // the graph is gone
+      dev.alloc.release_private_pool(kPool);
+      captured.clear();
+      pool_alive = false;
+    }
+    dev.alloc.check_invariants();
+  }
+  if (open) dev.alloc.close_private_pool();
+  if (pool_alive) dev.alloc.release_private_pool(kPool);
+  live.clear();
+  dev.alloc.check_invariants();
+  dev.alloc.empty_cache();
+  EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, 0);  // every lent block rejoined its segment
 }
