@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Where the GPU time of one MobileNetV2 training step goes, frugal beside PyTorch: ncu times every
+# Where the GPU time of one training step of PROFILE_MODEL (default mobilenet_v2) goes, frugal
+# beside PyTorch: ncu times every
 # kernel of frugal's last timed step (train_step_bench --profile), torch.profiler every kernel of
 # one PyTorch step; both summed by kernel name into "${OUT:-/tmp}/profile-<impl>-<precision>.txt".
 # PROFILE_KINDS="host" skips ncu and PyTorch and writes only the host-side profile of frugal's
@@ -13,7 +14,8 @@ mkdir -p "$OUTDIR"
 read -r batch input classes <<< "${PROFILE_CASE:-128 3x224x224 1000}"
 status=0
 for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
-  args=(--device cuda --batch "$batch" --input "$input" --classes "$classes" --precision "$p"
+  args=(--device cuda --model "${PROFILE_MODEL:-mobilenet_v2}" --batch "$batch" --input "$input"
+        --classes "$classes" --precision "$p"
         --warmup 3 --steps 2)
   if [[ " ${PROFILE_KINDS:-ncu host} " == *" host "* ]]; then
     FRUGAL_HOST_PROFILE=1 "$BUILD/train_step_bench" "${args[@]}" --steps 30 --warmup 10 \
