@@ -1,5 +1,7 @@
 // CUDA vs CPU: batch norm (training forward with running statistics, evaluation, backward) and
 // max/average/global-average pooling in both directions, on odd NHWC sizes.
+#include <cmath>
+
 #include "gpu_test_util.h"
 #include "kernels/batch_norm.h"
 #include "kernels/pooling.h"
@@ -144,6 +146,36 @@ TEST(GpuBatchNorm, FusedActivationMatchesCpuAndRecomputesExactly) {
                                                ddy.get(), dgg.get(), dgb.get());
         EXPECT_EQ(ddy.download(), dgx.download()) << "in place must equal out of place";
       }
+    }
+  }
+}
+
+// The backward's first pass records each window's first maximum in one byte (two past 254
+// positions): ties go to the first in scan order, NaN wins, as on the CPU.
+TEST(GpuPooling, MaxBackwardMatchesTheCpuOnTiesNaNsAndWideWindows) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t h, w, k, stride, pad;
+  };
+  for (DType t : kDTypes) {
+    for (Case pc : {Case{9, 7, 3, 2, 1}, Case{8, 8, 3, 1, 1}, Case{20, 18, 16, 2, 0}}) {
+      kernels::Pool2dShape s;
+      s.n = 2, s.h = pc.h, s.w = pc.w, s.c = 3, s.kh = s.kw = pc.k;
+      s.stride_h = s.stride_w = pc.stride, s.pad_h = s.pad_w = pc.pad;
+      SCOPED_TRACE(detail::str(dtype_name(t), " ", pc.h, "x", pc.w, " k", pc.k));
+      const int64_t nx = s.n * s.h * s.w * s.c, ny = s.n * s.oh() * s.ow() * s.c;
+      auto x = random_values(static_cast<size_t>(nx), 45, t);
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = x[i] > 0 ? 1.0f : 0.0f;  // mostly ties
+        if (i % 37 == 5) x[i] = std::nanf("");
+      }
+      auto dy = random_values(static_cast<size_t>(ny), 46, t);
+      DeviceBuffer dx = to_device(t, x), ddy = to_device(t, dy), dx_out(t, nx);
+      std::vector<float> ref_dx(nx);
+      kernels::cpu::max_pool2d_backward(cpu(), DType::f32, s, x.data(), dy.data(), ref_dx.data());
+      dx_out.poison();
+      kernels::cuda::max_pool2d_backward(gpu(), t, s, dx.get(), ddy.get(), dx_out.get());
+      EXPECT_CLOSE(dx_out.download(), ref_dx, tolerance(t));
     }
   }
 }
