@@ -19,6 +19,13 @@ struct Pool2dShape {
 
 // Padding never wins a max. Backward finds the (first) argmax again from x instead of saving
 // indices, and routes dy there (accumulating when windows overlap). dx overwritten.
+// On CUDA the backward records each window's argmax once in kernel scratch of
+// cuda_max_pool_backward_scratch_bytes(s), one byte per output (two for windows past 254
+// positions); a dry run on meta that predicts a CUDA step asks for the same.
+inline size_t cuda_max_pool_backward_scratch_bytes(const Pool2dShape& s) {
+  const size_t per_output = s.kh * s.kw < 255 ? 1 : 2;
+  return static_cast<size_t>(s.n * s.oh() * s.ow() * s.c) * per_output;
+}
 FRUGAL_DECLARE_KERNEL(max_pool2d_forward, (const Context& ctx, DType dtype, const Pool2dShape& s,
                                            const void* x, void* y),
                       (ctx, dtype, s, x, y))

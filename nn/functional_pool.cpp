@@ -1,6 +1,7 @@
 // Max, average and global average pooling over NHWC, forward and backward.
 #include "core/autograd.h"
 #include "core/op_util.h"
+#include "kernels/conv_workspace.h"
 #include "kernels/pooling.h"
 #include "nn/functional.h"
 
@@ -57,6 +58,9 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions opt) {
                                 kernels::max_pool2d_backward(detail::ctx_of(xc), xc.dtype(), s,
                                                              xc.data_ptr(), gc.data_ptr(),
                                                              out.data_ptr());
+                              } else if (kernels::meta_predicts_cuda()) {  // the CUDA scratch
+                                memory::DataPtr scratch = detail::ctx_of(xc).workspace(
+                                    kernels::cuda_max_pool_backward_scratch_bytes(s));
                               }
                               return out;
                             });

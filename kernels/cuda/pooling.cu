@@ -232,7 +232,7 @@ void max_pool2d_backward(const Context& ctx, DType dtype, const Pool2dShape& s, 
   DeviceGuard guard(ctx.device);
   auto run = [&](auto where_type) {
     using W = decltype(where_type);
-    memory::DataPtr where = ctx.workspace(static_cast<size_t>(outputs) * sizeof(W));
+    memory::DataPtr where = ctx.workspace(cuda_max_pool_backward_scratch_bytes(s));
     auto* w = static_cast<W*>(where.get());  // Note [Kernel scratch]: freed in stream order
     FRUGAL_CUDA_FLOAT_SWITCH(dtype, "max_pool2d_backward", {
       max_argmax_kernel<T, W><<<grid_for(ctx, outputs), kThreads, 0, stream>>>(
