@@ -65,6 +65,11 @@ class DataPtr {
   DataPtr() = default;
   // Reports the allocation to the observers, if any (Note [Allocation events]).
   DataPtr(void* ptr, size_t size, Allocator* owner);
+  // Part of memory another DataPtr holds, whose allocation observers saw (Note [Flat resident
+  // tensors] in core/flat_tensors.h): its owner hears of the release, observers do not.
+  struct Unobserved {};
+  DataPtr(void* ptr, size_t size, Allocator* owner, Unobserved)
+      : ptr_(ptr), size_(size), owner_(owner), observed_(false) {}
   DataPtr(const DataPtr&) = delete;
   DataPtr& operator=(const DataPtr&) = delete;
   DataPtr(DataPtr&& o) noexcept { swap(o); }
@@ -90,12 +95,14 @@ class DataPtr {
     std::swap(owner_, o.owner_);
     std::swap(tag_, o.tag_);
     std::swap(event_id_, o.event_id_);
+    std::swap(observed_, o.observed_);
   }
   void* ptr_ = nullptr;
   size_t size_ = 0;
   Allocator* owner_ = nullptr;
   const AllocationTag* tag_ = nullptr;  // interned (Note [Allocation events]); null: unobserved
   uint64_t event_id_ = 0;  // names it in events; 0 when nobody observed its allocation
+  bool observed_ = true;   // false: a part of an observed allocation, see Unobserved
 };
 
 class Allocator {
@@ -131,7 +138,7 @@ inline DataPtr::DataPtr(void* ptr, size_t size, Allocator* owner)
 
 inline void DataPtr::reset() {
   if (owner_ != nullptr && (ptr_ != nullptr || size_ != 0)) {
-    if (observing()) {
+    if (observed_ && observing()) {
       notify_allocation({EventKind::free, owner_->device(), size_, event_id_,
                          tag_ != nullptr ? tag_ : untagged(), reinterpret_cast<uintptr_t>(ptr_)});
     }
@@ -142,6 +149,7 @@ inline void DataPtr::reset() {
   owner_ = nullptr;
   tag_ = nullptr;
   event_id_ = 0;
+  observed_ = true;
 }
 
 // Host memory, 64-byte aligned, counted. Thread-safe.

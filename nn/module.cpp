@@ -3,10 +3,14 @@
 
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/autograd.h"
+#include "core/flat_tensors.h"
 #include "core/op_util.h"
 #include "core/ops.h"
+#include "kernels/elementwise.h"
+#include "memory/events.h"
 
 namespace frugal::nn {
 
@@ -167,8 +171,37 @@ void Module::zero_grad() {
 }
 
 void Module::to(Device device) {
-  convert_in_place(
-      [device](const Tensor& t) { return t.device() == device ? t : t.detach().to(device); });
+  if (!device.is_cuda()) {
+    convert_in_place(
+        [device](const Tensor& t) { return t.device() == device ? t : t.detach().to(device); });
+    return;
+  }
+  // On CUDA, everything that moves takes one allocation (Note [Flat resident tensors]); a
+  // tensor registered twice (tied weights) moves once.
+  memory::OpScope op_scope("to");  // Note [Allocation events]
+  std::vector<Tensor> moving;
+  std::unordered_set<const TensorImpl*> seen;
+  auto collect = [&](const Tensor& t) {
+    if (t.device() != device && seen.insert(&t.impl()).second) moving.push_back(t);
+  };
+  for (auto& [name, t] : named_parameters()) collect(t);
+  for (auto& [name, t] : named_buffers()) collect(t);
+  std::vector<FlatSpec> specs;
+  for (const Tensor& t : moving) {
+    FRUGAL_CHECK(!t.device().is_meta(), "Module::to: cannot materialise data of a meta tensor ",
+                 "on ", device);
+    specs.push_back({t.shape(), {t.dtype(), device}});
+  }
+  std::vector<Tensor> moved = empty_flat(specs);  // may throw: nothing has moved yet
+  const kernels::Context ctx = kernels::Context::of(device);
+  for (size_t i = 0; i < moving.size(); ++i) {
+    kernels::copy_bytes(ctx, device, moved[i].data_ptr(), moving[i].device(), moving[i].data_ptr(),
+                        moving[i].nbytes());
+  }
+  for (size_t i = 0; i < moving.size(); ++i) {  // in place, as convert_in_place does
+    moving[i].impl().storage = moved[i].impl().storage;
+    moving[i].impl().grad.reset();
+  }
 }
 
 std::string Module::str(int indent) const {

@@ -19,21 +19,17 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions opt)
 void AdamW::update_all(const std::vector<size_t>& indices) {
   // All missing state is made before any parameter is updated: an allocation that fails (out of
   // memory) leaves weights and state as they were (Note [Recovering from out of memory]).
-  struct Made {
-    size_t index;
-    Tensor exp_avg, exp_avg_sq, steps;
-  };
-  std::vector<Made> made;
+  std::vector<size_t> missing;
   for (size_t i : indices) {
-    if (exp_avg_[i].defined()) continue;
-    const Tensor& p = params_[i];
-    made.push_back(
-        {i, zeros(p.shape(), p.options()), zeros(p.shape(), p.options()), zeros({}, p.options())});
+    if (!exp_avg_[i].defined()) missing.push_back(i);
   }
-  for (Made& m : made) {
-    exp_avg_[m.index] = std::move(m.exp_avg);
-    exp_avg_sq_[m.index] = std::move(m.exp_avg_sq);
-    steps_[m.index] = std::move(m.steps);
+  std::vector<Tensor> exp_avg = make_state(missing);  // Note [Flat resident tensors]
+  std::vector<Tensor> exp_avg_sq = make_state(missing);
+  std::vector<Tensor> steps = make_state(missing, /*scalars=*/true);
+  for (size_t k = 0; k < missing.size(); ++k) {
+    exp_avg_[missing[k]] = std::move(exp_avg[k]);
+    exp_avg_sq_[missing[k]] = std::move(exp_avg_sq[k]);
+    steps_[missing[k]] = std::move(steps[k]);
   }
   Optimizer::update_all(indices);
 }

@@ -1,7 +1,10 @@
 // The shared step: validate all gradients, then update each parameter.
 #include "optim/optimizer.h"
 
+#include <algorithm>
+
 #include "core/factory.h"
+#include "core/flat_tensors.h"
 #include "core/ops.h"
 
 namespace frugal::optim {
@@ -69,6 +72,33 @@ const float* Optimizer::found_inf_ptr(const Tensor& param) const {
   FRUGAL_CHECK(found_inf_.device() == param.device(), name(), ": found_inf on ",
                found_inf_.device(), " but parameter on ", param.device());
   return found_inf_.data<float>();
+}
+
+std::vector<Tensor> Optimizer::make_state(const std::vector<size_t>& indices, bool scalars) const {
+  std::vector<Tensor> out(indices.size());
+  std::vector<Device> devices;  // the CUDA devices among the parameters, each made in one go
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const Tensor& p = params_[indices[k]];
+    const Shape shape = scalars ? Shape{} : p.shape();
+    if (!p.device().is_cuda()) {
+      out[k] = zeros(shape, p.options());
+    } else if (std::find(devices.begin(), devices.end(), p.device()) == devices.end()) {
+      devices.push_back(p.device());
+    }
+  }
+  for (Device device : devices) {
+    std::vector<FlatSpec> specs;
+    std::vector<size_t> at;
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const Tensor& p = params_[indices[k]];
+      if (p.device() != device) continue;
+      specs.push_back({scalars ? Shape{} : p.shape(), p.options()});
+      at.push_back(k);
+    }
+    std::vector<Tensor> made = zeros_flat(specs);
+    for (size_t j = 0; j < at.size(); ++j) out[at[j]] = std::move(made[j]);
+  }
+  return out;
 }
 
 }  // namespace frugal::optim

@@ -55,6 +55,10 @@ class Optimizer {
   // update() for each; SGD batches them into multi-tensor launches.
   virtual void update_all(const std::vector<size_t>& indices);
   virtual void update(size_t index, const Tensor& param, const Tensor& grad) = 0;
+  // Zeroed state for the parameters at `indices`, each shaped like its parameter ([] with
+  // `scalars`), in order; those on a CUDA device take one allocation per device (Note [Flat
+  // resident tensors] in core/flat_tensors.h). Throws before anything is made when one fails.
+  std::vector<Tensor> make_state(const std::vector<size_t>& indices, bool scalars = false) const;
   const float* found_inf_ptr(const Tensor& param) const;
   // The device learning rate for `param`'s device, or null (Note [Learning rate on the device]).
   const float* lr_device_ptr(const Tensor& param) const;

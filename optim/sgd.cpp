@@ -40,14 +40,13 @@ void SGD::update_all(const std::vector<size_t>& indices) {
   // Every missing momentum buffer is made before any is stored: an allocation that fails (out of
   // memory) leaves the state as it was (Note [Recovering from out of memory]).
   std::vector<char> first(params_.size(), 0);
-  std::vector<Tensor> made(params_.size());
+  std::vector<size_t> missing;
   for (size_t i : indices) {
     first[i] = momentum_[i].defined() ? 0 : 1;
-    if (momentum && first[i] != 0) made[i] = zeros(params_[i].shape(), params_[i].options());
+    if (momentum && first[i] != 0) missing.push_back(i);
   }
-  for (size_t i : indices) {
-    if (made[i].defined()) momentum_[i] = std::move(made[i]);
-  }
+  std::vector<Tensor> made = make_state(missing);  // Note [Flat resident tensors]
+  for (size_t k = 0; k < missing.size(); ++k) momentum_[missing[k]] = std::move(made[k]);
   for (size_t i : indices) {
     const Tensor& p = params_[i];
     if (p.device().is_meta()) continue;
