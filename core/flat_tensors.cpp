@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "core/ops.h"
+#include "memory/events.h"
 #include "memory/rounding.h"
 
 namespace frugal {
@@ -66,6 +67,7 @@ std::vector<Tensor> empty_flat(const std::vector<FlatSpec>& specs) {
   FlatBlock* block = nullptr;
   if (parts > 0) {
     // May throw (out of memory): nothing has been made yet.
+    memory::ResidentBlockScope resident;  // a segment of its own size, nothing around it
     memory::DataPtr data = memory::allocator_for(device).allocate(total);
     block = new FlatBlock(std::move(data), device, parts);
   }

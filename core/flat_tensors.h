@@ -7,7 +7,9 @@
 // the whole run: ResNet-18's parameters and momentum (82.7 MiB of such tensors) left 17.4 MiB of
 // five segments empty, 1.9% of its checkpointed f16 step. Made together, they take one block:
 //   - empty_flat carves each tensor from one allocation at a 512-byte boundary (the caching
-//     allocator's rounding, so the allocation is as large as the blocks they took one by one);
+//     allocator's rounding, so the allocation is as large as the blocks they took one by one),
+//     made under a ResidentBlockScope: it gets a segment of its own size, 2 MiB-rounded, not a
+//     20 MiB one or a larger cached block (memory/events.h);
 //   - each keeps a storage and version counter of its own, so in-place updates and saved-tensor
 //     checks see one tensor, as before;
 //   - observers (Note [Allocation events]) see the one allocation; the tensors' releases are not

@@ -79,7 +79,13 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
     stream = open_pool_;
   }
   const bool small_pool = rounded <= kSmallRequestMax;
+  // A block that lives for the whole run takes no cached block larger than its own segment
+  // would be (Note [Flat resident tensors]).
+  const bool resident_block = !small_pool && in_resident_block_scope();
   Block* b = find_free(rounded, stream, small_pool);
+  if (b != nullptr && resident_block && b->size > round_up(rounded, kLargeRoundBytes)) {
+    b = nullptr;
+  }
   if (b == nullptr && stream == open_pool_ && stream != kDefaultStream) {
     // A capture borrows cached free bytes before mapping a segment of its own (Note [Private
     // pools for captured graphs]).
@@ -92,8 +98,9 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   if (b == nullptr) {
     // Scratch the arena could not hold comes back every step: a segment of its own size, not a
     // 20 MiB one it would share with what lives on (Note [Kernel scratch]).
-    const size_t seg_bytes =
-        scratch && !small_pool ? round_up(rounded, kLargeRoundBytes) : segment_bytes_for(rounded);
+    const size_t seg_bytes = (scratch && !small_pool) || resident_block
+                                 ? round_up(rounded, kLargeRoundBytes)
+                                 : segment_bytes_for(rounded);
     if (!try_new_segment(seg_bytes, stream, small_pool, &b)) {
       // Cached segments may be what stands between us and the memory: give them back, once.
       stats_.num_alloc_retries++;

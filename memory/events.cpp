@@ -63,6 +63,12 @@ thread_local bool t_scratch = false;
 ScratchScope::ScratchScope(bool on) : prev_(t_scratch) { t_scratch = t_scratch || on; }
 ScratchScope::~ScratchScope() { t_scratch = prev_; }
 bool in_scratch_scope() { return t_scratch; }
+namespace {
+thread_local bool t_resident_block = false;
+}  // namespace
+ResidentBlockScope::ResidentBlockScope() : prev_(t_resident_block) { t_resident_block = true; }
+ResidentBlockScope::~ResidentBlockScope() { t_resident_block = prev_; }
+bool in_resident_block_scope() { return t_resident_block; }
 
 CategoryScope::CategoryScope(Category c) : prev_(t_category) { t_category = static_cast<int>(c); }
 CategoryScope::~CategoryScope() { t_category = prev_; }

@@ -94,6 +94,22 @@ class ScratchScope {
 };
 bool in_scratch_scope();
 
+// Requests made under a ResidentBlockScope live for the whole run, one block for many tensors
+// (Note [Flat resident tensors] in core/flat_tensors.h): the caching allocator gives one that no
+// cached block of its 2 MiB-rounded size holds a segment of that size, instead of carving it
+// from a larger cached block or a 20 MiB segment whose rest would stay reserved around it.
+class ResidentBlockScope {
+ public:
+  ResidentBlockScope();
+  ~ResidentBlockScope();
+  ResidentBlockScope(const ResidentBlockScope&) = delete;
+  ResidentBlockScope& operator=(const ResidentBlockScope&) = delete;
+
+ private:
+  bool prev_;
+};
+bool in_resident_block_scope();
+
 // The dotted path of the modules running on this thread ("features.3"); an empty name adds no
 // component.
 class ModuleScope {

@@ -300,3 +300,24 @@ TEST(CachingAllocator, DestructorReturnsEverySegment) {
   }
   EXPECT_EQ(leaked, 0u);
 }
+
+// Note [Flat resident tensors]: a block that lives for the whole run gets a segment of its own
+// 2 MiB-rounded size, not a 20 MiB one, nor a larger cached block whose rest it would pin.
+TEST(CachingAllocator, AResidentBlockGetsASegmentOfItsOwnSize) {
+  FakeDevice dev;
+  DataPtr scratch = dev.alloc.allocate(15 * kMiB);  // a 16 MiB segment, then cached
+  scratch.reset();
+  DataPtr params, small_params, fits;
+  {
+    ResidentBlockScope resident;
+    params = dev.alloc.allocate(5 * kMiB + 4096);  // not from the cached 16 MiB
+    small_params = dev.alloc.allocate(3 * kMiB);   // not in a 20 MiB segment
+    EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, static_cast<int64_t>((16 + 6 + 4) * kMiB));
+    fits = dev.alloc.allocate(15 * kMiB + 4096);  // the cached block is its own size
+    EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, static_cast<int64_t>((16 + 6 + 4) * kMiB));
+  }
+  DataPtr transient = dev.alloc.allocate(3 * kMiB);  // outside the scope: a 20 MiB segment
+  EXPECT_EQ(dev.alloc.stats().reserved_bytes.current,
+            static_cast<int64_t>((16 + 6 + 4 + 20) * kMiB));
+  dev.alloc.check_invariants();
+}
