@@ -95,12 +95,14 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
       return DataPtr(reinterpret_cast<void*>(lent->addr), bytes, this);
     }
   }
+  if (scratch && !small_pool) largest_scratch_ = std::max(largest_scratch_, rounded);
   if (b == nullptr) {
-    // Scratch the arena could not hold comes back every step: a segment of its own size, not a
+    // Scratch the arena could not hold comes back every step: a segment of the largest such
+    // scratch's size, which every later one fits in (they live one kernel call each), not a
     // 20 MiB one it would share with what lives on (Note [Kernel scratch]).
-    const size_t seg_bytes = (scratch && !small_pool) || resident_block
-                                 ? round_up(rounded, kLargeRoundBytes)
-                                 : segment_bytes_for(rounded);
+    const size_t seg_bytes = scratch && !small_pool ? round_up(largest_scratch_, kLargeRoundBytes)
+                             : resident_block       ? round_up(rounded, kLargeRoundBytes)
+                                                    : segment_bytes_for(rounded);
     if (!try_new_segment(seg_bytes, stream, small_pool, &b)) {
       // Cached segments may be what stands between us and the memory: give them back, once.
       stats_.num_alloc_retries++;

@@ -253,6 +253,7 @@ class CachingAllocator final : public Allocator {
   std::unordered_map<size_t, SizeQueue> by_size_;
   size_t cursor_ = 0;  // one past the latest entry of plan_ handed out in this step
   static constexpr size_t kScratchLookahead = 8;  // entries scratch keeps clear of
+  size_t largest_scratch_ = 0;  // the largest scratch the arena could not hold, rounded
   PlanReplay replay_;
 };
 

@@ -80,8 +80,8 @@ class CategoryScope {
 // of depthwise and batch-norm partial sums in MobileNetV2 and EfficientNet-B0 on the H200). A
 // kernel may ask for planned bytes while its scratch lives (cuDNN's bounded workspace while a
 // staged weight gradient waits for its cast), so scratch keeps clear of the next planned entries
-// too; scratch no free run holds gets a segment of its own size. cuBLAS's workspace, which lives
-// on, is not scratch.
+// too; scratch no free run holds gets a cached segment of the largest such scratch's size, which
+// the smaller ones share. cuBLAS's workspace, which lives on, is not scratch.
 class ScratchScope {
  public:
   explicit ScratchScope(bool on = true);

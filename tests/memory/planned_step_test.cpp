@@ -225,6 +225,33 @@ TEST(PlannedStep, ScratchTheArenaCannotHoldGetsASegmentOfItsOwnSize) {
   EXPECT_EQ(dev.source->segment_sizes[0], size_t{4} << 20);
 }
 
+// Scratch of different sizes that no arena run holds shares one segment, sized by the largest:
+// a re-plan gives the cache back, and the next step maps that one segment only.
+TEST(PlannedStep, ScratchTheArenaCannotHoldSharesOneSegmentOfTheLargestSize) {
+  FakeDevice dev;
+  FakeTraining t;
+  t.sizes = {64 << 10, 128 << 10};
+  t.step(dev.alloc);
+  ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
+  auto step_with_scratch = [&](std::initializer_list<size_t> sizes) {
+    dev.alloc.begin_planned_step();
+    for (size_t bytes : sizes) {
+      ScratchScope kernel;
+      DataPtr p = dev.alloc.allocate(bytes);  // released before the next kernel
+    }
+    return dev.alloc.end_planned_step();
+  };
+  PlanReplay r = step_with_scratch({6 << 20, 20 << 20});
+  EXPECT_EQ(r.scratch_elsewhere, 2);
+  dev.alloc.empty_cache();  // as a re-plan does
+  dev.source->segment_sizes.clear();
+  r = step_with_scratch({4 << 20, 6 << 20, 20 << 20});
+  EXPECT_EQ(r.scratch_elsewhere, 3);
+  ASSERT_EQ(dev.source->segment_sizes.size(), 1u);
+  EXPECT_EQ(dev.source->segment_sizes[0], size_t{20} << 20);
+  dev.alloc.check_invariants();
+}
+
 TEST(PlannedStep, ScratchKeepsClearOfThePlannedBytesAskedForWhileItLives) {
   FakeDevice dev;
   FakeTraining t;
