@@ -90,9 +90,17 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
     // A capture borrows cached free bytes before mapping a segment of its own (Note [Private
     // pools for captured graphs]).
     if (Block* lent = find_free(rounded, kDefaultStream, small_pool); lent != nullptr) {
-      take(lent, rounded, bytes);
+      if (small_pool) {  // the request's bytes only: eager small requests go on between replays
+        take(lent, rounded, bytes);
+        lent->stream = stream;
+        return DataPtr(reinterpret_cast<void*>(lent->addr), bytes, this);
+      }
+      // A large block is lent whole, and what the request leaves of it serves the capture's
+      // later requests (a cached scratch segment holds each scratch in turn).
+      erase_free(lent);
       lent->stream = stream;
-      return DataPtr(reinterpret_cast<void*>(lent->addr), bytes, this);
+      insert_free(lent);
+      b = lent;
     }
   }
   if (scratch && !small_pool) largest_scratch_ = std::max(largest_scratch_, rounded);

@@ -112,7 +112,8 @@ class CachingAllocator final : public Allocator {
   //     from blocks tagged `pool` (any tag other than a real stream's), so the graph's
   //     temporaries never share a block with memory allocated outside it. A request the pool's
   //     free blocks cannot serve borrows a free block of the default stream's cached segments
-  //     before a segment of the pool's own is mapped: the block is the pool's from then on, and
+  //     (a large one whole, a small one its request's bytes) before a segment of the pool's own
+  //     is mapped: the block is the pool's from then on, and
   //     a captured step reserves no more than the eager step it copies (the loss and the
   //     scratch the planned arena cannot hold fit in bytes the eager steps left free);
   //   - a block allocated before the pool opened and freed while it is open (the last step's

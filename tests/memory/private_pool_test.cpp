@@ -58,6 +58,31 @@ TEST(PrivatePool, RequestsWhileOpenBorrowCachedFreeBytesBeforeMappingSegments) {
   EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, 0);
 }
 
+// A large cached block is lent whole: a capture's scratch of 6 MiB, then of 15 MiB, both fit
+// in the one cached 16 MiB segment, as they do in the eager steps.
+TEST(PrivatePool, ALargeCachedBlockIsLentWholeAndHoldsEachRequestInTurn) {
+  FakeDevice dev;
+  DataPtr scratch = dev.alloc.allocate(15 * kMiB);  // a 16 MiB segment, then cached
+  const uintptr_t cached = addr_of(scratch);
+  scratch.reset();
+  dev.alloc.open_private_pool(kPool);
+  DataPtr small_first = dev.alloc.allocate(6 * kMiB);
+  EXPECT_EQ(addr_of(small_first), cached);
+  small_first.reset();
+  DataPtr large_next = dev.alloc.allocate(15 * kMiB);
+  EXPECT_EQ(addr_of(large_next), cached);
+  EXPECT_EQ(dev.source->alloc_calls, 1);  // no segment of the pool's own
+  large_next.reset();
+  dev.alloc.close_private_pool();
+  DataPtr outside = dev.alloc.allocate(1 * kMiB + 4096);  // the lent block stays the pool's
+  EXPECT_EQ(dev.source->alloc_calls, 2);
+  dev.alloc.check_invariants();
+  outside.reset();
+  dev.alloc.release_private_pool(kPool);
+  dev.alloc.empty_cache();
+  EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, 0);
+}
+
 TEST(PrivatePool, ItsFreedBlocksServeOnlyTheReopenedPool) {
   FakeDevice dev;
   dev.alloc.open_private_pool(kPool);
