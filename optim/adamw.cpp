@@ -1,5 +1,6 @@
 // AdamW with decoupled weight decay and bias correction (PyTorch's semantics).
 #include "core/factory.h"
+#include "core/ops.h"
 #include "kernels/amp.h"
 #include "kernels/optim.h"
 #include "optim/optimizer.h"
@@ -73,13 +74,22 @@ void AdamW::load_state_dict(const NamedTensors& state) {
     if (m[i].defined()) steps[i] = r.scalar(state_name(i, "step"));
   }
   r.check_all_used();
-  set_lr(lr);
+  // Made in full before anything is replaced (Note [Flat resident tensors]).
+  std::vector<Tensor> exp_avg = state_from(m), exp_avg_sq = state_from(v);
+  std::vector<size_t> with_state;
   for (size_t i = 0; i < params_.size(); ++i) {
-    Device d = params_[i].device();
-    exp_avg_[i] = m[i].defined() ? m[i].detach().clone().to(d) : Tensor();
-    exp_avg_sq_[i] = v[i].defined() ? v[i].detach().clone().to(d) : Tensor();
-    steps_[i] = m[i].defined() ? full({}, steps[i], {.device = d}) : Tensor();
+    if (m[i].defined()) with_state.push_back(i);
   }
+  std::vector<Tensor> counts = make_state(with_state, /*scalars=*/true);
+  std::vector<Tensor> step_counts(params_.size());
+  for (size_t k = 0; k < with_state.size(); ++k) {
+    fill_(counts[k], steps[with_state[k]]);
+    step_counts[with_state[k]] = std::move(counts[k]);
+  }
+  set_lr(lr);
+  exp_avg_ = std::move(exp_avg);
+  exp_avg_sq_ = std::move(exp_avg_sq);
+  steps_ = std::move(step_counts);
 }
 
 std::vector<Tensor> AdamW::state_tensors() const {

@@ -101,4 +101,18 @@ std::vector<Tensor> Optimizer::make_state(const std::vector<size_t>& indices, bo
   return out;
 }
 
+std::vector<Tensor> Optimizer::state_from(const std::vector<Tensor>& loaded) const {
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    if (loaded[i].defined()) indices.push_back(i);
+  }
+  std::vector<Tensor> made = make_state(indices);  // all of it before any copy
+  std::vector<Tensor> out(loaded.size());
+  for (size_t k = 0; k < indices.size(); ++k) {
+    copy_(made[k], loaded[indices[k]].detach());
+    out[indices[k]] = std::move(made[k]);
+  }
+  return out;
+}
+
 }  // namespace frugal::optim

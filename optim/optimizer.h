@@ -59,6 +59,9 @@ class Optimizer {
   // `scalars`), in order; those on a CUDA device take one allocation per device (Note [Flat
   // resident tensors] in core/flat_tensors.h). Throws before anything is made when one fails.
   std::vector<Tensor> make_state(const std::vector<size_t>& indices, bool scalars = false) const;
+  // Loaded state (one per parameter, undefined where a parameter has none) copied to the
+  // parameters' devices into state made as make_state makes it.
+  std::vector<Tensor> state_from(const std::vector<Tensor>& loaded) const;
   const float* found_inf_ptr(const Tensor& param) const;
   // The device learning rate for `param`'s device, or null (Note [Learning rate on the device]).
   const float* lr_device_ptr(const Tensor& param) const;

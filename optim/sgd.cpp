@@ -89,10 +89,9 @@ void SGD::load_state_dict(const NamedTensors& state) {
   std::vector<Tensor> buffers(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) buffers[i] = r.optional_like(i, "momentum_buffer");
   r.check_all_used();
+  std::vector<Tensor> loaded = state_from(buffers);  // Note [Flat resident tensors]
   set_lr(lr);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    momentum_[i] = buffers[i].defined() ? buffers[i].detach().clone().to(params_[i].device()) : Tensor();
-  }
+  momentum_ = std::move(loaded);
 }
 
 std::vector<Tensor> SGD::state_tensors() const {

@@ -237,3 +237,24 @@ TEST(AdamW, LearningRateOnTheDeviceIsItsF32Value) {
     EXPECT_EQ(b.item(), a.item());
   }
 }
+
+// Loaded state is made afresh (in one allocation per kind on CUDA, Note [Flat resident
+// tensors]) and filled from the state dict, never an alias of it: stepping leaves the dict as it
+// was, and a parameter without state in the dict gets none.
+TEST(Optimizer, LoadedStateIsACopyOfTheDict) {
+  Tensor a = param(1.0), b = param(2.0);
+  optim::SGD o1({a, b}, {.lr = 0.1, .momentum = 0.9});
+  set_grad(a, 1.0);
+  o1.step();  // only `a` has a gradient: only `a` has momentum
+  optim::NamedTensors dict = o1.state_dict();
+  const std::vector<double> saved = dict.back().second.to_vector();
+  Tensor a2 = param(1.0), b2 = param(2.0);
+  optim::SGD o2({a2, b2}, {.lr = 0.1, .momentum = 0.9});
+  o2.load_state_dict(dict);
+  ASSERT_EQ(o2.state_tensors().size(), 1u);
+  EXPECT_EQ(o2.state_tensors()[0].to_vector(), saved);
+  set_grad(a2, 3.0);
+  o2.step();
+  EXPECT_EQ(dict.back().second.to_vector(), saved);
+  EXPECT_NE(o2.state_tensors()[0].to_vector(), saved);
+}
