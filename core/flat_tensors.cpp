@@ -75,16 +75,8 @@ std::vector<Tensor> empty_flat(const std::vector<FlatSpec>& specs) {
   out.reserve(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto& [shape, opts] = specs[i];
-    auto storage = std::make_shared<Storage>();
-    storage->device = device;
-    storage->nbytes = bytes[i];
-    if (bytes[i] != 0) storage->data = block->part(offsets[i], bytes[i]);
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = std::move(storage);
-    impl->shape = shape;
-    impl->dtype = opts.dtype;
-    impl->requires_grad = opts.requires_grad;
-    out.emplace_back(std::move(impl));
+    out.push_back(Tensor::over(shape, opts,
+                               bytes[i] != 0 ? block->part(offsets[i], bytes[i]) : memory::DataPtr()));
   }
   return out;
 }

@@ -15,19 +15,25 @@ namespace frugal {
 
 Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
   for (int64_t d : shape.dims()) FRUGAL_CHECK(d >= 0, "empty: negative extent in shape ", shape);
+  const size_t nbytes = static_cast<size_t>(shape.numel()) * dtype_size(opts.dtype);
+  Tensor t = over(shape, opts, memory::allocator_for(opts.device).allocate(nbytes));
+  if (opts.requires_grad) {
+    FRUGAL_CHECK(is_floating(opts.dtype), "requires_grad: only floating tensors can require ",
+                 "gradients, got ", opts.dtype);
+  }
+  return t;
+}
+
+Tensor Tensor::over(const Shape& shape, TensorOptions opts, memory::DataPtr data) {
   auto storage = std::make_shared<Storage>();
   storage->device = opts.device;
   storage->nbytes = static_cast<size_t>(shape.numel()) * dtype_size(opts.dtype);
-  storage->data = memory::allocator_for(opts.device).allocate(storage->nbytes);
+  storage->data = std::move(data);
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);
   impl->shape = shape;
   impl->dtype = opts.dtype;
   impl->requires_grad = opts.requires_grad;
-  if (opts.requires_grad) {
-    FRUGAL_CHECK(is_floating(opts.dtype), "requires_grad: only floating tensors can require ",
-                 "gradients, got ", opts.dtype);
-  }
   return Tensor(std::move(impl));
 }
 

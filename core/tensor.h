@@ -70,6 +70,9 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
   // Uninitialised tensor from the device's allocator (counted). Prefer the factories.
   static Tensor empty(const Shape& shape, TensorOptions opts = {});
+  // A tensor of `shape` and `opts` over `data`, memory of opts.device allocated for its bytes
+  // (empty, and the parts of one allocation in core/flat_tensors.h). No checks: the caller's.
+  static Tensor over(const Shape& shape, TensorOptions opts, memory::DataPtr data);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().shape; }
