@@ -3,7 +3,6 @@
 
 #include <sstream>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/autograd.h"
 #include "core/flat_tensors.h"
@@ -180,9 +179,11 @@ void Module::to(Device device) {
   // tensor registered twice (tied weights) moves once.
   memory::OpScope op_scope("to");  // Note [Allocation events]
   std::vector<Tensor> moving;
-  std::unordered_set<const TensorImpl*> seen;
+  std::unordered_map<const TensorImpl*, size_t> index;  // into moving
   auto collect = [&](const Tensor& t) {
-    if (t.device() != device && seen.insert(&t.impl()).second) moving.push_back(t);
+    if (t.device() != device && index.emplace(&t.impl(), moving.size()).second) {
+      moving.push_back(t);
+    }
   };
   for (auto& [name, t] : named_parameters()) collect(t);
   for (auto& [name, t] : named_buffers()) collect(t);
@@ -198,10 +199,10 @@ void Module::to(Device device) {
     kernels::copy_bytes(ctx, device, moved[i].data_ptr(), moving[i].device(), moving[i].data_ptr(),
                         moving[i].nbytes());
   }
-  for (size_t i = 0; i < moving.size(); ++i) {  // in place, as convert_in_place does
-    moving[i].impl().storage = moved[i].impl().storage;
-    moving[i].impl().grad.reset();
-  }
+  convert_in_place([&](const Tensor& t) {
+    auto it = index.find(&t.impl());
+    return it == index.end() ? t : moved[it->second];
+  });
 }
 
 std::string Module::str(int indent) const {
