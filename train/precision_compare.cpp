@@ -88,17 +88,17 @@ CompareRow run_precision(const CompareOptions& o, DType precision) {
   StepPlanner planner(o.planner ? device : Device::cpu());
   plan_before_first_step(planner, o.model, config, Shape{o.batch, o.height, o.width, o.channels},
                          precision);  // nothing when the planner is off
-  auto train_step = [&] {
+  auto train_once = [&] {
     return train::train_step(*model, opt, images, labels, precision, scaler.get());
   };
   auto eager_step = [&]() -> Tensor {
     Tensor out;
-    planner.run([&] { out = train_step(); });
+    planner.run([&] { out = train_once(); });
     return out;
   };
   // Planned, the capture goes into the planner's arena (Note [Captured training steps]), once the
   // planner has settled: a few more eager steps, which the median of the timed ones outvotes.
-  CapturedStep captured(device, train_step,
+  CapturedStep captured(device, train_once,
                         {.warmup = std::max<int64_t>(1, o.warmup - 1), .planner = &planner});
   auto step = [&]() -> Tensor { return o.graph ? captured() : eager_step(); };
 
