@@ -28,6 +28,7 @@
 #include "kernels/host_profile.h"
 #include "memory/allocator.h"
 #include "memory/cuda_allocators.h"
+#include "memory/events.h"
 #include "models/registry.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
@@ -231,13 +232,18 @@ int run(int argc, char** argv) {
   // A fixed random batch on the device: images N(0, 1) in NHWC, labels uniform in [0, K); each
   // rank its own.
   const uint64_t rank_seed = seed + static_cast<uint64_t>(env.rank);
+  // A segment of its own size, as the DataLoader stages its batches (data/copy_stager.cpp).
   Generator gen(rank_seed);
-  Tensor images = randn({batch, chw[1], chw[2], chw[0]}, gen, {.device = device});  // [N, H, W, C]
   std::mt19937_64 rng(rank_seed);
   std::uniform_int_distribution<int64_t> pick(0, classes - 1);
   std::vector<double> label_values(static_cast<size_t>(batch));
   for (auto& v : label_values) v = static_cast<double>(pick(rng));
-  Tensor labels = from_vector(label_values, {batch}, {.dtype = DType::i64, .device = device});
+  Tensor images, labels;
+  {
+    memory::ResidentBlockScope own_segment;
+    images = randn({batch, chw[1], chw[2], chw[0]}, gen, {.device = device});  // [N, H, W, C]
+    labels = from_vector(label_values, {batch}, {.dtype = DType::i64, .device = device});
+  }
 
   // f16 needs loss scaling (PyTorch's GradScaler defaults); bf16 has f32's range and needs none.
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(amp_dtype);

@@ -7,8 +7,19 @@
 
 #include "base/error.h"
 #include "kernels/elementwise.h"
+#include "memory/events.h"
 
 namespace frugal::data {
+
+std::pair<Tensor, Tensor> empty_device_batch(const Shape& image_shape, Device device) {
+  // Every batch but an epoch's short last one has the same size and lives across a step
+  // boundary; a segment of its own size holds each in turn as the one before is freed, where a
+  // 20 MiB segment would keep its rest cached around it (17 MiB beside a 3 MiB batch of 256
+  // 32x32 images).
+  memory::ResidentBlockScope own_segment;
+  return {Tensor::empty(image_shape, {DType::f32, device}),   // [N, H, W, C]
+          Tensor::empty({image_shape[0]}, {DType::i64, device})};  // [N]
+}
 
 CopyStager::~CopyStager() {
   try {
@@ -31,9 +42,7 @@ void CopyStager::stage(int64_t index, uint64_t generation, PooledBuffer images, 
   FRUGAL_CHECK(staged_ < 0, "CopyStager::stage: batch ", staged_index(), " is still staged");
   Slot& s = slots_[static_cast<size_t>(next_)];
   recycle(s);  // its copy was issued two batches ago and is normally long finished
-  const int64_t n = image_shape[0];
-  Tensor dev_images = Tensor::empty(image_shape, {DType::f32, device_});  // [N, H, W, C]
-  Tensor dev_labels = Tensor::empty({n}, {DType::i64, device_});          // [N]
+  auto [dev_images, dev_labels] = empty_device_batch(image_shape, device_);
   const kernels::Context compute = kernels::Context::of(device_);
   const kernels::Context copy = copy_context(device_);
   // The blocks just allocated may have been freed by the host while kernels queued on the compute

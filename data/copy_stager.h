@@ -7,12 +7,17 @@
 #include <array>
 #include <cstdint>
 #include <exception>
+#include <utility>
 
 #include "core/tensor.h"
 #include "data/buffer_pool.h"
 #include "data/copy_event.h"
 
 namespace frugal::data {
+
+// A batch's device tensors, images [N, H, W, C] f32 and labels [N] i64, uninitialised; the
+// images in a segment of their own size (data/copy_stager.cpp says why).
+std::pair<Tensor, Tensor> empty_device_batch(const Shape& image_shape, Device device);
 
 class CopyStager {
  public:

@@ -165,8 +165,8 @@ struct DataLoader::Impl {
     // Note [Loader host copies] in loader.h.
     copy_done.wait();
     in_flight = HostBatch{};
-    Batch b{Tensor::empty(image_shape, {DType::f32, opts.device}),
-            Tensor::empty({hb.n}, {DType::i64, opts.device}), k};
+    auto [images, labels] = empty_device_batch(image_shape, opts.device);
+    Batch b{std::move(images), std::move(labels), k};
     kernels::Context ctx = kernels::Context::of(opts.device);
     kernels::copy_bytes(ctx, opts.device, b.images.data_ptr(), Device::cpu(), hb.images.get(),
                         b.images.nbytes());

@@ -95,7 +95,8 @@ class ScratchScope {
 bool in_scratch_scope();
 
 // Requests made under a ResidentBlockScope live for the whole run, one block for many tensors
-// (Note [Flat resident tensors] in core/flat_tensors.h). Unless a cached block no larger than its
+// (Note [Flat resident tensors] in core/flat_tensors.h), or come back at one size every step
+// (the DataLoader's staged batch, data/copy_stager.cpp). Unless a cached block no larger than its
 // 2 MiB-rounded size holds one, the caching allocator maps a segment of that size for it, instead
 // of carving it from a larger cached block or a 20 MiB segment whose rest would stay around it.
 class ResidentBlockScope {

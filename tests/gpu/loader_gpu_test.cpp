@@ -13,6 +13,7 @@
 #include "data/loader.h"
 #include "data/synthetic.h"
 #include "gpu_test_util.h"
+#include "memory/caching_allocator.h"
 #include "memory/cuda_allocators.h"
 
 using namespace frugal;
@@ -231,5 +232,40 @@ TEST(LoaderGpu, WorkerErrorsReachTheConsumerAtTheirBatch) {
       EXPECT_TRUE(download(g->images) == bytes_of(c->images)) << cfg.name();
     }
     EXPECT_EQ(pinned_allocated(), pinned_before) << cfg.name() << ": pinned buffers leaked";
+  }
+}
+
+// A batch above the small pool takes a segment of its own 2 MiB-rounded size, which each later
+// batch of that size reuses, not a 20 MiB one whose rest would stay cached beside it; staged on
+// the copy stream or copied on the compute stream alike.
+TEST(LoaderGpu, BatchesAboveTheSmallPoolGetSegmentsOfTheirOwnSize) {
+  SKIP_WITHOUT_GPU();
+  auto ds = std::make_shared<SyntheticDataset>(Shape{32, 32, 3}, 10, 256 * 5, 3);  // 3 MiB each
+  auto& alloc = dynamic_cast<memory::CachingAllocator&>(memory::allocator_for(kGpu));
+  for (bool copy_stream : {true, false}) {
+    kernels::cuda::synchronize(kGpu);
+    alloc.empty_cache();
+    const int64_t reserved_before = alloc.stats().reserved_bytes.current;
+    DataLoader gpu(ds, {.batch_size = 256, .seed = 1, .device = kGpu, .copy_stream = copy_stream});
+    gpu.begin_epoch(0);
+    int64_t batches = 0;
+    while (std::optional<Batch> b = gpu.next()) {
+      const auto addr = reinterpret_cast<uintptr_t>(b->images.data_ptr());
+      int holders = 0;
+      for (const memory::SegmentSnapshot& seg : alloc.snapshot()) {
+        if (addr < seg.address || addr >= seg.address + seg.size) continue;
+        ++holders;
+        EXPECT_EQ(seg.size, size_t{4} << 20)
+            << "copy stream " << copy_stream << ", batch " << b->index << ": 3 MiB of images";
+      }
+      EXPECT_EQ(holders, 1) << "batch " << b->index;
+      ++batches;
+    }
+    EXPECT_EQ(batches, 5);
+    // The batch handed over, the one staged, one freed while its copy may still be read, and
+    // the labels' small segment.
+    EXPECT_LE(alloc.stats().reserved_bytes.current - reserved_before,
+              int64_t{3} * (4 << 20) + (2 << 20))
+        << "copy stream " << copy_stream;
   }
 }
