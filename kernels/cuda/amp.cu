@@ -21,19 +21,20 @@ __global__ void unscale_and_check_kernel(int64_t n, float* grad, const float* sc
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
 }
 
-// Note [Multi-tensor lists] in cuda_common.cuh (512 bytes of parameters).
+// Note [Multi-tensor lists] in cuda_common.cuh (644 bytes of parameters).
 struct GradList {
   float* ptr[kListMax];
   int64_t n[kListMax];
+  ListBlocks blocks;
 };
 
-// blockIdx.y picks the tensor; the x blocks stride over its elements.
 __global__ void unscale_and_check_many_kernel(GradList list, const float* scale, float* found_inf) {
-  float* grad = list.ptr[blockIdx.y];
-  const int64_t n = list.n[blockIdx.y];
+  const ListSlice at = list_slice(list.blocks);
+  float* grad = list.ptr[at.t];
+  const int64_t n = list.n[at.t];
   const float inv = 1.0f / *scale;
   bool bad = false;
-  for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+  for (int64_t i = at.begin; i < n; i += at.stride) {
     const float g = grad[i];
     bad = bad || !isfinite(g);
     grad[i] = g * inv;
@@ -45,15 +46,16 @@ struct LowerList {
   const float* src[kListMax];
   void* dst[kListMax];
   int64_t n[kListMax];
+  ListBlocks blocks;
 };
 
-// blockIdx.y picks the tensor; the x blocks stride over its elements.
 template <typename T>
 __global__ void lower_many_kernel(LowerList list) {
-  const float* src = list.src[blockIdx.y];
-  T* dst = static_cast<T*>(list.dst[blockIdx.y]);
-  const int64_t n = list.n[blockIdx.y];
-  for (int64_t i = thread_index(); i < n; i += grid_stride()) dst[i] = from_f<T>(src[i]);
+  const ListSlice at = list_slice(list.blocks);
+  const float* src = list.src[at.t];
+  T* dst = static_cast<T*>(list.dst[at.t]);
+  const int64_t n = list.n[at.t];
+  for (int64_t i = at.begin; i < n; i += at.stride) dst[i] = from_f<T>(src[i]);
 }
 
 __global__ void update_scale_kernel(float* scale, float* growth_tracker, const float* found_inf,
@@ -100,8 +102,8 @@ void unscale_and_check_many(const Context& ctx, int64_t count, float* const* gra
   for_each_tensor_list<GradList>(
       ctx, op, count, sizes,
       [&](GradList& list, int slot, int64_t t) { list.ptr[slot] = grads[t]; },
-      [&](const GradList& list, dim3 grid) {
-        unscale_and_check_many_kernel<<<grid, kThreads, 0, s>>>(list, scale, found_inf);
+      [&](const GradList& list, unsigned blocks) {
+        unscale_and_check_many_kernel<<<blocks, kThreads, 0, s>>>(list, scale, found_inf);
       });
 }
 
@@ -117,11 +119,11 @@ void lower_many(const Context& ctx, DType to, int64_t count, const float* const*
         list.src[slot] = srcs[t];
         list.dst[slot] = dsts[t];
       },
-      [&](const LowerList& list, dim3 grid) {
+      [&](const LowerList& list, unsigned blocks) {
         if (to == DType::f16) {
-          lower_many_kernel<__half><<<grid, kThreads, 0, s>>>(list);
+          lower_many_kernel<__half><<<blocks, kThreads, 0, s>>>(list);
         } else {
-          lower_many_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(list);
+          lower_many_kernel<__nv_bfloat16><<<blocks, kThreads, 0, s>>>(list);
         }
       });
 }

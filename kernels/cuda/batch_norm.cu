@@ -190,30 +190,74 @@ __global__ void forward_finish_kernel(int64_t rows, int64_t c, int splits, const
   }
 }
 
+// Note [Row-major elementwise passes]
+// The elementwise passes (normalize, dx) run on a grid of channel packs x rows: each thread keeps
+// one pack of V channels, loads its per-channel numbers once and strides over rows. A 1-D
+// grid-stride loop over packs instead found each pack's channel by a 64-bit modulo and reloaded
+// up to seven per-channel arrays per pack: 0.97 ms (normalize) and 0.85 ms (dx) of ResNet-18's
+// f16 step on the H200, against cuDNN's 0.62 and 0.35 in PyTorch's.
+struct RowGrid {
+  int lanes;       // channel packs a block covers
+  int block_rows;  // rows a block covers at a time
+  dim3 grid, block;
+};
+
+RowGrid row_grid(const Context& ctx, int64_t rows, int64_t c, int v) {
+  const int64_t cvs = c / v;
+  const int lanes = static_cast<int>(std::min<int64_t>(cvs, kThreads));
+  const int block_rows = kThreads / lanes;
+  const int threads = (lanes * block_rows + 31) / 32 * 32;  // no warp without work
+  const int64_t blocks_x = (cvs + lanes - 1) / lanes;
+  const int64_t fill = int64_t{sm_count(ctx.device.index)} * (2048 / threads);  // resident blocks
+  const int64_t by_rows = (rows + block_rows - 1) / block_rows;
+  const int64_t splits = std::max<int64_t>(
+      1, std::min<int64_t>({by_rows, fill / std::max<int64_t>(blocks_x, 1), 65535}));
+  return {lanes, block_rows, dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits)),
+          dim3(static_cast<unsigned>(threads))};
+}
+
+// This thread's channel pack (cv < c / V when active) and first row; rows advance by `step`.
+struct RowLane {
+  int64_t cv, row, step;
+  bool active;
+  __device__ __forceinline__ RowLane(int64_t c, int v, int lanes, int block_rows) {
+    const int lane = static_cast<int>(threadIdx.x) % lanes;
+    const int r = static_cast<int>(threadIdx.x) / lanes;
+    cv = static_cast<int64_t>(blockIdx.x) * lanes + lane;
+    row = static_cast<int64_t>(blockIdx.y) * block_rows + r;
+    step = static_cast<int64_t>(gridDim.y) * block_rows;
+    active = r < block_rows && cv < c / v;
+  }
+};
+
 // y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]; invstd comes from `var` + eps when
-// `var` is given (evaluation), else from `invstd`. gamma/beta may be null (1 and 0). One pack of
-// V channels of one row per step (C % V == 0).
+// `var` is given (evaluation), else from `invstd`. gamma/beta may be null (1 and 0). C % V == 0.
 template <typename T, int V>
-__global__ void normalize_kernel(int64_t n, int64_t c, const T* x, const float* mean,
-                                 const float* invstd, const float* var, float eps,
-                                 const float* gamma, const float* beta, Activation act, T* y) {
+__global__ void normalize_kernel(int64_t rows, int64_t c, int lanes, int block_rows,
+                                 const T* __restrict__ x, const float* mean, const float* invstd,
+                                 const float* var, float eps, const float* gamma,
+                                 const float* beta, Activation act, T* __restrict__ y) {
+  const RowLane at(c, V, lanes, block_rows);
+  if (!at.active) return;
   const ActForwardFn f{act};
-  const int64_t packs = n / V;
-  for (int64_t i = thread_index(); i < packs; i += grid_stride()) {
-    const int64_t c0 = (i * V) % c;
-    Pack<T, V> xv = load_pack<T, V>(x + i * V);
-    float mu[V], is[V], g[V], b[V];
-    load_channels<V>(mean, c0, mu, 0.0f);
-    load_channels<V>(var != nullptr ? var : invstd, c0, is, 1.0f);
-    load_channels<V>(gamma, c0, g, 1.0f);
-    load_channels<V>(beta, c0, b, 0.0f);
+  const int64_t c0 = at.cv * V;
+  float mu[V], scale[V], b[V], g[V];
+  load_channels<V>(mean, c0, mu, 0.0f);
+  load_channels<V>(var != nullptr ? var : invstd, c0, scale, 1.0f);
+  load_channels<V>(gamma, c0, g, 1.0f);
+  load_channels<V>(beta, c0, b, 0.0f);
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    if (var != nullptr) scale[v] = rsqrtf(scale[v] + eps);
+    scale[v] *= g[v];  // the forward's (invstd * gamma), as the backward recomputes it
+  }
+#pragma unroll 4
+  for (int64_t row = at.row; row < rows; row += at.step) {
+    const Pack<T, V> xv = load_pack<T, V>(x + row * c + c0);
     Pack<T, V> out;
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      if (var != nullptr) is[v] = rsqrtf(is[v] + eps);
-      out.v[v] = from_f<T>(f((to_f(xv.v[v]) - mu[v]) * (is[v] * g[v]) + b[v]));
-    }
-    *reinterpret_cast<Pack<T, V>*>(y + i * V) = out;
+    for (int v = 0; v < V; ++v) out.v[v] = from_f<T>(f((to_f(xv.v[v]) - mu[v]) * scale[v] + b[v]));
+    *reinterpret_cast<Pack<T, V>*>(y + row * c + c0) = out;
   }
 }
 
@@ -238,19 +282,24 @@ __global__ void backward_finish_kernel(int64_t rows, int64_t c, int splits, cons
   coef[2 * c + ch] = static_cast<float>(is * is * sum_dy_xmu / m);
 }
 
+// dx = k1 * (g - k2 - (x - mean) * k3), g the gradient at bn's output (BnOutputGrad). Rows x
+// channel packs (Note [Row-major elementwise passes]).
 template <typename T, int V>
-__global__ void backward_dx_kernel(int64_t n, int64_t c, const T* x, const T* dy,
-                                   BnOutputGrad out_grad, const float* coef, T* dx) {
-  const int64_t packs = n / V;
-  for (int64_t i = thread_index(); i < packs; i += grid_stride()) {
-    const int64_t c0 = (i * V) % c;
-    Pack<T, V> xv = load_pack<T, V>(x + i * V);
-    Pack<T, V> gv = load_pack<T, V>(dy + i * V);
-    const OutputGradPack<V> grad_of(out_grad, c0);
-    float k1[V], k2[V], k3[V];
-    load_channels<V>(coef, c0, k1, 0.0f);
-    load_channels<V>(coef + c, c0, k2, 0.0f);
-    load_channels<V>(coef + 2 * c, c0, k3, 0.0f);
+__global__ void backward_dx_kernel(int64_t rows, int64_t c, int lanes, int block_rows,
+                                   const T* __restrict__ x, const T* __restrict__ dy,
+                                   BnOutputGrad out_grad, const float* coef, T* __restrict__ dx) {
+  const RowLane at(c, V, lanes, block_rows);
+  if (!at.active) return;
+  const int64_t c0 = at.cv * V;
+  const OutputGradPack<V> grad_of(out_grad, c0);
+  float k1[V], k2[V], k3[V];
+  load_channels<V>(coef, c0, k1, 0.0f);
+  load_channels<V>(coef + c, c0, k2, 0.0f);
+  load_channels<V>(coef + 2 * c, c0, k3, 0.0f);
+#pragma unroll 4
+  for (int64_t row = at.row; row < rows; row += at.step) {
+    const Pack<T, V> xv = load_pack<T, V>(x + row * c + c0);
+    const Pack<T, V> gv = load_pack<T, V>(dy + row * c + c0);
     Pack<T, V> out;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -258,7 +307,7 @@ __global__ void backward_dx_kernel(int64_t n, int64_t c, const T* x, const T* dy
       float r = k1[v] * (grad_of(v, xf, to_f(gv.v[v])) - k2[v] - (xf - grad_of.mean[v]) * k3[v]);
       out.v[v] = from_f<T>(r);
     }
-    *reinterpret_cast<Pack<T, V>*>(dx + i * V) = out;
+    *reinterpret_cast<Pack<T, V>*>(dx + row * c + c0) = out;
   }
 }
 
@@ -367,8 +416,10 @@ void launch_normalize(const Context& ctx, DType dtype, const char* op, int64_t r
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     with_pack_width<T>(c, {x, y}, [&](auto pack) {
       constexpr int V = decltype(pack)::value;
-      normalize_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
-          rows * c, c, static_cast<const T*>(x), static_cast<const float*>(mean),
+      const RowGrid rg = row_grid(ctx, rows, c, V);
+      normalize_kernel<T, V><<<rg.grid, rg.block, 0, s>>>(
+          rows, c, rg.lanes, rg.block_rows, static_cast<const T*>(x),
+          static_cast<const float*>(mean),
           static_cast<const float*>(invstd), static_cast<const float*>(var),
           static_cast<float>(eps), static_cast<const float*>(gamma),
           static_cast<const float*>(beta), act, static_cast<T*>(y));
@@ -409,9 +460,11 @@ void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation ac
           rows, c, pg.splits, partial, xt, eps, momentum, mean, invstd,
           static_cast<float*>(running_mean), static_cast<float*>(running_var));
       FRUGAL_LAUNCH_CHECK();
-      normalize_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
-          rows * c, c, xt, mean, invstd, nullptr, 0.0f, static_cast<const float*>(gamma),
-          static_cast<const float*>(beta), act, static_cast<T*>(y));
+      const RowGrid rg = row_grid(ctx, rows, c, V);
+      normalize_kernel<T, V><<<rg.grid, rg.block, 0, s>>>(
+          rows, c, rg.lanes, rg.block_rows, xt, mean, invstd, nullptr, 0.0f,
+          static_cast<const float*>(gamma), static_cast<const float*>(beta), act,
+          static_cast<T*>(y));
       FRUGAL_LAUNCH_CHECK();
     });
   });
@@ -471,8 +524,9 @@ void batch_norm_act_backward(const Context& ctx, DType dtype, Activation act, in
           static_cast<float*>(dbeta), coef);
       FRUGAL_LAUNCH_CHECK();
       if (dx != nullptr && rows > 0) {
-        backward_dx_kernel<T, V><<<grid_for(ctx, rows * c / V), kThreads, 0, s>>>(
-            rows * c, c, xt, dyt, out_grad, coef, static_cast<T*>(dx));
+        const RowGrid rg = row_grid(ctx, rows, c, V);
+        backward_dx_kernel<T, V><<<rg.grid, rg.block, 0, s>>>(
+            rows, c, rg.lanes, rg.block_rows, xt, dyt, out_grad, coef, static_cast<T*>(dx));
         FRUGAL_LAUNCH_CHECK();
       }
     });

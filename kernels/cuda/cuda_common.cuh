@@ -115,34 +115,63 @@ inline unsigned grid_for(const Context& ctx, int64_t work, int threads = kThread
 // Note [Multi-tensor lists]
 // The *_many entries (unscale_and_check_many, lower_many, sgd_step_many) launch once per list of
 // up to kListMax tensors, the list passed by value in the kernel's parameters (a struct of
-// kListMax-long pointer arrays and the sizes `n`); blockIdx.y picks the tensor, the x blocks
-// stride over its elements. Where the host bounds a step, one launch for 32 tensors instead of
-// 32 launches is the point.
+// kListMax-long pointer arrays, the sizes `n` and the block table `blocks`). Where the host bounds
+// a step, one launch for 32 tensors instead of 32 launches is the point. The blocks of the 1-D
+// grid are shared out in proportion to the tensors' sizes, at least one each: giving every tensor
+// the same number (grid.y = tensor) left ResNet-18's 2.4M-element weights 16 blocks each while the
+// blocks of its BN vectors idled, and its SGD step took 0.52 ms for 47 MB (H200).
 constexpr int kListMax = 32;
 
+struct ListBlocks {
+  int first[kListMax + 1];  // tensor t owns blocks [first[t], first[t + 1])
+};
+
+// In a list kernel: this block's tensor, and a grid-stride loop over that tensor's blocks
+// (for (i = begin; i < n[t]; i += stride)).
+struct ListSlice {
+  int t;
+  int64_t begin, stride;
+};
+
+__device__ __forceinline__ ListSlice list_slice(const ListBlocks& blocks) {
+  const int b = static_cast<int>(blockIdx.x);
+  int t = 0;
+  while (b >= blocks.first[t + 1]) ++t;
+  const int owned = blocks.first[t + 1] - blocks.first[t];
+  return {t, static_cast<int64_t>(b - blocks.first[t]) * blockDim.x + threadIdx.x,
+          static_cast<int64_t>(owned) * blockDim.x};
+}
+
 // Fills lists from tensors [0, count) of `sizes`, skipping empty ones: fill(list, slot, t) puts
-// tensor t's pointers in slot `slot` (list.n is set here); launch(list, grid) launches a full
-// list with grid.y = its tensors and enough x blocks to fill the device about four times over.
+// tensor t's pointers in slot `slot` (list.n and list.blocks are set here); launch(list, blocks)
+// launches a full list on a 1-D grid of `blocks` blocks, about eight a multiprocessor.
 template <typename List, typename Fill, typename Launch>
 void for_each_tensor_list(const Context& ctx, const char* op, int64_t count,
                           const int64_t* sizes, Fill fill, Launch launch) {
   FRUGAL_CHECK(count >= 0, op, ": negative count ", count);
+  const int64_t target = int64_t{sm_count(ctx.device.index)} * 8;
   for (int64_t first = 0; first < count;) {
     List list{};
     int used = 0;
-    int64_t largest = 0;
+    int64_t total = 0;
     for (; first < count && used < kListMax; ++first) {
       FRUGAL_CHECK(sizes[first] >= 0, op, ": tensor ", first, " has negative size ", sizes[first]);
       if (sizes[first] == 0) continue;
       fill(list, used, first);
       list.n[used] = sizes[first];
-      largest = std::max(largest, sizes[first]);
+      total += sizes[first];
       ++used;
     }
     if (used == 0) continue;
-    const int64_t cap = std::max<int64_t>(1, int64_t{sm_count(ctx.device.index)} * 4 / used);
-    const int64_t blocks = std::min<int64_t>((largest + kThreads - 1) / kThreads, cap);
-    launch(list, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(used)));
+    list.blocks.first[0] = 0;
+    for (int t = 0; t < used; ++t) {
+      const int64_t share = (list.n[t] * target + total - 1) / total;  // its part of the target
+      const int64_t full = (list.n[t] + kThreads - 1) / kThreads;      // one element a thread
+      list.blocks.first[t + 1] =
+          list.blocks.first[t] + static_cast<int>(std::max<int64_t>(1, std::min(share, full)));
+    }
+    for (int t = used; t < kListMax; ++t) list.blocks.first[t + 1] = list.blocks.first[used];
+    launch(list, static_cast<unsigned>(list.blocks.first[used]));
     FRUGAL_LAUNCH_CHECK();
   }
 }

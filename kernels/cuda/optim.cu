@@ -16,12 +16,14 @@ struct SgdConsts {
   const float* lr_device;  // overrides lr when set
 };
 
-__device__ __forceinline__ void sgd_kernel_body(int64_t n, float* param, const float* grad,
+// Elements begin, begin + stride, ... below n.
+__device__ __forceinline__ void sgd_kernel_body(int64_t n, int64_t begin, int64_t stride,
+                                                float* param, const float* grad,
                                                 float* momentum_buf, const SgdConsts& k,
                                                 const float* found_inf) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   const float lr = k.lr_device != nullptr ? *k.lr_device : k.lr;
-  for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+  for (int64_t i = begin; i < n; i += stride) {
     float g = grad[i];
     if (k.wd != 0.0f) g += k.wd * param[i];
     if (k.use_mom) {
@@ -35,21 +37,22 @@ __device__ __forceinline__ void sgd_kernel_body(int64_t n, float* param, const f
 
 __global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buf,
                            SgdConsts k, const float* found_inf) {
-  sgd_kernel_body(n, param, grad, momentum_buf, k, found_inf);
+  sgd_kernel_body(n, thread_index(), grid_stride(), param, grad, momentum_buf, k, found_inf);
 }
 
-// Note [Multi-tensor lists] in cuda_common.cuh (1 KiB of parameters).
+// Note [Multi-tensor lists] in cuda_common.cuh (1,156 bytes of parameters).
 struct SgdList {
   float* param[kListMax];
   const float* grad[kListMax];
   float* buf[kListMax];
   int64_t n[kListMax];
+  ListBlocks blocks;
 };
 
-// blockIdx.y picks the tensor; the x blocks stride over its elements.
 __global__ void sgd_many_kernel(SgdList list, SgdConsts k, const float* found_inf) {
-  const int t = static_cast<int>(blockIdx.y);
-  sgd_kernel_body(list.n[t], list.param[t], list.grad[t], list.buf[t], k, found_inf);
+  const ListSlice at = list_slice(list.blocks);
+  sgd_kernel_body(list.n[at.t], at.begin, at.stride, list.param[at.t], list.grad[at.t],
+                  list.buf[at.t], k, found_inf);
 }
 
 struct AdamWConsts {
@@ -128,8 +131,8 @@ void sgd_step_many(const Context& ctx, int64_t count, float* const* params,
         list.grad[slot] = grads[t];
         list.buf[slot] = buf;
       },
-      [&](const SgdList& list, dim3 grid) {
-        sgd_many_kernel<<<grid, kThreads, 0, s>>>(list, k, found_inf);
+      [&](const SgdList& list, unsigned blocks) {
+        sgd_many_kernel<<<blocks, kThreads, 0, s>>>(list, k, found_inf);
       });
 }
 

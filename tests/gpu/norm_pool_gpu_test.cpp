@@ -17,9 +17,11 @@ TEST(GpuBatchNorm, TrainEvalBackwardMatchCpu) {
   const double eps = 1e-5, momentum = 0.1;
   for (DType t : kDTypes) {
     // {4099, 32}, {33, 24}, {517, 12} run on channel packs (16-bit: 4 channels a thread, Note
-    // [Narrow packs for small reductions]); {280001, 32} fills the device with 16-byte packs.
+    // [Narrow packs for small reductions]); {280001, 32} fills the device with 16-byte packs;
+    // {41, 1280} has 160 16-bit packs a row (blocks of 160 threads) and {300, 2056} more than a
+    // block's 256 (Note [Row-major elementwise passes]).
     for (Size sz : {Size{70, 13}, Size{3001, 37}, Size{2, 5}, Size{4099, 32}, Size{33, 24},
-                     Size{517, 12}, Size{280001, 32}}) {
+                    Size{517, 12}, Size{280001, 32}, Size{41, 1280}, Size{300, 2056}}) {
       SCOPED_TRACE(detail::str(dtype_name(t), " rows ", sz.rows, " c ", sz.c));
       const int64_t n = sz.rows * sz.c;
       const auto c = static_cast<size_t>(sz.c);
@@ -94,7 +96,8 @@ TEST(GpuBatchNorm, FusedActivationMatchesCpuAndRecomputesExactly) {
   for (int a = 0; a < kernels::kNumActivations; ++a) {
     const auto act = static_cast<Activation>(a);
     for (DType t : kDTypes) {
-      for (Size sz : {Size{70, 13}, Size{3001, 37}, Size{2, 5}, Size{4099, 32}, Size{517, 12}}) {
+      for (Size sz : {Size{70, 13}, Size{3001, 37}, Size{2, 5}, Size{4099, 32}, Size{517, 12},
+                      Size{300, 2056}}) {
         SCOPED_TRACE(
             detail::str("activation ", a, " ", dtype_name(t), " rows ", sz.rows, " c ", sz.c));
         const int64_t n = sz.rows * sz.c;
@@ -151,18 +154,20 @@ TEST(GpuBatchNorm, FusedActivationMatchesCpuAndRecomputesExactly) {
 }
 
 // The backward's first pass records each window's first maximum in one byte (two past 254
-// positions): ties go to the first in scan order, NaN wins, as on the CPU.
+// positions): ties go to the first in scan order, NaN wins, as on the CPU. 3 channels take one
+// a thread, 16 and 40 take 16-byte packs (Note [Pool index math]).
 TEST(GpuPooling, MaxBackwardMatchesTheCpuOnTiesNaNsAndWideWindows) {
   SKIP_WITHOUT_GPU();
   struct Case {
-    int64_t h, w, k, stride, pad;
+    int64_t h, w, k, stride, pad, c;
   };
   for (DType t : kDTypes) {
-    for (Case pc : {Case{9, 7, 3, 2, 1}, Case{8, 8, 3, 1, 1}, Case{20, 18, 16, 2, 0}}) {
+    for (Case pc : {Case{9, 7, 3, 2, 1, 3}, Case{8, 8, 3, 1, 1, 3}, Case{20, 18, 16, 2, 0, 3},
+                    Case{9, 7, 3, 2, 1, 16}, Case{11, 10, 3, 2, 1, 40}, Case{20, 18, 16, 2, 0, 16}}) {
       kernels::Pool2dShape s;
-      s.n = 2, s.h = pc.h, s.w = pc.w, s.c = 3, s.kh = s.kw = pc.k;
+      s.n = 2, s.h = pc.h, s.w = pc.w, s.c = pc.c, s.kh = s.kw = pc.k;
       s.stride_h = s.stride_w = pc.stride, s.pad_h = s.pad_w = pc.pad;
-      SCOPED_TRACE(detail::str(dtype_name(t), " ", pc.h, "x", pc.w, " k", pc.k));
+      SCOPED_TRACE(detail::str(dtype_name(t), " ", pc.h, "x", pc.w, " k", pc.k, " c", pc.c));
       const int64_t nx = s.n * s.h * s.w * s.c, ny = s.n * s.oh() * s.ow() * s.c;
       auto x = random_values(static_cast<size_t>(nx), 45, t);
       for (size_t i = 0; i < x.size(); ++i) {
@@ -185,16 +190,17 @@ TEST(GpuPooling, MaxAvgGlobalMatchCpu) {
   struct Case {
     int64_t k, stride, pad;
     bool include_pad;
+    int64_t c;  // 24: max pooling on 16-byte packs
   };
   for (DType t : kDTypes) {
-    for (Case pc : {Case{3, 2, 1, true}, Case{2, 2, 0, true}, Case{3, 1, 1, false},
-                    Case{3, 2, 1, false}}) {
+    for (Case pc : {Case{3, 2, 1, true, 5}, Case{2, 2, 0, true, 5}, Case{3, 1, 1, false, 5},
+                    Case{3, 2, 1, false, 5}, Case{3, 2, 1, true, 24}, Case{2, 2, 0, false, 24}}) {
       kernels::Pool2dShape s;
-      s.n = 2, s.h = 9, s.w = 7, s.c = 5, s.kh = s.kw = pc.k, s.stride_h = s.stride_w = pc.stride;
+      s.n = 2, s.h = 9, s.w = 7, s.c = pc.c, s.kh = s.kw = pc.k, s.stride_h = s.stride_w = pc.stride;
       s.pad_h = s.pad_w = pc.pad;
       s.count_include_pad = pc.include_pad;
       SCOPED_TRACE(detail::str(dtype_name(t), " k", pc.k, " s", pc.stride, " p", pc.pad,
-                               " include_pad ", pc.include_pad));
+                               " include_pad ", pc.include_pad, " c", pc.c));
       int64_t nx = s.n * s.h * s.w * s.c, ny = s.n * s.oh() * s.ow() * s.c;
       auto x = random_values(static_cast<size_t>(nx), 41, t);
       auto dy = random_values(static_cast<size_t>(ny), 42, t);
