@@ -232,7 +232,6 @@ int run(int argc, char** argv) {
   // A fixed random batch on the device: images N(0, 1) in NHWC, labels uniform in [0, K); each
   // rank its own.
   const uint64_t rank_seed = seed + static_cast<uint64_t>(env.rank);
-  // A segment of its own size, as the DataLoader stages its batches (data/copy_stager.cpp).
   Generator gen(rank_seed);
   std::mt19937_64 rng(rank_seed);
   std::uniform_int_distribution<int64_t> pick(0, classes - 1);
@@ -240,6 +239,7 @@ int run(int argc, char** argv) {
   for (auto& v : label_values) v = static_cast<double>(pick(rng));
   Tensor images, labels;
   {
+    // A segment of its own size, as the DataLoader stages its batches (data/copy_stager.cpp).
     memory::ResidentBlockScope own_segment;
     images = randn({batch, chw[1], chw[2], chw[0]}, gen, {.device = device});  // [N, H, W, C]
     labels = from_vector(label_values, {batch}, {.dtype = DType::i64, .device = device});
