@@ -7,6 +7,7 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "nn/construction_device.h"
 #include "nn/functional.h"
 #include "nn/module.h"
 
@@ -35,7 +36,10 @@ inline Tensor squared_relu(const Tensor& x) {
 class SquaredReLUScale : public nn::Module {
  public:
   explicit SquaredReLUScale(int64_t channels) {
-    scale = register_parameter("scale", full(Shape{channels}, 0.5));
+    // On the construction device, as frugal's own layers (nn/construction_device.h): a model
+    // built for frugal estimate or the planner's dry run then holds no bytes.
+    scale = register_parameter("scale",
+                               full(Shape{channels}, 0.5, {.device = nn::construction_device()}));
   }
   Tensor forward(const Tensor& x) override { return mul(squared_relu(x), scale); }
   std::string type_name() const override { return "SquaredReLUScale"; }

@@ -6,9 +6,16 @@
 #include "core/op_util.h"
 #include "core/ops.h"
 #include "kernels/elementwise.h"
+#include "nn/construction_device.h"
 #include "nn/init.h"
 
 namespace frugal::nn {
+namespace {
+
+// f32 parameters and buffers on the construction device (nn/construction_device.h).
+TensorOptions on() { return {.device = construction_device()}; }
+
+}  // namespace
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions opt)
     : in_(in_channels), out_(out_channels), k_(kernel_size), opt_(opt) {
@@ -17,11 +24,12 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, C
                "Conv2d: bad configuration in=", in_channels, " out=", out_channels,
                " kernel=", kernel_size, " groups=", opt.groups);
   int64_t cin_g = in_channels / opt.groups;
-  weight = register_parameter("weight", zeros(Shape{out_channels, kernel_size, kernel_size, cin_g}));
+  weight = register_parameter("weight",
+                              zeros(Shape{out_channels, kernel_size, kernel_size, cin_g}, on()));
   int64_t fan_in = cin_g * kernel_size * kernel_size;
   init::default_uniform_(weight, fan_in);
   if (opt.bias) {
-    bias = register_parameter("bias", zeros(Shape{out_channels}));
+    bias = register_parameter("bias", zeros(Shape{out_channels}, on()));
     init::default_uniform_(bias, fan_in);
   }
 }
@@ -43,10 +51,10 @@ std::string Conv2d::extra_repr() const {
 Linear::Linear(int64_t in_features, int64_t out_features, bool has_bias) {
   FRUGAL_CHECK(in_features > 0 && out_features > 0, "Linear: bad sizes in=", in_features,
                " out=", out_features);
-  weight = register_parameter("weight", zeros(Shape{out_features, in_features}));
+  weight = register_parameter("weight", zeros(Shape{out_features, in_features}, on()));
   init::default_uniform_(weight, in_features);
   if (has_bias) {
-    bias = register_parameter("bias", zeros(Shape{out_features}));
+    bias = register_parameter("bias", zeros(Shape{out_features}, on()));
     init::default_uniform_(bias, in_features);
   }
 }
@@ -61,11 +69,13 @@ std::string Linear::extra_repr() const {
 BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
     : c_(num_features), eps_(eps), momentum_(momentum) {
   FRUGAL_CHECK(num_features > 0, "BatchNorm2d: bad num_features ", num_features);
-  weight = register_parameter("weight", ones(Shape{c_}));
-  bias = register_parameter("bias", zeros(Shape{c_}));
-  running_mean = register_buffer("running_mean", zeros(Shape{c_}));
-  running_var = register_buffer("running_var", ones(Shape{c_}));
-  num_batches_tracked = register_buffer("num_batches_tracked", zeros(Shape{}, {.dtype = DType::i64}));
+  weight = register_parameter("weight", ones(Shape{c_}, on()));
+  bias = register_parameter("bias", zeros(Shape{c_}, on()));
+  running_mean = register_buffer("running_mean", zeros(Shape{c_}, on()));
+  running_var = register_buffer("running_var", ones(Shape{c_}, on()));
+  num_batches_tracked =
+      register_buffer("num_batches_tracked",
+                      zeros(Shape{}, {.dtype = DType::i64, .device = construction_device()}));
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {

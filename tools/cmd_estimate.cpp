@@ -13,6 +13,7 @@
 #include "dist/meta_group.h"
 #include "dist/socket_group.h"
 #include "models/registry.h"
+#include "nn/construction_device.h"
 #include "optim/optimizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -109,8 +110,13 @@ int cmd_estimate(const std::vector<std::string>& argv) {
                              o.granularity);
   }
   if (!o.json.empty()) check_output_path("estimate", "json", o.json);
-  std::shared_ptr<nn::Module> model = models::create(model_name, mc);
-  model->to(measure ? Device::cpu() : Device::meta());
+  std::shared_ptr<nn::Module> model;
+  {
+    // --measure runs the step on the CPU; a prediction needs only shapes (Note [Building modules
+    // on the meta device]).
+    nn::ConstructionDeviceGuard on(measure ? Device::cpu() : Device::meta());
+    model = models::create(model_name, mc);
+  }
   // --gpus: DataParallel over a group that moves nothing but allocates what a real one does (a
   // socket group of one when the CPU measures the step).
   if (o.gpus > 1) {

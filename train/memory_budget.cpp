@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "base/error.h"
+#include "nn/construction_device.h"
 #include "train/memory_estimate.h"
 
 namespace frugal::train {
@@ -14,6 +15,7 @@ namespace {
 // the model wraps them).
 int64_t count_blocks(const std::string& name, models::ModelConfig config) {
   config.checkpoint = models::CheckpointPolicy::parse("blocks");
+  nn::ConstructionDeviceGuard on_meta(Device::meta());  // its shape is all that counts
   auto model = models::create(name, config);
   int64_t n = 0;
   for (const auto& [path, m] : model->named_modules()) n += m->type_name() == "Checkpoint";

@@ -12,6 +12,7 @@
 #include "kernels/matmul.h"
 #include "memory/arena_plan.h"
 #include "memory/step_trace.h"
+#include "nn/construction_device.h"
 #include "optim/grad_scaler.h"
 #include "train/trainer.h"
 
@@ -183,11 +184,15 @@ MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfi
                                bool for_cuda, bool with_arena) {
   FRUGAL_CHECK(optimizer == "sgd" || optimizer == "adamw",
                "estimate_memory: optimizer must be sgd or adamw, got '", optimizer, "'");
-  // Building a model draws its initial weights, the steps dropout masks: the caller's random
-  // stream must not notice.
+  // Building a model takes its initial weights' share of the random stream, the steps dropout
+  // masks: the caller's random stream must not notice.
   GeneratorStateGuard keep_random_stream;
-  auto model = models::create(name, config);
-  model->to(Device::meta());
+  std::shared_ptr<nn::Module> model;
+  {
+    nn::ConstructionDeviceGuard on_meta(
+        Device::meta());  // Note [Building modules on the meta device]
+    model = models::create(name, config);
+  }
   std::unique_ptr<optim::Optimizer> opt;
   if (optimizer == "sgd") {
     opt = std::make_unique<optim::SGD>(model->parameters(), optim::SgdOptions{.momentum = 0.9});

@@ -7,6 +7,7 @@
 
 #include "core/factory.h"
 #include "memory/allocator.h"
+#include "nn/construction_device.h"
 #include "optim/optimizer.h"
 #include "train/memory_estimate.h"
 
@@ -200,8 +201,12 @@ bool plan_before_first_step(StepPlanner& planner, const std::string& name,
   // The dry run builds a model and draws dropout masks: the caller's random stream must not
   // notice (a planned run draws what an unplanned one does).
   GeneratorStateGuard keep_random_stream;
-  std::shared_ptr<nn::Module> model = models::create(name, config);
-  model->to(Device::meta());
+  std::shared_ptr<nn::Module> model;
+  {
+    nn::ConstructionDeviceGuard on_meta(
+        Device::meta());  // Note [Building modules on the meta device]
+    model = models::create(name, config);
+  }
   if (wrap) model = wrap(model);
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
   // Three steps: the first two differ from the later ones (lazy optimizer state, and parameters
