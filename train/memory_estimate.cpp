@@ -189,8 +189,8 @@ MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfi
   GeneratorStateGuard keep_random_stream;
   std::shared_ptr<nn::Module> model;
   {
-    nn::ConstructionDeviceGuard on_meta(
-        Device::meta());  // Note [Building modules on the meta device]
+    // Shapes only (Note [Building modules on the meta device]).
+    nn::ConstructionDeviceGuard on_meta(Device::meta());
     model = models::create(name, config);
   }
   std::unique_ptr<optim::Optimizer> opt;

@@ -203,8 +203,8 @@ bool plan_before_first_step(StepPlanner& planner, const std::string& name,
   GeneratorStateGuard keep_random_stream;
   std::shared_ptr<nn::Module> model;
   {
-    nn::ConstructionDeviceGuard on_meta(
-        Device::meta());  // Note [Building modules on the meta device]
+    // Shapes only (Note [Building modules on the meta device]).
+    nn::ConstructionDeviceGuard on_meta(Device::meta());
     model = models::create(name, config);
   }
   if (wrap) model = wrap(model);
