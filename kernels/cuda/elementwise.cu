@@ -1,7 +1,9 @@
 // CUDA elementwise kernels: broadcasting binary ops, affine, activations (forward and backward),
-// casts and fills. Same-shape operands take a 16-byte vectorised grid-stride path; everything
-// computes in float and stores the operand dtype.
+// casts and fills. Same-shape operands take a 16-byte vectorised grid-stride path, broadcasts a
+// packed one where the innermost size allows (Note [Packed broadcasts]); everything computes in
+// float and stores the operand dtype.
 #include <cstring>
+#include <limits>
 
 #include "base/half.h"
 #include "kernels/cuda/activation.cuh"
@@ -69,21 +71,122 @@ struct BinaryFn {
   }
 };
 
-// out[i] = a[ia] op b[ib] with ia, ib from bc's per-dimension strides (0 where broadcast).
-template <typename T>
-__global__ void binary_broadcast_kernel(Broadcast bc, BinaryFn fn, const T* a, const T* b,
-                                        T* out) {
-  for (int64_t i = thread_index(); i < bc.numel; i += grid_stride()) {
-    int64_t rem = i, ia = 0, ib = 0;
-    for (int d = bc.ndim - 1; d >= 0; --d) {
-      int64_t q = rem / bc.out_dims[d];
-      int64_t idx = rem - q * bc.out_dims[d];
-      rem = q;
-      ia += idx * bc.a_strides[d];
-      ib += idx * bc.b_strides[d];
+// Note [Packed broadcasts]: a broadcast binary op first drops size-1 dimensions and merges
+// neighbours that both operands walk as one (coalesced), so squeeze-excitation's
+// [N, H, W, C] * [N, 1, 1, C] becomes [N, H*W, C] with b's strides [C, 0, 1]. Operands are
+// contiguous, so every innermost stride is then 1 (the operand runs along it) or 0 (it is
+// broadcast). When the innermost size divides into 16-byte packs, one thread takes a pack: the
+// operands that run along it load as one pack, the broadcast ones as one element, and the index
+// arithmetic (in 32 bits where every offset fits) is paid once per pack instead of per element.
+// The former per-element, 64-bit, every-dimension decomposition made EfficientNet-B0's 81
+// broadcast multiplies (squeeze-excitation and stochastic depth) 10.0 ms of its 43 ms f16 step
+// (H200, batch 128 at 224x224).
+Broadcast coalesced(const Broadcast& bc) {
+  Broadcast c;
+  c.numel = bc.numel;
+  for (int d = 0; d < bc.ndim; ++d) {
+    const int64_t size = bc.out_dims[d];
+    if (size == 1) continue;
+    const int last = c.ndim - 1;
+    if (last >= 0 && c.a_strides[last] == bc.a_strides[d] * size &&
+        c.b_strides[last] == bc.b_strides[d] * size) {
+      c.out_dims[last] *= size;  // d continues the outer dimension in both operands
+      c.a_strides[last] = bc.a_strides[d];
+      c.b_strides[last] = bc.b_strides[d];
+      continue;
     }
-    out[i] = from_f<T>(fn(to_f(a[ia]), to_f(b[ib])));
+    c.out_dims[c.ndim] = size;
+    c.a_strides[c.ndim] = bc.a_strides[d];
+    c.b_strides[c.ndim] = bc.b_strides[d];
+    ++c.ndim;
   }
+  if (c.ndim == 0) {  // one element
+    c.ndim = 1;
+    c.out_dims[0] = 1;
+  }
+  return c;
+}
+
+// The same broadcast counted in packs of V along the innermost dimension: its size divided by V
+// and each innermost stride (1 or 0) scaled to the pack's first element.
+Broadcast in_packs(Broadcast bc, int v) {
+  const int last = bc.ndim - 1;
+  bc.out_dims[last] /= v;
+  bc.a_strides[last] *= v;
+  bc.b_strides[last] *= v;
+  return bc;
+}
+
+// V operand values at p: a whole pack when the operand runs along the pack, else one element
+// repeated (the operand is broadcast along the innermost dimension).
+template <typename T, int V>
+__device__ __forceinline__ void load_operand(const T* p, bool whole, float* out) {
+  if (whole) {
+    Pack<T, V> pack = load_pack<T, V>(p);
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[v] = to_f(pack.v[v]);
+  } else {
+    const float x = to_f(*p);
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[v] = x;
+  }
+}
+
+// out pack i = a op b over bc, coalesced and counted in packs of V (Note [Packed broadcasts]);
+// I is the index type (int32_t when every offset fits).
+template <typename T, int V, typename I>
+__global__ void binary_broadcast_kernel(Broadcast bc, BinaryFn fn, const T* a, const T* b, T* out) {
+  const int last = bc.ndim - 1;
+  const bool a_whole = bc.a_strides[last] != 0, b_whole = bc.b_strides[last] != 0;
+  const I packs = static_cast<I>(bc.numel / V);
+  for (I i = static_cast<I>(thread_index()); i < packs; i += static_cast<I>(grid_stride())) {
+    I rem = i, ia = 0, ib = 0;
+    for (int d = last; d > 0; --d) {
+      const I size = static_cast<I>(bc.out_dims[d]);
+      const I q = rem / size, idx = rem - q * size;
+      rem = q;
+      ia += idx * static_cast<I>(bc.a_strides[d]);
+      ib += idx * static_cast<I>(bc.b_strides[d]);
+    }
+    ia += rem * static_cast<I>(bc.a_strides[0]);
+    ib += rem * static_cast<I>(bc.b_strides[0]);
+    float av[V], bv[V], r[V];
+    load_operand<T, V>(a + ia, a_whole, av);
+    load_operand<T, V>(b + ib, b_whole, bv);
+#pragma unroll
+    for (int v = 0; v < V; ++v) r[v] = fn(av[v], bv[v]);
+    store_pack<T, V>(out + static_cast<int64_t>(i) * V, r);
+  }
+}
+
+// Packs of kVec<T> when the innermost size divides into them and every pointer that is read or
+// written as packs is 16-byte aligned (coalesced bc: innermost strides are 0 or 1).
+template <typename T>
+bool broadcast_packs(const Broadcast& bc, const void* a, const void* b, const void* out) {
+  const int last = bc.ndim - 1;
+  if (bc.out_dims[last] % kVec<T> != 0 || !aligned16(out)) return false;
+  for (int d = 0; d < last; ++d) {
+    if (bc.a_strides[last] != 0 && bc.a_strides[d] % kVec<T> != 0) return false;
+    if (bc.b_strides[last] != 0 && bc.b_strides[d] % kVec<T> != 0) return false;
+  }
+  return (bc.a_strides[last] == 0 || aligned16(a)) && (bc.b_strides[last] == 0 || aligned16(b));
+}
+
+template <typename T, int V>
+void launch_broadcast(const Context& ctx, cudaStream_t s, const Broadcast& bc, BinaryFn fn,
+                      const void* a, const void* b, void* out) {
+  const Broadcast packed = in_packs(bc, V);
+  const unsigned grid = grid_for(ctx, bc.numel / V);
+  auto at = static_cast<const T*>(a);
+  auto bt = static_cast<const T*>(b);
+  auto ot = static_cast<T*>(out);
+  // Half the int32 range: a grid-stride step past the end must not overflow.
+  if (bc.numel <= std::numeric_limits<int32_t>::max() / 2) {
+    binary_broadcast_kernel<T, V, int32_t><<<grid, kThreads, 0, s>>>(packed, fn, at, bt, ot);
+  } else {
+    binary_broadcast_kernel<T, V, int64_t><<<grid, kThreads, 0, s>>>(packed, fn, at, bt, ot);
+  }
+  FRUGAL_LAUNCH_CHECK();
 }
 
 struct AffineFn {
@@ -172,10 +275,12 @@ void binary(const Context& ctx, BinaryOp op, DType dtype, const Broadcast& bc, c
     if (is_plain(bc)) {
       launch_map2<T>(ctx, s, bc.numel, a, b, out, BinaryFn{op});
     } else {
-      binary_broadcast_kernel<T><<<grid_for(ctx, bc.numel), kThreads, 0, s>>>(
-          bc, BinaryFn{op}, static_cast<const T*>(a), static_cast<const T*>(b),
-          static_cast<T*>(out));
-      FRUGAL_LAUNCH_CHECK();
+      const Broadcast c = coalesced(bc);
+      if (broadcast_packs<T>(c, a, b, out)) {
+        launch_broadcast<T, kVec<T>>(ctx, s, c, BinaryFn{op}, a, b, out);
+      } else {
+        launch_broadcast<T, 1>(ctx, s, c, BinaryFn{op}, a, b, out);
+      }
     }
   });
 }

@@ -1,5 +1,6 @@
 // Max, average and global average pooling over NHWC on CUDA. One thread per output element (max
-// pooling: per pack of channels) forward; backward gathers per input element over the windows
+// pooling: per pack of channels) forward, global average pooling as a middle sum (Note [Middle
+// sums] in reduce.cu); backward gathers per input element over the windows
 // that cover it (no atomics, so it is deterministic), max pooling from each window's first
 // maximum found as the CPU finds it.
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/pooling.h"
+#include "kernels/reduce.h"
 
 namespace frugal::kernels::cuda {
 namespace {
@@ -216,25 +218,19 @@ __global__ void avg_backward_kernel(Geometry<> g, const T* dy, T* dx) {
 }
 
 // y[n, c] = mean over hw of x[n, hw, c]: one thread per (n, c), neighbours read neighbours.
-template <typename T>
-__global__ void global_avg_forward_kernel(int64_t n, int64_t hw, int64_t c, const T* x, T* y) {
-  float inv = 1.0f / static_cast<float>(hw);
-  for (int64_t i = thread_index(); i < n * c; i += grid_stride()) {
-    int64_t b = i / c, ch = i - b * c;
-    const T* xb = x + b * hw * c + ch;
-    float acc = 0.0f;
-    for (int64_t p = 0; p < hw; ++p) acc += to_f(xb[p * c]);
-    y[i] = from_f<T>(acc * inv);
-  }
-}
-
-template <typename T>
-__global__ void global_avg_backward_kernel(int64_t n, int64_t hw, int64_t c, const T* dy,
-                                           T* dx) {
-  float inv = 1.0f / static_cast<float>(hw);
-  for (int64_t i = thread_index(); i < n * hw * c; i += grid_stride()) {
-    int64_t ch = i % c, b = i / (hw * c);
-    dx[i] = from_f<T>(to_f(dy[b * c + ch]) * inv);
+// dx[b, p, c] = dy[b, c] / hw, one 16-byte pack of channels a thread (V = 1 when c does not
+// divide into packs); I is the index type (Note [Pool index math]).
+template <typename T, int V, typename I>
+__global__ void global_avg_backward_kernel(I n, I hw, I c, const T* dy, T* dx) {
+  const float inv = 1.0f / static_cast<float>(hw);
+  const I packs = c / V, total = n * hw * packs;
+  for (I i = static_cast<I>(thread_index()); i < total; i += static_cast<I>(grid_stride())) {
+    const I pack = i % packs, b = i / (hw * packs);
+    Pack<T, V> g = load_pack<T, V>(dy + b * c + pack * V);
+    float out[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[v] = to_f(g.v[v]) * inv;
+    store_pack<T, V>(dx + static_cast<int64_t>(i) * V, out);
   }
 }
 
@@ -358,20 +354,41 @@ void avg_pool2d_backward(const Context& ctx, DType dtype, const Pool2dShape& s, 
                      geometry(s), static_cast<const T*>(dy), static_cast<T*>(dx));
 }
 
+// The mean over H x W is a middle sum (Note [Middle sums] in reduce.cu) scaled by 1 / hw.
 void global_avg_pool_forward(const Context& ctx, DType dtype, int64_t n, int64_t hw, int64_t c,
                              const void* x, void* y) {
   FRUGAL_CHECK(n >= 0 && hw > 0 && c > 0, "global_avg_pool_forward: bad shape [", n, ", ", hw,
                ", ", c, "]");
-  FRUGAL_POOL_LAUNCH("global_avg_pool_forward", global_avg_forward_kernel, n * c, n, hw, c,
-                     static_cast<const T*>(x), static_cast<T*>(y));
+  cuda::sum_to(ctx, dtype, make_reduction(Shape{n, hw, c}, Shape{n, 1, c}), x,
+               1.0 / static_cast<double>(hw), y);
 }
 
 void global_avg_pool_backward(const Context& ctx, DType dtype, int64_t n, int64_t hw, int64_t c,
                               const void* dy, void* dx) {
   FRUGAL_CHECK(n >= 0 && hw > 0 && c > 0, "global_avg_pool_backward: bad shape [", n, ", ", hw,
                ", ", c, "]");
-  FRUGAL_POOL_LAUNCH("global_avg_pool_backward", global_avg_backward_kernel, n * hw * c, n, hw,
-                     c, static_cast<const T*>(dy), static_cast<T*>(dx));
+  cudaStream_t stream = stream_of(ctx, "global_avg_pool_backward");
+  if (n == 0) return;
+  DeviceGuard guard(ctx.device);
+  FRUGAL_CUDA_FLOAT_SWITCH(dtype, "global_avg_pool_backward", {
+    auto launch = [&](auto pack, auto index) {
+      constexpr int V = decltype(pack)::value;
+      using I = decltype(index);
+      global_avg_backward_kernel<T, V, I><<<grid_for(ctx, n * hw * c / V), kThreads, 0, stream>>>(
+          static_cast<I>(n), static_cast<I>(hw), static_cast<I>(c), static_cast<const T*>(dy),
+          static_cast<T*>(dx));
+      FRUGAL_LAUNCH_CHECK();
+    };
+    // Half the int32 range: a grid-stride step past the end must not overflow.
+    const bool narrow = n * hw * c <= std::numeric_limits<int32_t>::max() / 2;
+    if (pack_width<T>(c, {dy, dx}) == kVec<T>) {
+      constexpr std::integral_constant<int, kVec<T>> packed;
+      narrow ? launch(packed, int32_t{}) : launch(packed, int64_t{});
+    } else {
+      constexpr std::integral_constant<int, 1> single;
+      narrow ? launch(single, int32_t{}) : launch(single, int64_t{});
+    }
+  });
 }
 
 }  // namespace frugal::kernels::cuda

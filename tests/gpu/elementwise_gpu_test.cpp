@@ -34,6 +34,12 @@ TEST(GpuElementwise, BinaryBroadcastMatchesCpu) {
       check_binary(t, op, {3, 5, 7, 9}, {3, 5, 7, 9}, {5, 1, 1});
       check_binary(t, op, {3, 5, 7, 9}, {3, 1, 7, 1}, {1, 5, 1, 9});  // both broadcast
       check_binary(t, op, {1031}, {1031}, {1});                       // scalar
+      // Packed broadcasts (Note [Packed broadcasts]): squeeze-excitation's scale, either side
+      check_binary(t, op, {4, 5, 7, 16}, {4, 5, 7, 16}, {4, 1, 1, 16});
+      check_binary(t, op, {3, 6, 5, 24}, {3, 1, 1, 24}, {3, 6, 5, 24});
+      check_binary(t, op, {4, 3, 5, 8}, {4, 3, 5, 8}, {4, 1, 1, 1});  // per-sample mask
+      check_binary(t, op, {3, 5, 8}, {3, 5, 8}, {5, 1});              // broadcast along the packs
+      check_binary(t, op, {4, 3136, 32}, {4, 1, 32}, {4, 3136, 32});  // many packs
     }
   }
 }

@@ -225,21 +225,23 @@ TEST(GpuPooling, MaxAvgGlobalMatchCpu) {
       kernels::cuda::avg_pool2d_backward(gpu(), t, s, ddy.get(), dx_out.get());
       EXPECT_CLOSE(dx_out.download(), ref_dx, tolerance(t));
     }
-    SCOPED_TRACE(detail::str(dtype_name(t), " global"));
-    const int64_t n = 3, hw = 49, c = 37;
-    auto x = random_values(static_cast<size_t>(n * hw * c), 43, t);
-    auto dy = random_values(static_cast<size_t>(n * c), 44, t);
-    std::vector<float> ref_y(n * c), ref_dx(n * hw * c);
-    kernels::cpu::global_avg_pool_forward(cpu(), DType::f32, n, hw, c, x.data(), ref_y.data());
-    kernels::cpu::global_avg_pool_backward(cpu(), DType::f32, n, hw, c, dy.data(),
-                                           ref_dx.data());
-    DeviceBuffer dx = to_device(t, x), ddy = to_device(t, dy), dy_out(t, n * c),
-                 dx_out(t, n * hw * c);
-    dy_out.poison();
-    dx_out.poison();
-    kernels::cuda::global_avg_pool_forward(gpu(), t, n, hw, c, dx.get(), dy_out.get());
-    kernels::cuda::global_avg_pool_backward(gpu(), t, n, hw, c, ddy.get(), dx_out.get());
-    EXPECT_CLOSE(dy_out.download(), ref_y, tolerance(t));
-    EXPECT_CLOSE(dx_out.download(), ref_dx, tolerance(t));
+    // c = 37: one channel a thread; c = 32: packs, and a long H x W split over blocks.
+    for (auto [hw, c] : {std::pair<int64_t, int64_t>{49, 37}, {3136, 32}}) {
+      SCOPED_TRACE(detail::str(dtype_name(t), " global ", hw, "x", c));
+      const int64_t n = 3;
+      auto x = random_values(static_cast<size_t>(n * hw * c), 43, t);
+      auto dy = random_values(static_cast<size_t>(n * c), 44, t);
+      std::vector<float> ref_y(n * c), ref_dx(n * hw * c);
+      kernels::cpu::global_avg_pool_forward(cpu(), DType::f32, n, hw, c, x.data(), ref_y.data());
+      kernels::cpu::global_avg_pool_backward(cpu(), DType::f32, n, hw, c, dy.data(), ref_dx.data());
+      DeviceBuffer dx = to_device(t, x), ddy = to_device(t, dy), dy_out(t, n * c),
+                   dx_out(t, n * hw * c);
+      dy_out.poison();
+      dx_out.poison();
+      kernels::cuda::global_avg_pool_forward(gpu(), t, n, hw, c, dx.get(), dy_out.get());
+      kernels::cuda::global_avg_pool_backward(gpu(), t, n, hw, c, ddy.get(), dx_out.get());
+      EXPECT_CLOSE(dy_out.download(), ref_y, tolerance(t));
+      EXPECT_CLOSE(dx_out.download(), ref_dx, tolerance(t));
+    }
   }
 }
