@@ -1,6 +1,7 @@
 // Weight gradient of 3x3 convolutions with at most 4 input channels (Note [Few-channel weight
-// gradients] in few_channel_conv.h).
-#include <climits>
+// gradients] in few_channel_conv.h): a small GEMM per block over tiles of output positions staged
+// in shared memory, row splits summed into an f32 workspace, then the splits added in order.
+#include <algorithm>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/direct_conv_common.cuh"
@@ -11,72 +12,214 @@ namespace {
 
 constexpr int kSize = kFewChannelSize;
 constexpr int kTaps = kSize * kSize;
-constexpr int kMaxChannels = kFewChannelMaxInputs;
+constexpr int kBlockChannels = 32;  // output channels a block: 8 lanes of a warp x 4 each
+constexpr int kTile = 128;          // output positions a block stages at a time
+constexpr int kWarps = kThreads / 32;
+constexpr int kWarpPositions = kTile / kWarps;  // each warp sums its own run of the tile
+// Resident blocks a multiprocessor (64 registers a thread): while one block waits for its tile's
+// loads, the others sum theirs. With C = 4 the compiler otherwise took 73 registers, 3 blocks,
+// and the partial kernel of MobileNet's stem shape with 4 channels 232 us instead of 187 (H200,
+// f16; a few spilled bytes included).
+constexpr int kBlocksPerSm = 4;
+static_assert(kThreads == 2 * kTile, "the patch staging gives each position two threads");
+static_assert(kTile % kWarps == 0);
 
-// One block: `lanes` consecutive output channels x (kThreads / lanes) rows of output positions,
-// positions strided over the row splits (blockIdx.y). Writes
-// partial[split, k, tap, c] = sum over its positions of dy[p, k] * x[tap's input of p, c],
-// the OHWI order of dw.
+// The shared-memory layout of one instance. m = tap * C + c runs over the M = 9C columns of the
+// im2col patch (the OHWI order of dw); a lane sums 4 output channels x kChunk columns, so the
+// columns are padded to 4 chunks (the padding is zero and its sums are dropped).
+template <int C>
+struct Tiles {
+  static constexpr int kM = kTaps * C;
+  static constexpr int kChunk = (kM + 3) / 4;
+  static constexpr int kPadded = 4 * kChunk;
+  // A patch row's stride: odd, so that the staging stores (one lane per position, same column)
+  // fall in 32 different banks; the GEMM reads one row a warp, a broadcast either way.
+  static constexpr int kRow = kPadded + 1;
+  static constexpr int kDyFloats = kTile * kBlockChannels;         // [kTile][kBlockChannels]
+  static constexpr int kStaged = kDyFloats + kTile * kRow;         // then the patch [kTile][kRow]
+  static constexpr int kSums = kWarps * kBlockChannels * kPadded;  // [warp][channel][kPadded]
+  static constexpr int kFloats = kStaged > kSums ? kStaged : kSums;
+};
+static_assert(Tiles<kFewChannelMaxInputs>::kFloats * sizeof(float) <= 48 * 1024,
+              "static shared memory is capped at 48 KiB");
+
+// dy_tile[p, j] = dy[p0 + p, k0 + j] in f32, zero past the last position or output channel.
+// V channels a load: V > 1 only when K % V == 0 and dy is 16-byte aligned, so a pack that starts
+// below K ends within it.
+template <typename T, int V>
+__device__ __forceinline__ void stage_dy(const Geom& g, int positions, int p0, int k0,
+                                         const T* __restrict__ dy, float* dy_tile) {
+  constexpr int kPacks = kBlockChannels / V;  // per position
+  for (int e = static_cast<int>(threadIdx.x); e < kTile * kPacks; e += kThreads) {
+    const int p = e / kPacks, j = e % kPacks * V;
+    const int pos = p0 + p, k = k0 + j;
+    float v[V];
+    if (pos < positions && k < g.k) {
+      const Pack<T, V> pack = load_pack<T, V>(dy + pos * g.k + k);
+#pragma unroll
+      for (int i = 0; i < V; ++i) v[i] = to_f(pack.v[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) v[i] = 0.0f;
+    }
+    float* out = dy_tile + p * kBlockChannels + j;
+    if constexpr (V % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < V; i += 4) {
+        *reinterpret_cast<float4*>(out + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) out[i] = v[i];
+    }
+  }
+}
+
+// patch[p, tap * C + c] = x[tap's input of position p0 + p, c] in f32 (the im2col row), zero in
+// the padding and past the last position. Thread t stages position t % kTile, taps of parity
+// t / kTile, so that the two divisions by the output size happen once a position.
 template <typename T, int C>
-__global__ void few_channel_partial_kernel(Geom g, int lanes, const T* __restrict__ x,
-                                           const T* __restrict__ dy,
-                                           float* __restrict__ partial) {
-  constexpr int M = kTaps * C;
-  const int rows = kThreads / lanes;
-  const int lane = static_cast<int>(threadIdx.x) % lanes;
-  const int r = static_cast<int>(threadIdx.x) / lanes;
-  const int k = static_cast<int>(blockIdx.x) * lanes + lane;
-  float acc[M];  // [tap][c]
+__device__ __forceinline__ void stage_patch(const Geom& g, int positions, int p0,
+                                            const T* __restrict__ x, float* patch) {
+  const int p = static_cast<int>(threadIdx.x) % kTile;
+  const int parity = static_cast<int>(threadIdx.x) / kTile;
+  const int pos = p0 + p;
+  const bool valid = pos < positions;
+  const int ow = valid ? pos % g.ow : 0;
+  const int rest = valid ? pos / g.ow : 0;
+  const int oh = rest % g.oh, n = rest / g.oh;
+  // 64 bits: oh * sh can pass INT_MAX where the padding is huge, though every in-range index fits
+  const int64_t ih0 = int64_t{oh} * g.sh - g.ph, iw0 = int64_t{ow} * g.sw - g.pw;
+  float* row = patch + p * Tiles<C>::kRow;
 #pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-  if (r < rows && k < g.k) {
-    const int64_t positions = static_cast<int64_t>(g.n) * g.oh * g.ow;
-    const int64_t step = static_cast<int64_t>(gridDim.y) * rows;
-    for (int64_t p64 = static_cast<int64_t>(blockIdx.y) * rows + r; p64 < positions; p64 += step) {
-      const float gv = to_f(dy[p64 * g.k + k]);
-      int p = static_cast<int>(p64);
-      const int ow = p % g.ow;
-      p /= g.ow;
-      const int oh = p % g.oh, n = p / g.oh;
-      const int ih0 = oh * g.sh - g.ph, iw0 = ow * g.sw - g.pw;
+  for (int i = 0; i < (kTaps + 1) / 2; ++i) {
+    const int tap = 2 * i + parity;
+    if (tap < kTaps) {
+      const int64_t ih = ih0 + int64_t{tap / kSize} * g.dh;
+      const int64_t iw = iw0 + int64_t{tap % kSize} * g.dw;
+      float v[C];
+      if (valid && ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) {
+        const T* src = x + ((n * g.h + static_cast<int>(ih)) * g.w + static_cast<int>(iw)) * C;
 #pragma unroll
-      for (int a = 0; a < kSize; ++a) {
-        const int ih = ih0 + a * g.dh;
-        if (ih < 0 || ih >= g.h) continue;
-        const T* row = x + static_cast<int64_t>(n * g.h + ih) * g.w * C;
+        for (int c = 0; c < C; ++c) v[c] = to_f(src[c]);
+      } else {
 #pragma unroll
-        for (int b = 0; b < kSize; ++b) {
-          const int iw = iw0 + b * g.dw;
-          if (iw < 0 || iw >= g.w) continue;
+        for (int c = 0; c < C; ++c) v[c] = 0.0f;
+      }
 #pragma unroll
-          for (int ci = 0; ci < C; ++ci) {
-            acc[(a * kSize + b) * C + ci] += gv * to_f(row[iw * C + ci]);
-          }
-        }
+      for (int c = 0; c < C; ++c) row[tap * C + c] = v[c];
+    }
+  }
+}
+
+// Block (blockIdx.x, split = blockIdx.y): output channels k0 = 32 * blockIdx.x onward, tiles
+// split, split + splits, ... of the output positions. Writes
+// partial[split, k, m] = sum over its positions p of dy[p, k] * patch[p, m] for k < K, m < M,
+// the OHWI order of dw (finish_weight_gradient's [split][K * M]). Warp w sums positions
+// [w * kWarpPositions, (w + 1) * kWarpPositions) of each tile; its lane owns channels
+// k0 + 4 * (lane % 8) + [0, 4) and columns (lane / 8) * kChunk + [0, kChunk), kChunk x 4 sums in
+// registers. The warps' sums are then added in warp order: no atomics, a fixed order.
+template <typename T, int C, int V>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    few_channel_partial_kernel(Geom g, const T* __restrict__ x, const T* __restrict__ dy,
+                               float* __restrict__ partial) {
+  using L = Tiles<C>;
+  __shared__ __align__(16) float smem[L::kFloats];
+  float* dy_tile = smem;
+  float* patch = smem + L::kDyFloats;
+  const int t = static_cast<int>(threadIdx.x);
+  const int warp = t / 32, lane = t % 32;
+  const int quad = lane % 8, chunk = lane / 8;
+  const int k0 = static_cast<int>(blockIdx.x) * kBlockChannels;
+  const int positions = g.n * g.oh * g.ow;  // few_channel_handles: n * oh * ow * k fits
+  const int tiles = (positions + kTile - 1) / kTile;
+
+  // The padding columns stay zero: staging writes columns below M only.
+  if constexpr (L::kPadded > L::kM) {
+    constexpr int kPad = L::kPadded - L::kM;
+    for (int i = t; i < kTile * kPad; i += kThreads) {
+      patch[i / kPad * L::kRow + L::kM + i % kPad] = 0.0f;
+    }
+  }
+  float acc[4][L::kChunk];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+#pragma unroll
+    for (int j = 0; j < L::kChunk; ++j) acc[r][j] = 0.0f;
+  }
+  // The trip count depends on blockIdx only, so every thread reaches every barrier.
+  for (int tile = static_cast<int>(blockIdx.y); tile < tiles; tile += static_cast<int>(gridDim.y)) {
+    __syncthreads();  // the previous tile's reads are done
+    stage_dy<T, V>(g, positions, tile * kTile, k0, dy, dy_tile);
+    stage_patch<T, C>(g, positions, tile * kTile, x, patch);
+    __syncthreads();
+#pragma unroll 4
+    for (int i = 0; i < kWarpPositions; ++i) {
+      const int p = warp * kWarpPositions + i;
+      const float4 d = *reinterpret_cast<const float4*>(dy_tile + p * kBlockChannels + 4 * quad);
+      const float* xs = patch + p * L::kRow + chunk * L::kChunk;
+#pragma unroll
+      for (int j = 0; j < L::kChunk; ++j) {
+        const float xv = xs[j];
+        acc[0][j] = fmaf(d.x, xv, acc[0][j]);
+        acc[1][j] = fmaf(d.y, xv, acc[1][j]);
+        acc[2][j] = fmaf(d.z, xv, acc[2][j]);
+        acc[3][j] = fmaf(d.w, xv, acc[3][j]);
       }
     }
   }
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * lanes;
-  sum_block_rows(acc, lanes, rows, [&](int l, int m, float sum) {
-    const int64_t col = k0 + l;
-    if (col < g.k) partial[(static_cast<int64_t>(blockIdx.y) * g.k + col) * M + m] = sum;
-  });
+
+  __syncthreads();  // the tiles' last reads (and the padding's zeroing) are done: reuse smem
+  float* sums = smem;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+#pragma unroll
+    for (int j = 0; j < L::kChunk; ++j) {
+      sums[(warp * kBlockChannels + 4 * quad + r) * L::kPadded + chunk * L::kChunk + j] = acc[r][j];
+    }
+  }
+  __syncthreads();
+  for (int o = t; o < kBlockChannels * L::kM; o += kThreads) {
+    const int j = o / L::kM, m = o % L::kM;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += sums[(w * kBlockChannels + j) * L::kPadded + m];
+    const int k = k0 + j;
+    if (k < g.k) partial[(static_cast<int64_t>(blockIdx.y) * g.k + k) * L::kM + m] = sum;
+  }
+}
+
+// Row splits: about kBlocksPerSm blocks a multiprocessor, each over at least kMinTiles tiles.
+// More splits fill the device; fewer shorten the finish, whose threads each add `splits` values
+// in turn. MobileNet's stem (f16, H200, 132 multiprocessors): 264 splits took 209 us in all, 528
+// took 161 (145 of them the partial kernel), 792 took 192 (a longer finish).
+constexpr int64_t kMinTiles = 4;
+
+int tile_splits(const Context& ctx, int64_t blocks_x, int64_t tiles) {
+  const int64_t target = int64_t{sm_count(ctx.device.index)} * kBlocksPerSm;
+  const int64_t by_device = (target + blocks_x - 1) / blocks_x;
+  const int64_t by_tiles = (tiles + kMinTiles - 1) / kMinTiles;
+  return static_cast<int>(std::clamp<int64_t>(std::min(by_device, by_tiles), 1, 1024));
 }
 
 template <typename T, int C>
 void backward_weight_c(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
                        const void* x, const void* dy, DType dw_dtype, void* dw) {
   const Geom g = geom_of(s);
-  const int lanes = std::min(g.k, kThreads);
-  const int rows = kThreads / lanes;
-  const int64_t blocks_x = (g.k + lanes - 1) / lanes;
-  const int splits = weight_splits(ctx, blocks_x, s.n * s.oh() * s.ow(), rows);
+  const int64_t blocks_x = (s.k + kBlockChannels - 1) / kBlockChannels;
+  const int64_t tiles = (s.n * s.oh() * s.ow() + kTile - 1) / kTile;
+  const int splits = tile_splits(ctx, blocks_x, tiles);
   const int64_t n = s.k * kTaps * C;
   memory::DataPtr ws = ctx.workspace(static_cast<size_t>(splits * n) * sizeof(float));
   auto partial = static_cast<float*>(ws.get());
   dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits));
-  few_channel_partial_kernel<T, C><<<grid, kThreads, 0, stream>>>(
-      g, lanes, static_cast<const T*>(x), static_cast<const T*>(dy), partial);
+  auto xt = static_cast<const T*>(x);
+  auto dyt = static_cast<const T*>(dy);
+  if (pack_width<T>(s.k, {dy}) > 1) {
+    few_channel_partial_kernel<T, C, kVec<T>><<<grid, kThreads, 0, stream>>>(g, xt, dyt, partial);
+  } else {
+    few_channel_partial_kernel<T, C, 1><<<grid, kThreads, 0, stream>>>(g, xt, dyt, partial);
+  }
   FRUGAL_LAUNCH_CHECK();
   finish_weight_gradient<T>(ctx, stream, n, splits, partial, dw_dtype, dw);
 }

@@ -49,6 +49,9 @@ std::vector<kernels::Conv2dShape> configs() {
       conv(8, 32, 32, 1, 32, 3, 3, 2, 1, 1, 1, 1),    // few input channels: a 32x32 stem
       conv(2, 15, 13, 3, 20, 3, 3, 2, 1, 1, 1, 1),    // few input channels: a 3-channel stem
       conv(2, 9, 9, 2, 300, 3, 3, 1, 1, 1, 1, 1),     // few input channels, K over a block
+      conv(3, 17, 19, 4, 40, 3, 3, 1, 0, 0, 1, 1),    // few: 4 channels, K = 40 in packs, no pad
+      conv(2, 11, 10, 3, 24, 3, 3, 1, 2, 1, 2, 1),    // few: dilation 2, pads 2 and 1, K = 24
+      conv(4, 57, 57, 3, 32, 3, 3, 2, 1, 1, 1, 1),    // few: splits of several tiles, a part tile
   };
 }
 
