@@ -1,7 +1,12 @@
-// Depthwise NHWC convolution kernels (Note [Depthwise kernels] in depthwise_conv.h): forward and
-// input gradient gather over the taps with one 16-byte pack of channels per thread; the weight
-// gradient sums row splits into an f32 workspace, then adds the splits in order.
+// Depthwise NHWC convolution kernels (Note [Depthwise kernels] in depthwise_conv.h): a thread
+// owns a pack of 4 channels and a strip of kStrip neighbouring pixels of one row and slides along
+// the strip, so each input column is loaded once a strip and each weight once a strip. The weight
+// gradient sums strips into an f32 workspace per row split, then adds the splits in a fixed
+// order. Strides over 2 and dilation along W take one pixel a thread instead.
+#include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <initializer_list>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/depthwise_conv.h"
@@ -10,101 +15,305 @@
 namespace frugal::kernels::cuda {
 namespace {
 
-template <int V>
-__device__ __forceinline__ void load_floats(const float* p, float* out) {
-  if constexpr (V % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < V; i += 4) {
-      float4 f = *reinterpret_cast<const float4*>(p + i);
-      out[i] = f.x, out[i + 1] = f.y, out[i + 2] = f.z, out[i + 3] = f.w;
+// Pixels a strip: 8 divides the 112- and 56-wide maps of 224x224 models, and the strided input
+// gradient needs an even count (GatherCols); 28, 14 and 7 leave one partial strip a row.
+constexpr int kStrip = 8;
+// Channels a thread: 4 for every dtype and both kernel sizes. The gathers hold 8 x 4 f32
+// accumulators and one kernel row of weights (<= 20); with 8 channels the f16 3x3 forward took
+// 128 registers, 16 warps a multiprocessor, and ran at 1.3 TB/s against 2.6 for f32's packs of 4
+// (one pixel row of 112x112x32, batch 128, H200).
+constexpr int kPack = 4;
+// Threads of a gather block: small blocks round the register file off finely.
+constexpr int kGatherThreads = 128;
+// Channel packs side by side in a weight-gradient block (x kernel rows x strips): a block row
+// reads 16 packs, 128 or 256 contiguous bytes of a pixel.
+constexpr int kWeightLanes = 16;
+
+// Whether packs of V channels fit: C divides into them and every non-null pointer is aligned to
+// one pack.
+template <typename T, int V>
+bool packs_fit(int64_t c, std::initializer_list<const void*> pointers) {
+  if (c % V != 0) return false;
+  for (const void* p : pointers) {
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % (V * sizeof(T)) != 0) return false;
+  }
+  return true;
+}
+
+// The strips cover stride 1 and 2 along W without dilation there (their column maps are fixed
+// at compile time); rows take any stride and dilation.
+bool uses_strips(const Conv2dShape& s) {
+  return s.dil_w == 1 && (s.stride_w == 1 || s.stride_w == 2);
+}
+
+// Column maps of a strip, fixed at compile time so that the strip's accumulators stay in
+// registers: source column j of the strip feeds pixel target(j, b) of the strip (or -1: none)
+// through tap column b.
+//
+// ReadCols (forward, weight gradient): output r reads input column j = r*S + b, column 0 being
+// input column ow0*S - pw of the strip's first output ow0.
+template <int K, int S>
+struct ReadCols {
+  static constexpr int kK = K;
+  static constexpr int kCols = (kStrip - 1) * S + K;
+  static constexpr int target(int j, int b) {
+    return j >= b && (j - b) % S == 0 && (j - b) / S < kStrip ? (j - b) / S : -1;
+  }
+};
+
+// GatherCols (input gradient): dx column iw0 + r gathers dy column q0 + j through tap b when
+// j*S + b == r + M*S, for strips placed so that iw0 + pw is a multiple of S; then
+// q0 = (iw0 + pw) / S - M and every strip has the same tap parities (so S divides kStrip).
+template <int K, int S>
+struct GatherCols {
+  static constexpr int kK = K;
+  static constexpr int kM = (K - 1) / S;
+  static constexpr int kCols = (kStrip - 1) / S + kM + 1;
+  static constexpr int target(int j, int b) {
+    return j * S + b - kM * S >= 0 && j * S + b - kM * S < kStrip ? j * S + b - kM * S : -1;
+  }
+};
+
+// Brute force over (j, b): every pixel of the strip is fed, and only columns [0, kCols) feed.
+template <class Cols>
+constexpr bool cols_consistent() {
+  for (int j = -Cols::kK; j < Cols::kCols + Cols::kK; ++j) {
+    for (int b = 0; b < Cols::kK; ++b) {
+      if ((j < 0 || j >= Cols::kCols) && Cols::target(j, b) >= 0) return false;
     }
-  } else {
+  }
+  for (int r = 0; r < kStrip; ++r) {
+    bool fed = false;
+    for (int j = 0; j < Cols::kCols; ++j) {
+      for (int b = 0; b < Cols::kK; ++b) fed = fed || Cols::target(j, b) == r;
+    }
+    if (!fed) return false;
+  }
+  return true;
+}
+static_assert(kStrip % 2 == 0, "GatherCols<K, 2> needs an even strip");
+static_assert(cols_consistent<ReadCols<3, 1>>() && cols_consistent<ReadCols<3, 2>>() &&
+              cols_consistent<ReadCols<5, 1>>() && cols_consistent<ReadCols<5, 2>>());
+static_assert(cols_consistent<GatherCols<3, 1>>() && cols_consistent<GatherCols<3, 2>>() &&
+              cols_consistent<GatherCols<5, 1>>() && cols_consistent<GatherCols<5, 2>>());
+
+template <typename T, int V>
+__device__ __forceinline__ void load_floats(const T* p, float (&out)[V]) {
+  const Pack<T, V> pk = load_pack<T, V>(p);
 #pragma unroll
-    for (int i = 0; i < V; ++i) out[i] = p[i];
+  for (int v = 0; v < V; ++v) out[v] = to_f(pk.v[v]);
+}
+
+// A pack of V values of column `col` of a row (element offset `row` at the pack's first
+// channel), or zeros when col is outside [0, end). The load itself always reads inside the row
+// (col clamped to [0, w)), so it needs no branch and the compiler can issue a strip's loads
+// together; branching around each column's load held a thread to one column's loads in flight.
+template <typename T, int V>
+__device__ __forceinline__ void load_column(const T* __restrict__ src, int row, int col, int end,
+                                            int w, int c, float (&out)[V]) {
+  const int clamped = min(max(col, 0), w - 1);
+  load_floats<T, V>(src + row + clamped * c, out);
+  const bool inside = static_cast<unsigned>(col) < static_cast<unsigned>(end);
+#pragma unroll
+  for (int v = 0; v < V; ++v) out[v] = inside ? out[v] : 0.0f;
+}
+
+// Element offset of row `row` of image n at channel c0 in an [N, h, w, C] tensor, or -1 when the
+// row lies outside [0, h) (row is 64-bit: oh * sh - ph + a * dh may pass INT_MAX for huge pads).
+__device__ __forceinline__ int row_offset(int64_t row, int n, int h, int w, int c, int c0) {
+  return row >= 0 && row < h ? ((n * h + static_cast<int>(row)) * w) * c + c0 : -1;
+}
+
+// One strip of a gather: out[r] = init + the sum over rows a, columns j and taps b with
+// Cols::target(j, b) == r of src[rows[a] + (col0 + j) * c] * wt[(a*K + b) * c] (wt: the
+// transposed weights at the pack's first channel). Rows with rows[a] < 0 and columns outside
+// [0, col_end) add nothing; out[r] goes to dst[out0 + r * c] for r in [r_begin, r_end). A kernel
+// row at a time: 8 x V accumulators and K x V weights live.
+template <typename T, int V, class Cols>
+__device__ __forceinline__ void gather_strip(const T* __restrict__ src, const int (&rows)[Cols::kK],
+                                             int col0, int col_end, int width, int c,
+                                             const float* __restrict__ wt,
+                                             const float (&init)[V], T* __restrict__ dst,
+                                             int out0, int r_begin, int r_end) {
+  constexpr int K = Cols::kK;
+  float acc[kStrip][V];
+#pragma unroll
+  for (int r = 0; r < kStrip; ++r) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[r][v] = init[v];
+  }
+#pragma unroll
+  for (int a = 0; a < K; ++a) {
+    if (rows[a] < 0) continue;  // the same for the threads of a warp but at image edges
+    float wr[K][V];
+#pragma unroll
+    for (int b = 0; b < K; ++b) load_floats<float, V>(wt + (a * K + b) * c, wr[b]);
+#pragma unroll
+    for (int j = 0; j < Cols::kCols; ++j) {
+      float xv[V];
+      load_column<T, V>(src, rows[a], col0 + j, col_end, width, c, xv);
+#pragma unroll
+      for (int b = 0; b < K; ++b) {
+        const int r = Cols::target(j, b);
+        if (r < 0) continue;
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[r][v] = fmaf(xv[v], wr[b][v], acc[r][v]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kStrip; ++r) {
+    if (r >= r_begin && r < r_end) store_pack<T, V>(dst + (out0 + r * c), acc[r]);
   }
 }
 
-// acc[v] += src[v] * w[v] for one tap: a pack of activations or gradients times the tap's
-// transposed weights.
-template <typename T, int V>
-__device__ __forceinline__ void accumulate_tap(float* acc, const T* src, const float* w) {
-  Pack<T, V> sv = load_pack<T, V>(src);
-  float wv[V];
-  load_floats<V>(w, wv);
-#pragma unroll
-  for (int v = 0; v < V; ++v) acc[v] += to_f(sv.v[v]) * wv[v];
-}
-
-// wt[tap, c] = w[c, tap] in f32: weights [C, kh, kw, 1] become packs along the channels.
+// wt[tap, c] = w[c, tap] in f32: weights [C, kh, kw, 1] become packs along the channels, so that
+// the threads of a warp (consecutive packs) read consecutive bytes. Read straight from w, each
+// thread's V * taps values sit taps * V * sizeof(T) bytes from its neighbour's: a sector a thread.
 template <typename T>
-__global__ void transpose_weight_kernel(int c, int taps, const T* w, float* wt) {
+__global__ void transpose_weight_kernel(int c, int taps, const T* __restrict__ w,
+                                        float* __restrict__ wt) {
   for (int64_t i = thread_index(); i < static_cast<int64_t>(c) * taps; i += grid_stride()) {
-    int ch = static_cast<int>(i / taps), tap = static_cast<int>(i % taps);
+    const int ch = static_cast<int>(i / taps), tap = static_cast<int>(i % taps);
     wt[static_cast<int64_t>(tap) * c + ch] = to_f(w[i]);
   }
 }
 
-// y[n, oh, ow, c] = bias[c] + sum_{a, b} x[n, oh*sh - ph + a*dh, ow*sw - pw + b*dw, c] * w[c, a, b]
+// y[n, oh, ow, c] = bias[c] + sum_{a, b} x[n, oh*sh - ph + a*dh, ow*S - pw + b, c] * w[c, a, b]
+// for a strip of kStrip outputs along W (S = stride_w, dilation_w 1) and a pack of V channels.
+template <typename T, int K, int V, int S>
+__global__ void __launch_bounds__(kGatherThreads)
+    forward_strip_kernel(Geom g, const T* __restrict__ x, const float* __restrict__ wt,
+                         const T* __restrict__ bias, T* __restrict__ y) {
+  const int cvs = g.c / V, strips = (g.ow + kStrip - 1) / kStrip;
+  const int total = g.n * g.oh * strips * cvs;  // <= N * OH * OW * C: fits (depthwise_handles)
+  const int stride = static_cast<int>(gridDim.x * blockDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
+    const int cv = i % cvs;
+    int p = i / cvs;
+    const int ow0 = p % strips * kStrip;
+    p /= strips;
+    const int oh = p % g.oh, n = p / g.oh, c0 = cv * V;
+    float init[V] = {};
+    if (bias != nullptr) load_floats<T, V>(bias + c0, init);
+    int rows[K];
+#pragma unroll
+    for (int a = 0; a < K; ++a) {
+      rows[a] = row_offset(int64_t{oh} * g.sh - g.ph + int64_t{a} * g.dh, n, g.h, g.w, g.c, c0);
+    }
+    const int count = min(kStrip, g.ow - ow0);
+    // Past the row's end every column reads nothing, clamped or not.
+    const int col0 = static_cast<int>(std::min<int64_t>(int64_t{ow0} * S - g.pw, g.w));
+    const int col_end = min(g.w, col0 + (count - 1) * S + K);  // after the last output's columns
+    gather_strip<T, V, ReadCols<K, S>>(x, rows, col0, col_end, g.w, g.c, wt + c0, init, y,
+                                       ((n * g.oh + oh) * g.ow + ow0) * g.c + c0, 0, count);
+  }
+}
+
+// dx[n, ih, iw, c] = sum over the taps (a, b) and outputs (oh, ow) that read (ih, iw) of
+// dy[n, oh, ow, c] * w[c, a, b], for a strip of kStrip input columns (S = stride_w, dilation_w
+// 1; GatherCols) and a pack of V channels. Strips start at column -(pw % S) so that every strip
+// has the same tap parities: the first strip's column -1 is computed and not stored.
+template <typename T, int K, int V, int S>
+__global__ void __launch_bounds__(kGatherThreads)
+    backward_input_strip_kernel(Geom g, const T* __restrict__ dy, const float* __restrict__ wt,
+                                T* __restrict__ dx) {
+  using Cols = GatherCols<K, S>;
+  const int cvs = g.c / V, shift = g.pw % S;
+  const int strips = (g.w + shift + kStrip - 1) / kStrip;
+  const int total = g.n * g.h * strips * cvs;  // <= N * H * W * C: fits (depthwise_handles)
+  const int stride = static_cast<int>(gridDim.x * blockDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
+    const int cv = i % cvs;
+    int p = i / cvs;
+    const int iw0 = p % strips * kStrip - shift;
+    p /= strips;
+    const int ih = p % g.h, n = p / g.h, c0 = cv * V;
+    const float init[V] = {};
+    int rows[K];
+#pragma unroll
+    for (int a = 0; a < K; ++a) {
+      const int64_t th = int64_t{ih} + g.ph - int64_t{a} * g.dh;  // oh * sh for a tap that reads ih
+      rows[a] = th >= 0 && th % g.sh == 0 ? row_offset(th / g.sh, n, g.oh, g.ow, g.c, c0) : -1;
+    }
+    const int r_begin = max(0, -iw0), r_end = min(kStrip, g.w - iw0);
+    // (iw0 + pw) / S - M, clamped: past the row's end every column reads nothing either way.
+    const int col0 =
+        static_cast<int>(std::min<int64_t>((int64_t{iw0} + g.pw) / S - Cols::kM, g.ow));
+    // After the last column that feeds a pixel before r_end.
+    const int col_end = min(g.ow, col0 + (r_end - 1 + Cols::kM * S) / S + 1);
+    gather_strip<T, V, Cols>(dy, rows, col0, col_end, g.ow, g.c, wt + c0, init, dx,
+                             ((n * g.h + ih) * g.w + iw0) * g.c + c0, r_begin, r_end);
+  }
+}
+
+// acc[tap][v] += src[v] * w[v] for one tap: a pack of activations or gradients times the tap's
+// transposed weights.
+template <typename T, int V>
+__device__ __forceinline__ void accumulate_tap(float* acc, const T* src, const float* w) {
+  float sv[V], wv[V];
+  load_floats<T, V>(src, sv);
+  load_floats<float, V>(w, wv);
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] = fmaf(sv[v], wv[v], acc[v]);
+}
+
+// The forward with one output pixel a thread and any stride and dilation.
 template <typename T, int K, int V>
-__global__ void forward_kernel(Geom g, const T* __restrict__ x, const float* __restrict__ wt,
-                               const T* __restrict__ bias, T* __restrict__ y) {
+__global__ void forward_pixel_kernel(Geom g, const T* __restrict__ x, const float* __restrict__ wt,
+                                     const T* __restrict__ bias, T* __restrict__ y) {
   const int cvs = g.c / V;
-  const int64_t total = static_cast<int64_t>(g.n) * g.oh * g.ow * cvs;
-  for (int64_t i = thread_index(); i < total; i += grid_stride()) {
-    int cv = static_cast<int>(i % cvs), p = static_cast<int>(i / cvs);
+  const int total = g.n * g.oh * g.ow * cvs;
+  const int stride = static_cast<int>(gridDim.x * blockDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
+    const int cv = i % cvs;
+    int p = i / cvs;
     const int ow = p % g.ow;
     p /= g.ow;
     const int oh = p % g.oh, n = p / g.oh, c0 = cv * V;
-    float acc[V];
-#pragma unroll
-    for (int v = 0; v < V; ++v) acc[v] = bias != nullptr ? to_f(bias[c0 + v]) : 0.0f;
-    const int ih0 = oh * g.sh - g.ph, iw0 = ow * g.sw - g.pw;
+    float acc[V] = {};
+    if (bias != nullptr) load_floats<T, V>(bias + c0, acc);
 #pragma unroll
     for (int a = 0; a < K; ++a) {
-      const int ih = ih0 + a * g.dh;
-      if (ih < 0 || ih >= g.h) continue;
-      const T* row = x + static_cast<int64_t>(n * g.h + ih) * g.w * g.c + c0;
+      const int row =
+          row_offset(int64_t{oh} * g.sh - g.ph + int64_t{a} * g.dh, n, g.h, g.w, g.c, c0);
+      if (row < 0) continue;
 #pragma unroll
       for (int b = 0; b < K; ++b) {
-        const int iw = iw0 + b * g.dw;
+        const int64_t iw = int64_t{ow} * g.sw - g.pw + int64_t{b} * g.dw;
         if (iw < 0 || iw >= g.w) continue;
-        accumulate_tap<T, V>(acc, row + static_cast<int64_t>(iw) * g.c,
-                             wt + (a * K + b) * g.c + c0);
+        accumulate_tap<T, V>(acc, x + row + static_cast<int>(iw) * g.c, wt + (a * K + b) * g.c + c0);
       }
     }
     store_pack<T, V>(y + i * V, acc);  // (pixel * C + c0) == i * V
   }
 }
 
-// dx[n, ih, iw, c] = sum over the taps (a, b) and outputs (oh, ow) that read (ih, iw) of
-// dy[n, oh, ow, c] * w[c, a, b].
+// The input gradient with one input pixel a thread and any stride and dilation.
 template <typename T, int K, int V>
-__global__ void backward_input_kernel(Geom g, const T* __restrict__ dy,
-                                      const float* __restrict__ wt, T* __restrict__ dx) {
+__global__ void backward_input_pixel_kernel(Geom g, const T* __restrict__ dy,
+                                            const float* __restrict__ wt, T* __restrict__ dx) {
   const int cvs = g.c / V;
-  const int64_t total = static_cast<int64_t>(g.n) * g.h * g.w * cvs;
-  for (int64_t i = thread_index(); i < total; i += grid_stride()) {
-    int cv = static_cast<int>(i % cvs), p = static_cast<int>(i / cvs);
+  const int total = g.n * g.h * g.w * cvs;
+  const int stride = static_cast<int>(gridDim.x * blockDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
+    const int cv = i % cvs;
+    int p = i / cvs;
     const int iw = p % g.w;
     p /= g.w;
     const int ih = p % g.h, n = p / g.h, c0 = cv * V;
-    float acc[V];
-#pragma unroll
-    for (int v = 0; v < V; ++v) acc[v] = 0.0f;
+    float acc[V] = {};
 #pragma unroll
     for (int a = 0; a < K; ++a) {
-      const int th = ih + g.ph - a * g.dh;  // oh * sh when a tap of row oh reads row ih
+      const int64_t th = int64_t{ih} + g.ph - int64_t{a} * g.dh;  // oh * sh for a tap that reads ih
       if (th < 0 || th % g.sh != 0) continue;
-      const int oh = th / g.sh;
-      if (oh >= g.oh) continue;
-      const T* row = dy + static_cast<int64_t>(n * g.oh + oh) * g.ow * g.c + c0;
+      const int row = row_offset(th / g.sh, n, g.oh, g.ow, g.c, c0);
+      if (row < 0) continue;
 #pragma unroll
       for (int b = 0; b < K; ++b) {
-        const int tw = iw + g.pw - b * g.dw;
-        if (tw < 0 || tw % g.sw != 0) continue;
-        const int ow = tw / g.sw;
-        if (ow >= g.ow) continue;
-        accumulate_tap<T, V>(acc, row + static_cast<int64_t>(ow) * g.c,
+        const int64_t tw = int64_t{iw} + g.pw - int64_t{b} * g.dw;
+        if (tw < 0 || tw % g.sw != 0 || tw / g.sw >= g.ow) continue;
+        accumulate_tap<T, V>(acc, dy + row + static_cast<int>(tw / g.sw) * g.c,
                              wt + (a * K + b) * g.c + c0);
       }
     }
@@ -112,59 +321,137 @@ __global__ void backward_input_kernel(Geom g, const T* __restrict__ dy,
   }
 }
 
-// One block: `lanes` consecutive channel packs x (kThreads / lanes) rows of output positions,
-// positions strided over the row splits (blockIdx.y). Writes
-// partial[split, c, tap] = sum over its positions of dy[p, c] * x[tap's input of p, c].
-template <typename T, int K, int V>
-__global__ void backward_weight_partial_kernel(Geom g, int lanes, const T* __restrict__ x,
-                                               const T* __restrict__ dy,
-                                               float* __restrict__ partial) {
-  constexpr int kTaps = K * K;
-  const int cvs = g.c / V, rows = kThreads / lanes;
-  const int lane = static_cast<int>(threadIdx.x) % lanes;
-  const int r = static_cast<int>(threadIdx.x) / lanes;
-  const int cv = static_cast<int>(blockIdx.x) * lanes + lane;
-  float acc[kTaps * V];  // [tap][v]
+// acc[b][v] += sum over the strip's outputs r < count of dy[dy0 + r*c + v] * x[row, the column
+// output r reads through tap b, v], for the one kernel row of x at `row` (ReadCols, as in the
+// forward). dy past the row's end reads as 0, so every product is made without a branch.
+template <typename T, int K, int V, int S>
+__device__ __forceinline__ void weight_strip(const T* __restrict__ x, const T* __restrict__ dy,
+                                             int row, int col0, int col_end, int width, int c,
+                                             int dy0, int count, float (&acc)[K * V]) {
+  using Cols = ReadCols<K, S>;
+  float gv[kStrip][V];
 #pragma unroll
-  for (int m = 0; m < kTaps * V; ++m) acc[m] = 0.0f;
+  for (int r = 0; r < kStrip; ++r) load_column<T, V>(dy, dy0, r, count, count, c, gv[r]);
+#pragma unroll
+  for (int j = 0; j < Cols::kCols; ++j) {
+    float xv[V];
+    load_column<T, V>(x, row, col0 + j, col_end, width, c, xv);
+#pragma unroll
+    for (int b = 0; b < K; ++b) {
+      const int r = Cols::target(j, b);
+      if (r < 0) continue;
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[b * V + v] = fmaf(gv[r][v], xv[v], acc[b * V + v]);
+    }
+  }
+}
+
+// acc[b][v] += dy[n, oh, ow, c0 + v] * x[the input of (oh, ow) through tap (a, b), c0 + v] for
+// the thread's kernel row a, any stride and dilation.
+template <typename T, int K, int V>
+__device__ __forceinline__ void weight_pixel(const Geom& g, const T* __restrict__ x,
+                                             const T* __restrict__ dy, int n, int oh, int ow,
+                                             int a, int c0, float (&acc)[K * V]) {
+  const int row = row_offset(int64_t{oh} * g.sh - g.ph + int64_t{a} * g.dh, n, g.h, g.w, g.c, c0);
+  if (row < 0) return;
+  float gv[V];
+  load_floats<T, V>(dy + ((n * g.oh + oh) * g.ow + ow) * g.c + c0, gv);
+#pragma unroll
+  for (int b = 0; b < K; ++b) {
+    const int64_t iw = int64_t{ow} * g.sw - g.pw + int64_t{b} * g.dw;
+    if (iw < 0 || iw >= g.w) continue;
+    float xv[V];
+    load_floats<T, V>(x + row + static_cast<int>(iw) * g.c, xv);
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[b * V + v] = fmaf(gv[v], xv[v], acc[b * V + v]);
+  }
+}
+
+// One block: `lanes` consecutive channel packs x K kernel rows (block column a * lanes + lane)
+// x kThreads / (lanes * K) rows of work items, items strided over the row splits (blockIdx.y).
+// Items are strips of kStrip outputs along W for S = stride_w in {1, 2}, single outputs (any
+// stride) for S = 0. A thread sums the K taps of its kernel row: K x V accumulators, so the
+// 25-tap 5x5 needs no more registers than 3x3; the K threads of an item share its dy loads
+// through L1. Writes partial[split, c, tap] = sum over its items' outputs p of
+// dy[p, c] * x[tap's input of p, c].
+template <typename T, int K, int V, int S>
+__global__ void __launch_bounds__(kThreads)
+    backward_weight_partial_kernel(Geom g, int lanes, const T* __restrict__ x,
+                                   const T* __restrict__ dy, float* __restrict__ partial) {
+  const int cvs = g.c / V, columns = lanes * K, rows = kThreads / columns;
+  const int column = static_cast<int>(threadIdx.x) % columns;
+  const int r = static_cast<int>(threadIdx.x) / columns;
+  const int lane = column % lanes, a = column / lanes;
+  const int cv = static_cast<int>(blockIdx.x) * lanes + lane;
+  float acc[K * V];  // [b][v] of kernel row a
+#pragma unroll
+  for (int m = 0; m < K * V; ++m) acc[m] = 0.0f;
   if (r < rows && cv < cvs) {
     const int c0 = cv * V;
-    const int64_t positions = static_cast<int64_t>(g.n) * g.oh * g.ow;
-    const int64_t step = static_cast<int64_t>(gridDim.y) * rows;
-    for (int64_t p64 = static_cast<int64_t>(blockIdx.y) * rows + r; p64 < positions; p64 += step) {
-      int p = static_cast<int>(p64);
-      Pack<T, V> gp = load_pack<T, V>(dy + p64 * g.c + c0);
-      float gv[V];
-#pragma unroll
-      for (int v = 0; v < V; ++v) gv[v] = to_f(gp.v[v]);
-      const int ow = p % g.ow;
-      p /= g.ow;
-      const int oh = p % g.oh, n = p / g.oh;
-      const int ih0 = oh * g.sh - g.ph, iw0 = ow * g.sw - g.pw;
-#pragma unroll
-      for (int a = 0; a < K; ++a) {
-        const int ih = ih0 + a * g.dh;
-        if (ih < 0 || ih >= g.h) continue;
-        const T* row = x + static_cast<int64_t>(n * g.h + ih) * g.w * g.c + c0;
-#pragma unroll
-        for (int b = 0; b < K; ++b) {
-          const int iw = iw0 + b * g.dw;
-          if (iw < 0 || iw >= g.w) continue;
-          Pack<T, V> xv = load_pack<T, V>(row + static_cast<int64_t>(iw) * g.c);
-#pragma unroll
-          for (int v = 0; v < V; ++v) acc[(a * K + b) * V + v] += gv[v] * to_f(xv.v[v]);
-        }
+    const int per_row = S > 0 ? (g.ow + kStrip - 1) / kStrip : g.ow;
+    const int items = g.n * g.oh * per_row;  // <= N * OH * OW: fits
+    const int step = static_cast<int>(gridDim.y) * rows;
+    for (int item = static_cast<int>(blockIdx.y) * rows + r; item < items; item += step) {
+      const int q = item / per_row, oh = q % g.oh, n = q / g.oh;
+      if constexpr (S > 0) {
+        const int row =
+            row_offset(int64_t{oh} * g.sh - g.ph + int64_t{a} * g.dh, n, g.h, g.w, g.c, c0);
+        if (row < 0) continue;
+        const int ow0 = item % per_row * kStrip;
+        const int count = min(kStrip, g.ow - ow0);
+        const int col0 = static_cast<int>(std::min<int64_t>(int64_t{ow0} * S - g.pw, g.w));
+        const int col_end = min(g.w, col0 + (count - 1) * S + K);
+        weight_strip<T, K, V, S>(x, dy, row, col0, col_end, g.w, g.c,
+                                 ((n * g.oh + oh) * g.ow + ow0) * g.c + c0, count, acc);
+      } else {
+        weight_pixel<T, K, V>(g, x, dy, n, oh, item % per_row, a, c0, acc);
       }
     }
   }
-  // Sum over the block's rows (Note [Block row sums]); m = tap * V + v.
+  // Sum over the block's rows (Note [Block row sums]); block column l = a * lanes + lane,
+  // m = b * V + v.
   const int64_t cv0 = static_cast<int64_t>(blockIdx.x) * lanes;
-  sum_block_rows(acc, lanes, rows, [&](int l, int m, float sum) {
-    const int64_t col = cv0 + l;
-    if (col < cvs) {
-      partial[(static_cast<int64_t>(blockIdx.y) * g.c + col * V + m % V) * kTaps + m / V] = sum;
+  sum_block_rows(acc, columns, rows, [&](int l, int m, float sum) {
+    const int64_t pack = cv0 + l % lanes;
+    if (pack < cvs) {
+      const int tap = l / lanes * K + m / V;
+      partial[(static_cast<int64_t>(blockIdx.y) * g.c + pack * V + m % V) * (K * K) + tap] = sum;
     }
   });
+}
+
+// dw[i] = sum over the splits s of partial[s, i], in a fixed order: in a block, kSumGroups groups
+// of kSumLanes weights (one 32-byte sector) each add splits g, g + kSumGroups, ... in order, then
+// the groups' sums are added in group order. finish_weight_gradient's one thread a weight walked
+// all splits alone: with 528 splits and 288 weights (32 channels, 3x3) that was two blocks doing
+// 528 dependent loads a thread, and 14x14x512's weight gradient took 0.12 ms for 51 MB of
+// activations (H200).
+constexpr int kSumLanes = 8, kSumGroups = kThreads / kSumLanes;
+
+template <typename Out>
+__global__ void __launch_bounds__(kThreads)
+    sum_splits_kernel(int64_t n, int splits, const float* __restrict__ partial,
+                      Out* __restrict__ dw) {
+  __shared__ float sums[kSumGroups][kSumLanes];
+  const int lane = static_cast<int>(threadIdx.x) % kSumLanes;
+  const int group = static_cast<int>(threadIdx.x) / kSumLanes;
+  // The whole block walks the same chunks, so its barriers are reached by every thread.
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.x) * kSumLanes; i0 < n;
+       i0 += static_cast<int64_t>(gridDim.x) * kSumLanes) {
+    const int64_t i = i0 + lane;
+    float sum = 0.0f;
+    if (i < n) {
+      for (int s = group; s < splits; s += kSumGroups) sum += partial[s * n + i];
+    }
+    sums[group][lane] = sum;
+    __syncthreads();
+    if (group == 0 && i < n) {
+      float total = 0.0f;
+      for (int k = 0; k < kSumGroups; ++k) total += sums[k][lane];
+      dw[i] = from_f<Out>(total);
+    }
+    __syncthreads();
+  }
 }
 
 // Weights transposed to [taps, C] f32 in a workspace the caller keeps alive.
@@ -179,79 +466,135 @@ memory::DataPtr transposed_weights(const Context& ctx, cudaStream_t stream,
   return wt;
 }
 
-template <typename T, int K>
-void forward_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* x,
-               const float* wt, const void* bias, void* y) {
+template <typename T, int K, int V>
+void forward_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const T* x,
+                const float* wt, const T* bias, T* y) {
   const Geom g = geom_of(s);
-  const int v = pack_width<T>(s.c, {x, bias, y});
-  const int64_t work = s.n * s.oh() * s.ow() * (s.c / v);
-  auto xt = static_cast<const T*>(x);
-  auto bt = static_cast<const T*>(bias);
-  auto yt = static_cast<T*>(y);
-  if (v == kVec<T>) {
-    forward_kernel<T, K, kVec<T>><<<grid_for(ctx, work), kThreads, 0, stream>>>(g, xt, wt, bt, yt);
+  if (uses_strips(s)) {
+    const int64_t work = s.n * s.oh() * ((s.ow() + kStrip - 1) / kStrip) * (s.c / V);
+    const unsigned blocks = grid_for(ctx, work, kGatherThreads);
+    if (s.stride_w == 1) {
+      forward_strip_kernel<T, K, V, 1><<<blocks, kGatherThreads, 0, stream>>>(g, x, wt, bias, y);
+    } else {
+      forward_strip_kernel<T, K, V, 2><<<blocks, kGatherThreads, 0, stream>>>(g, x, wt, bias, y);
+    }
   } else {
-    forward_kernel<T, K, 1><<<grid_for(ctx, work), kThreads, 0, stream>>>(g, xt, wt, bt, yt);
-  }
-  FRUGAL_LAUNCH_CHECK();
-}
-
-template <typename T, int K>
-void backward_input_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                      const void* dy, const float* wt, void* dx) {
-  const Geom g = geom_of(s);
-  const int v = pack_width<T>(s.c, {dy, dx});
-  const int64_t work = s.n * s.h * s.w * (s.c / v);
-  auto dyt = static_cast<const T*>(dy);
-  auto dxt = static_cast<T*>(dx);
-  if (v == kVec<T>) {
-    backward_input_kernel<T, K, kVec<T>><<<grid_for(ctx, work), kThreads, 0, stream>>>(g, dyt, wt,
-                                                                                      dxt);
-  } else {
-    backward_input_kernel<T, K, 1><<<grid_for(ctx, work), kThreads, 0, stream>>>(g, dyt, wt, dxt);
+    const int64_t work = s.n * s.oh() * s.ow() * (s.c / V);
+    forward_pixel_kernel<T, K, V><<<grid_for(ctx, work), kThreads, 0, stream>>>(g, x, wt, bias,
+                                                                               y);
   }
   FRUGAL_LAUNCH_CHECK();
 }
 
 template <typename T, int K, int V>
-void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                        const void* x, const void* dy, DType dw_dtype, void* dw) {
+void backward_input_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
+                       const T* dy, const float* wt, T* dx) {
   const Geom g = geom_of(s);
-  const int cvs = static_cast<int>(s.c / V);
-  const int lanes = std::min(cvs, kThreads);
-  const int rows = kThreads / lanes;
+  if (uses_strips(s)) {
+    const int64_t strips = (s.w + s.pad_w % s.stride_w + kStrip - 1) / kStrip;
+    const unsigned blocks = grid_for(ctx, s.n * s.h * strips * (s.c / V), kGatherThreads);
+    if (s.stride_w == 1) {
+      backward_input_strip_kernel<T, K, V, 1><<<blocks, kGatherThreads, 0, stream>>>(g, dy, wt,
+                                                                                    dx);
+    } else {
+      backward_input_strip_kernel<T, K, V, 2><<<blocks, kGatherThreads, 0, stream>>>(g, dy, wt,
+                                                                                    dx);
+    }
+  } else {
+    const int64_t work = s.n * s.h * s.w * (s.c / V);
+    backward_input_pixel_kernel<T, K, V><<<grid_for(ctx, work), kThreads, 0, stream>>>(g, dy, wt,
+                                                                                      dx);
+  }
+  FRUGAL_LAUNCH_CHECK();
+}
+
+// Row splits of the weight gradient: about four blocks a multiprocessor, each thread still
+// summing at least 2 strips (or 8 single outputs), and the partial sums (written, then read by
+// the finish) at most an eighth of the traffic of x and dy, which caps the splits of layers with
+// few positions and many channels (7x7 x 1152 at 5x5: 31 splits).
+template <int K>
+int weight_row_splits(const Context& ctx, const Conv2dShape& s, int64_t blocks_x, int rows,
+                      size_t elem_bytes) {
+  const bool strips = uses_strips(s);
+  const int64_t items = s.n * s.oh() * (strips ? (s.ow() + kStrip - 1) / kStrip : s.ow());
+  const int64_t per_thread = strips ? 2 : 8;
+  const int64_t target = int64_t{sm_count(ctx.device.index)} * 4;
+  const int64_t activations = (s.n * s.h * s.w + s.n * s.oh() * s.ow()) * s.c *
+                              static_cast<int64_t>(elem_bytes);
+  const int64_t per_split = s.c * K * K * static_cast<int64_t>(sizeof(float));
+  const int64_t splits = std::min<int64_t>(
+      {(target + blocks_x - 1) / blocks_x, (items + rows * per_thread - 1) / (rows * per_thread),
+       activations / 8 / std::max<int64_t>(per_split, 1), 1024});
+  return static_cast<int>(std::max<int64_t>(1, splits));
+}
+
+template <typename T, int K, int V>
+void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
+                        const T* x, const T* dy, DType dw_dtype, void* dw) {
+  const Geom g = geom_of(s);
+  const int64_t cvs = s.c / V;
+  const int lanes = static_cast<int>(std::min<int64_t>(cvs, kWeightLanes));
+  const int rows = kThreads / (lanes * K);
   const int64_t blocks_x = (cvs + lanes - 1) / lanes;
-  const int splits = weight_splits(ctx, blocks_x, s.n * s.oh() * s.ow(), rows);
+  const int splits = weight_row_splits<K>(ctx, s, blocks_x, rows, sizeof(T));
   const int64_t n = s.c * K * K;
   memory::DataPtr ws = ctx.workspace(static_cast<size_t>(splits * n) * sizeof(float));
   auto partial = static_cast<float*>(ws.get());
   dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits));
-  backward_weight_partial_kernel<T, K, V><<<grid, kThreads, 0, stream>>>(
-      g, lanes, static_cast<const T*>(x), static_cast<const T*>(dy), partial);
+  if (!uses_strips(s)) {
+    backward_weight_partial_kernel<T, K, V, 0><<<grid, kThreads, 0, stream>>>(g, lanes, x, dy,
+                                                                             partial);
+  } else if (s.stride_w == 1) {
+    backward_weight_partial_kernel<T, K, V, 1><<<grid, kThreads, 0, stream>>>(g, lanes, x, dy,
+                                                                             partial);
+  } else {
+    backward_weight_partial_kernel<T, K, V, 2><<<grid, kThreads, 0, stream>>>(g, lanes, x, dy,
+                                                                             partial);
+  }
   FRUGAL_LAUNCH_CHECK();
-  finish_weight_gradient<T>(ctx, stream, n, splits, partial, dw_dtype, dw);
+  const unsigned blocks = grid_for(ctx, (n + kSumLanes - 1) / kSumLanes, 1);
+  if (dw_dtype == DType::f32) {
+    sum_splits_kernel<float><<<blocks, kThreads, 0, stream>>>(n, splits, partial,
+                                                              static_cast<float*>(dw));
+  } else {
+    sum_splits_kernel<T><<<blocks, kThreads, 0, stream>>>(n, splits, partial,
+                                                          static_cast<T*>(dw));
+  }
+  FRUGAL_LAUNCH_CHECK();
+}
+
+template <typename T, int K>
+void forward_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* x,
+               const float* wt, const void* bias, void* y) {
+  auto xt = static_cast<const T*>(x), bt = static_cast<const T*>(bias);
+  auto yt = static_cast<T*>(y);
+  if (packs_fit<T, kPack>(s.c, {x, bias, y})) {
+    forward_kv<T, K, kPack>(ctx, stream, s, xt, wt, bt, yt);
+  } else {
+    forward_kv<T, K, 1>(ctx, stream, s, xt, wt, bt, yt);
+  }
+}
+
+template <typename T, int K>
+void backward_input_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
+                      const void* dy, const float* wt, void* dx) {
+  auto dyt = static_cast<const T*>(dy);
+  auto dxt = static_cast<T*>(dx);
+  if (packs_fit<T, kPack>(s.c, {dy, dx})) {
+    backward_input_kv<T, K, kPack>(ctx, stream, s, dyt, wt, dxt);
+  } else {
+    backward_input_kv<T, K, 1>(ctx, stream, s, dyt, wt, dxt);
+  }
 }
 
 template <typename T, int K>
 void backward_weight_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
                        const void* x, const void* dy, DType dw_dtype, void* dw) {
-  // 5x5 keeps one channel per thread: 25 taps x a pack would not fit in registers. 16-bit
-  // types take 4 channels (8 bytes) a thread instead of 8 when 8 would not fill the device, as
-  // batch_norm.cu does (Note [Narrow packs for small reductions]): f16's packs of 8 took 0.46 ms
-  // against f32's 0.35 ms at 32x32 (H200).
-  constexpr int V = kVec<T>, kNarrow = V > 4 ? 4 : V;
-  if (K == 3 && pack_width<T>(s.c, {x, dy}) == V) {
-    const int64_t cvs = s.c / V, lanes = std::min<int64_t>(cvs, kThreads);
-    const int64_t blocks_x = (cvs + lanes - 1) / lanes;
-    const int splits = weight_splits(ctx, blocks_x, s.n * s.oh() * s.ow(),
-                                     static_cast<int>(kThreads / lanes));
-    if (V > 4 && blocks_x * splits < int64_t{sm_count(ctx.device.index)} * 4) {
-      backward_weight_kv<T, K, kNarrow>(ctx, stream, s, x, dy, dw_dtype, dw);
-    } else {
-      backward_weight_kv<T, K, V>(ctx, stream, s, x, dy, dw_dtype, dw);
-    }
+  auto xt = static_cast<const T*>(x), dyt = static_cast<const T*>(dy);
+  if (packs_fit<T, kPack>(s.c, {x, dy})) {
+    backward_weight_kv<T, K, kPack>(ctx, stream, s, xt, dyt, dw_dtype, dw);
   } else {
-    backward_weight_kv<T, K, 1>(ctx, stream, s, x, dy, dw_dtype, dw);
+    backward_weight_kv<T, K, 1>(ctx, stream, s, xt, dyt, dw_dtype, dw);
   }
 }
 
