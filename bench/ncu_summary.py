@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Sums an `ncu --csv --metrics gpu__time_duration.sum` log by kernel name, longest first: where
-the time of one profiled training step goes (scripts/gpu-profile.sh writes the logs).
+"""Sums an `ncu --csv --metrics gpu__time_duration.sum[,dram__bytes_read.sum,dram__bytes_write.sum]`
+log by kernel name, longest first: where the time of one profiled training step goes
+(scripts/gpu-profile.sh writes the logs). With the DRAM metrics it also reports the step's
+HBM-traffic bound: every byte the kernels moved to or from HBM at the device's peak bandwidth
+(--peak-gbs, the H200's 4,800 GB/s by default), against the kernel time.
 
-  python3 bench/ncu_summary.py frugal-f32.csv [--top 40]
+  python3 bench/ncu_summary.py frugal-f32.csv [--top 40] [--peak-gbs 4800]
 """
 import argparse
 import csv
@@ -10,23 +13,34 @@ import sys
 
 UNIT_TO_MS = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0,
               "ms": 1.0, "second": 1e3, "s": 1e3}
+UNIT_TO_BYTES = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6,
+                 "GB": 1e9}
+DRAM_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 
 
-def kernel_times(path):
-    """{kernel name: (total ms, launches)} from ncu's CSV; lines before the header are skipped."""
+def kernel_totals(path):
+    """{kernel name: [total ms, launches, DRAM bytes]} from ncu's CSV; lines before the header
+    are skipped."""
     with open(path, newline="") as f:
         lines = [line for line in f if line.startswith('"')]
     totals = {}
     for row in csv.DictReader(lines):
-        if row.get("Metric Name") != "gpu__time_duration.sum":
+        metric, unit = row.get("Metric Name"), row.get("Metric Unit", "nsecond")
+        if metric not in ("gpu__time_duration.sum",) + DRAM_METRICS:
             continue
-        scale = UNIT_TO_MS.get(row.get("Metric Unit", "nsecond"))
-        if scale is None:
-            sys.exit(f"ncu_summary: {path}: unknown unit '{row.get('Metric Unit')}'")
-        ms = float(row["Metric Value"].replace(",", "")) * scale
-        name = row["Kernel Name"]
-        t, n = totals.get(name, (0.0, 0))
-        totals[name] = (t + ms, n + 1)
+        value = float(row["Metric Value"].replace(",", ""))
+        entry = totals.setdefault(row["Kernel Name"], [0.0, 0, 0.0])
+        if metric == "gpu__time_duration.sum":
+            scale = UNIT_TO_MS.get(unit)
+            if scale is None:
+                sys.exit(f"ncu_summary: {path}: unknown time unit '{unit}'")
+            entry[0] += value * scale
+            entry[1] += 1
+        else:
+            scale = UNIT_TO_BYTES.get(unit)
+            if scale is None:
+                sys.exit(f"ncu_summary: {path}: unknown byte unit '{unit}'")
+            entry[2] += value * scale
     return totals
 
 
@@ -34,15 +48,22 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("csv")
     p.add_argument("--top", type=int, default=40)
+    p.add_argument("--peak-gbs", type=float, default=4800.0)
     a = p.parse_args()
-    totals = kernel_times(a.csv)
-    if not totals:
+    totals = kernel_totals(a.csv)
+    if not any(n for _, n, _ in totals.values()):
         sys.exit(f"ncu_summary: {a.csv}: no gpu__time_duration.sum rows")
-    all_ms = sum(t for t, _ in totals.values())
-    launches = sum(n for _, n in totals.values())
+    all_ms = sum(t for t, _, _ in totals.values())
+    launches = sum(n for _, n, _ in totals.values())
+    all_bytes = sum(b for _, _, b in totals.values())
     print(f"{a.csv}: {all_ms:.2f} ms of kernel time in {launches} launches")
-    for name, (t, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:a.top]:
-        print(f"{t:9.3f} ms {100 * t / all_ms:5.1f}% {n:5d}x  {name[:110]}")
+    if all_bytes > 0:
+        bound_ms = all_bytes / (a.peak_gbs * 1e9) * 1e3
+        print(f"HBM traffic {all_bytes / 1e9:.3f} GB: {bound_ms:.2f} ms at {a.peak_gbs:.0f} GB/s; "
+              f"kernel time / bound = {all_ms / bound_ms:.2f}")
+    for name, (t, n, b) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:a.top]:
+        traffic = f" {b / 1e6:8.1f} MB" if all_bytes > 0 else ""
+        print(f"{t:9.3f} ms {100 * t / all_ms:5.1f}% {n:5d}x{traffic}  {name[:110]}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 # PROFILE_KINDS="host" skips ncu and PyTorch and writes only the host-side profile of frugal's
 # timed steps (FRUGAL_HOST_PROFILE=1, kernels/host_profile.h) to profile-host-<precision>.txt.
 #   PROFILE_PRECISIONS="f32 bf16" PROFILE_CASE="128 3x224x224 1000" scripts/gpu-profile.sh
+# PROFILE_DRAM=1 also sums each kernel's HBM bytes (bench/ncu_summary.py: the traffic bound).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD_DIR:-build-gpu}"
@@ -25,7 +26,11 @@ for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
   [[ " ${PROFILE_KINDS:-ncu host} " == *" ncu "* ]] || continue
   csv="$OUTDIR/ncu-frugal-$p.csv"
   # --clock-control none: leave the clocks as the benchmark sees them (the device tool's METHOD.md)
-  ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+  metrics=gpu__time_duration.sum
+  # PROFILE_DRAM=1 adds the bytes each kernel moved to and from HBM (the step's traffic bound in
+  # the summary); the extra counters cost ncu replay passes, not kernel time.
+  [ "${PROFILE_DRAM:-0}" = 1 ] && metrics="$metrics,dram__bytes_read.sum,dram__bytes_write.sum"
+  ncu --clock-control none --profile-from-start off --metrics "$metrics" --csv \
     --print-units base --log-file "$csv" "$BUILD/train_step_bench" "${args[@]}" --profile > /dev/null ||
     { echo "ncu failed for $p"; status=1; continue; }
   python3 bench/ncu_summary.py "$csv" --top 60 > "$OUTDIR/profile-frugal-$p.txt" || status=1
