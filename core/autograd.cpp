@@ -106,12 +106,10 @@ void queue_callback(std::function<void()> fn) {
 }
 
 bool grad_enabled() { return t_grad_enabled; }
-GradModeGuard::GradModeGuard(bool enabled) : prev_(t_grad_enabled) { t_grad_enabled = enabled; }
-GradModeGuard::~GradModeGuard() { t_grad_enabled = prev_; }
+GradModeGuard::GradModeGuard(bool enabled) : set_(t_grad_enabled, enabled) {}
 
 bool recomputing() { return t_recomputing; }
-RecomputingGuard::RecomputingGuard() : prev_(t_recomputing) { t_recomputing = true; }
-RecomputingGuard::~RecomputingGuard() { t_recomputing = prev_; }
+RecomputingGuard::RecomputingGuard() : set_(t_recomputing, true) {}
 
 std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
   FRUGAL_CHECK(fn_ != nullptr, "backward: trying to backward through '", name_,

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "base/scoped_value.h"
 #include "core/saved_tensor.h"
 #include "core/tensor.h"
 
@@ -110,12 +111,9 @@ bool grad_enabled();
 class GradModeGuard {
  public:
   explicit GradModeGuard(bool enabled);
-  ~GradModeGuard();
-  GradModeGuard(const GradModeGuard&) = delete;
-  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
-  bool prev_;
+  ScopedValue<bool> set_;  // Note [Scoped thread-local settings]
 };
 class NoGradGuard : public GradModeGuard {
  public:
@@ -129,12 +127,9 @@ bool recomputing();
 class RecomputingGuard {
  public:
   RecomputingGuard();
-  ~RecomputingGuard();
-  RecomputingGuard(const RecomputingGuard&) = delete;
-  RecomputingGuard& operator=(const RecomputingGuard&) = delete;
 
  private:
-  bool prev_;
+  ScopedValue<bool> set_;  // Note [Scoped thread-local settings]
 };
 
 // True when grad mode is on and any input requires grad.

@@ -90,10 +90,7 @@ namespace {
 thread_local bool t_meta_predicts_cuda = false;
 }  // namespace
 
-MetaPredictsCuda::MetaPredictsCuda(bool on) : prev_(t_meta_predicts_cuda) {
-  t_meta_predicts_cuda = on;
-}
-MetaPredictsCuda::~MetaPredictsCuda() { t_meta_predicts_cuda = prev_; }
+MetaPredictsCuda::MetaPredictsCuda(bool on) : set_(t_meta_predicts_cuda, on) {}
 bool meta_predicts_cuda() { return t_meta_predicts_cuda; }
 
 void meta_conv_workspace(const Context& ctx, ConvPass pass, DType dtype, const Conv2dShape& s) {

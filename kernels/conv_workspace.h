@@ -38,6 +38,7 @@
 #include <cstdint>
 
 #include "base/dtype.h"
+#include "base/scoped_value.h"
 #include "kernels/conv.h"
 
 namespace frugal::kernels {
@@ -59,12 +60,9 @@ size_t cuda_conv_workspace_bytes(ConvPass pass, DType dtype, const Conv2dShape& 
 class MetaPredictsCuda {
  public:
   explicit MetaPredictsCuda(bool on = true);
-  ~MetaPredictsCuda();
-  MetaPredictsCuda(const MetaPredictsCuda&) = delete;
-  MetaPredictsCuda& operator=(const MetaPredictsCuda&) = delete;
 
  private:
-  bool prev_;
+  ScopedValue<bool> set_;  // Note [Scoped thread-local settings]
 };
 bool meta_predicts_cuda();
 

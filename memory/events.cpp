@@ -55,23 +55,19 @@ const char* category_name(Category c) {
   return "?";
 }
 
-PhaseScope::PhaseScope(Phase p) : prev_(t_phase) { t_phase = p; }
-PhaseScope::~PhaseScope() { t_phase = prev_; }
+PhaseScope::PhaseScope(Phase p) : set_(t_phase, p) {}
 namespace {
 thread_local bool t_scratch = false;
 }  // namespace
-ScratchScope::ScratchScope(bool on) : prev_(t_scratch) { t_scratch = t_scratch || on; }
-ScratchScope::~ScratchScope() { t_scratch = prev_; }
+ScratchScope::ScratchScope(bool on) : set_(t_scratch, t_scratch || on) {}
 bool in_scratch_scope() { return t_scratch; }
 namespace {
 thread_local bool t_resident_block = false;
 }  // namespace
-ResidentBlockScope::ResidentBlockScope() : prev_(t_resident_block) { t_resident_block = true; }
-ResidentBlockScope::~ResidentBlockScope() { t_resident_block = prev_; }
+ResidentBlockScope::ResidentBlockScope() : set_(t_resident_block, true) {}
 bool in_resident_block_scope() { return t_resident_block; }
 
-CategoryScope::CategoryScope(Category c) : prev_(t_category) { t_category = static_cast<int>(c); }
-CategoryScope::~CategoryScope() { t_category = prev_; }
+CategoryScope::CategoryScope(Category c) : set_(t_category, static_cast<int>(c)) {}
 
 ModuleScope::ModuleScope(const std::string& name) : prev_(t_module) {
   if (name.empty()) return;

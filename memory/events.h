@@ -35,6 +35,7 @@
 #include <string>
 
 #include "base/device.h"
+#include "base/scoped_value.h"
 
 namespace frugal::memory {
 
@@ -53,23 +54,17 @@ const char* category_name(Category c);
 class PhaseScope {
  public:
   explicit PhaseScope(Phase p);
-  ~PhaseScope();
-  PhaseScope(const PhaseScope&) = delete;
-  PhaseScope& operator=(const PhaseScope&) = delete;
 
  private:
-  Phase prev_;
+  ScopedValue<Phase> set_;  // Note [Scoped thread-local settings]
 };
 
 class CategoryScope {
  public:
   explicit CategoryScope(Category c);
-  ~CategoryScope();
-  CategoryScope(const CategoryScope&) = delete;
-  CategoryScope& operator=(const CategoryScope&) = delete;
 
  private:
-  int prev_;
+  ScopedValue<int> set_;  // Note [Scoped thread-local settings]
 };
 
 // Note [Kernel scratch]
@@ -85,12 +80,9 @@ class CategoryScope {
 class ScratchScope {
  public:
   explicit ScratchScope(bool on = true);
-  ~ScratchScope();
-  ScratchScope(const ScratchScope&) = delete;
-  ScratchScope& operator=(const ScratchScope&) = delete;
 
  private:
-  bool prev_;
+  ScopedValue<bool> set_;  // Note [Scoped thread-local settings]
 };
 bool in_scratch_scope();
 
@@ -102,12 +94,9 @@ bool in_scratch_scope();
 class ResidentBlockScope {
  public:
   ResidentBlockScope();
-  ~ResidentBlockScope();
-  ResidentBlockScope(const ResidentBlockScope&) = delete;
-  ResidentBlockScope& operator=(const ResidentBlockScope&) = delete;
 
  private:
-  bool prev_;
+  ScopedValue<bool> set_;  // Note [Scoped thread-local settings]
 };
 bool in_resident_block_scope();
 

@@ -8,11 +8,8 @@ thread_local Device t_construction_device = Device::cpu();
 
 }  // namespace
 
-ConstructionDeviceGuard::ConstructionDeviceGuard(Device device) : prev_(t_construction_device) {
-  t_construction_device = device;
-}
-
-ConstructionDeviceGuard::~ConstructionDeviceGuard() { t_construction_device = prev_; }
+ConstructionDeviceGuard::ConstructionDeviceGuard(Device device)
+    : set_(t_construction_device, device) {}
 
 Device construction_device() { return t_construction_device; }
 

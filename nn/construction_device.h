@@ -5,6 +5,7 @@
 #pragma once
 
 #include "base/device.h"
+#include "base/scoped_value.h"
 
 namespace frugal::nn {
 
@@ -17,12 +18,9 @@ namespace frugal::nn {
 class ConstructionDeviceGuard {
  public:
   explicit ConstructionDeviceGuard(Device device);
-  ~ConstructionDeviceGuard();
-  ConstructionDeviceGuard(const ConstructionDeviceGuard&) = delete;
-  ConstructionDeviceGuard& operator=(const ConstructionDeviceGuard&) = delete;
 
  private:
-  Device prev_;
+  ScopedValue<Device> set_;  // Note [Scoped thread-local settings]
 };
 
 Device construction_device();

@@ -8,6 +8,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "base/half.h"
+#include "base/scoped_value.h"
 #include "base/shape.h"
 
 using namespace frugal;
@@ -64,4 +65,27 @@ TEST(Half, RoundTripsAndRoundsToNearestEven) {
   EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f)), 1.0f);
   EXPECT_EQ(bf16_to_float(float_to_bf16(3.0f + 1.0f / 128)), 3.0f);  // tie to even
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::nanf("")))));
+}
+
+namespace {
+thread_local int t_setting = 0;
+}  // namespace
+
+TEST(ScopedValue, NestedScopesRestoreInReverseOrderEvenWhenUnwinding) {
+  {
+    ScopedValue<int> outer(t_setting, 1);
+    EXPECT_EQ(t_setting, 1);
+    {
+      ScopedValue<int> inner(t_setting, 2);
+      EXPECT_EQ(t_setting, 2);
+    }
+    EXPECT_EQ(t_setting, 1);
+    try {
+      ScopedValue<int> thrown(t_setting, 3);
+      throw Error("unwind");
+    } catch (const Error&) {
+    }
+    EXPECT_EQ(t_setting, 1);
+  }
+  EXPECT_EQ(t_setting, 0);
 }
