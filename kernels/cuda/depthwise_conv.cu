@@ -132,9 +132,9 @@ __device__ __forceinline__ int row_offset(int64_t row, int n, int h, int w, int 
 template <typename T, int V, class Cols>
 __device__ __forceinline__ void gather_strip(const T* __restrict__ src, const int (&rows)[Cols::kK],
                                              int col0, int col_end, int width, int c,
-                                             const float* __restrict__ wt,
-                                             const float (&init)[V], T* __restrict__ dst,
-                                             int out0, int r_begin, int r_end) {
+                                             const float* __restrict__ wt, const float (&init)[V],
+                                             T* __restrict__ dst, int out0, int r_begin,
+                                             int r_end) {
   constexpr int K = Cols::kK;
   float acc[kStrip][V];
 #pragma unroll
@@ -282,7 +282,8 @@ __global__ void forward_pixel_kernel(Geom g, const T* __restrict__ x, const floa
       for (int b = 0; b < K; ++b) {
         const int64_t iw = int64_t{ow} * g.sw - g.pw + int64_t{b} * g.dw;
         if (iw < 0 || iw >= g.w) continue;
-        accumulate_tap<T, V>(acc, x + row + static_cast<int>(iw) * g.c, wt + (a * K + b) * g.c + c0);
+        accumulate_tap<T, V>(acc, x + row + static_cast<int>(iw) * g.c,
+                             wt + (a * K + b) * g.c + c0);
       }
     }
     store_pack<T, V>(y + i * V, acc);  // (pixel * C + c0) == i * V
@@ -350,8 +351,8 @@ __device__ __forceinline__ void weight_strip(const T* __restrict__ x, const T* _
 // the thread's kernel row a, any stride and dilation.
 template <typename T, int K, int V>
 __device__ __forceinline__ void weight_pixel(const Geom& g, const T* __restrict__ x,
-                                             const T* __restrict__ dy, int n, int oh, int ow,
-                                             int a, int c0, float (&acc)[K * V]) {
+                                             const T* __restrict__ dy, int n, int oh, int ow, int a,
+                                             int c0, float (&acc)[K * V]) {
   const int row = row_offset(int64_t{oh} * g.sh - g.ph + int64_t{a} * g.dh, n, g.h, g.w, g.c, c0);
   if (row < 0) return;
   float gv[V];
@@ -456,8 +457,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // Weights transposed to [taps, C] f32 in a workspace the caller keeps alive.
 template <typename T>
-memory::DataPtr transposed_weights(const Context& ctx, cudaStream_t stream,
-                                   const Conv2dShape& s, const void* w) {
+memory::DataPtr transposed_weights(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
+                                   const void* w) {
   const int taps = static_cast<int>(s.kh * s.kw);
   memory::DataPtr wt = ctx.workspace(static_cast<size_t>(s.c * taps) * sizeof(float));
   transpose_weight_kernel<T><<<grid_for(ctx, s.c * taps), kThreads, 0, stream>>>(
@@ -480,30 +481,27 @@ void forward_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, c
     }
   } else {
     const int64_t work = s.n * s.oh() * s.ow() * (s.c / V);
-    forward_pixel_kernel<T, K, V><<<grid_for(ctx, work), kThreads, 0, stream>>>(g, x, wt, bias,
-                                                                               y);
+    forward_pixel_kernel<T, K, V><<<grid_for(ctx, work), kThreads, 0, stream>>>(g, x, wt, bias, y);
   }
   FRUGAL_LAUNCH_CHECK();
 }
 
 template <typename T, int K, int V>
-void backward_input_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                       const T* dy, const float* wt, T* dx) {
+void backward_input_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const T* dy,
+                       const float* wt, T* dx) {
   const Geom g = geom_of(s);
   if (uses_strips(s)) {
     const int64_t strips = (s.w + s.pad_w % s.stride_w + kStrip - 1) / kStrip;
     const unsigned blocks = grid_for(ctx, s.n * s.h * strips * (s.c / V), kGatherThreads);
     if (s.stride_w == 1) {
-      backward_input_strip_kernel<T, K, V, 1><<<blocks, kGatherThreads, 0, stream>>>(g, dy, wt,
-                                                                                    dx);
+      backward_input_strip_kernel<T, K, V, 1><<<blocks, kGatherThreads, 0, stream>>>(g, dy, wt, dx);
     } else {
-      backward_input_strip_kernel<T, K, V, 2><<<blocks, kGatherThreads, 0, stream>>>(g, dy, wt,
-                                                                                    dx);
+      backward_input_strip_kernel<T, K, V, 2><<<blocks, kGatherThreads, 0, stream>>>(g, dy, wt, dx);
     }
   } else {
     const int64_t work = s.n * s.h * s.w * (s.c / V);
-    backward_input_pixel_kernel<T, K, V><<<grid_for(ctx, work), kThreads, 0, stream>>>(g, dy, wt,
-                                                                                      dx);
+    backward_input_pixel_kernel<T, K, V>
+        <<<grid_for(ctx, work), kThreads, 0, stream>>>(g, dy, wt, dx);
   }
   FRUGAL_LAUNCH_CHECK();
 }
@@ -519,8 +517,8 @@ int weight_row_splits(const Context& ctx, const Conv2dShape& s, int64_t blocks_x
   const int64_t items = s.n * s.oh() * (strips ? (s.ow() + kStrip - 1) / kStrip : s.ow());
   const int64_t per_thread = strips ? 2 : 8;
   const int64_t target = int64_t{sm_count(ctx.device.index)} * 4;
-  const int64_t activations = (s.n * s.h * s.w + s.n * s.oh() * s.ow()) * s.c *
-                              static_cast<int64_t>(elem_bytes);
+  const int64_t activations =
+      (s.n * s.h * s.w + s.n * s.oh() * s.ow()) * s.c * static_cast<int64_t>(elem_bytes);
   const int64_t per_split = s.c * K * K * static_cast<int64_t>(sizeof(float));
   const int64_t splits = std::min<int64_t>(
       {(target + blocks_x - 1) / blocks_x, (items + rows * per_thread - 1) / (rows * per_thread),
@@ -529,8 +527,8 @@ int weight_row_splits(const Context& ctx, const Conv2dShape& s, int64_t blocks_x
 }
 
 template <typename T, int K, int V>
-void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                        const T* x, const T* dy, DType dw_dtype, void* dw) {
+void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const T* x,
+                        const T* dy, DType dw_dtype, void* dw) {
   const Geom g = geom_of(s);
   const int64_t cvs = s.c / V;
   const int lanes = static_cast<int>(std::min<int64_t>(cvs, kWeightLanes));
@@ -542,23 +540,22 @@ void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dSha
   auto partial = static_cast<float*>(ws.get());
   dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits));
   if (!uses_strips(s)) {
-    backward_weight_partial_kernel<T, K, V, 0><<<grid, kThreads, 0, stream>>>(g, lanes, x, dy,
-                                                                             partial);
+    backward_weight_partial_kernel<T, K, V, 0>
+        <<<grid, kThreads, 0, stream>>>(g, lanes, x, dy, partial);
   } else if (s.stride_w == 1) {
-    backward_weight_partial_kernel<T, K, V, 1><<<grid, kThreads, 0, stream>>>(g, lanes, x, dy,
-                                                                             partial);
+    backward_weight_partial_kernel<T, K, V, 1>
+        <<<grid, kThreads, 0, stream>>>(g, lanes, x, dy, partial);
   } else {
-    backward_weight_partial_kernel<T, K, V, 2><<<grid, kThreads, 0, stream>>>(g, lanes, x, dy,
-                                                                             partial);
+    backward_weight_partial_kernel<T, K, V, 2>
+        <<<grid, kThreads, 0, stream>>>(g, lanes, x, dy, partial);
   }
   FRUGAL_LAUNCH_CHECK();
   const unsigned blocks = grid_for(ctx, (n + kSumLanes - 1) / kSumLanes, 1);
   if (dw_dtype == DType::f32) {
-    sum_splits_kernel<float><<<blocks, kThreads, 0, stream>>>(n, splits, partial,
-                                                              static_cast<float*>(dw));
+    sum_splits_kernel<float>
+        <<<blocks, kThreads, 0, stream>>>(n, splits, partial, static_cast<float*>(dw));
   } else {
-    sum_splits_kernel<T><<<blocks, kThreads, 0, stream>>>(n, splits, partial,
-                                                          static_cast<T*>(dw));
+    sum_splits_kernel<T><<<blocks, kThreads, 0, stream>>>(n, splits, partial, static_cast<T*>(dw));
   }
   FRUGAL_LAUNCH_CHECK();
 }
@@ -576,8 +573,8 @@ void forward_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, co
 }
 
 template <typename T, int K>
-void backward_input_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                      const void* dy, const float* wt, void* dx) {
+void backward_input_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* dy,
+                      const float* wt, void* dx) {
   auto dyt = static_cast<const T*>(dy);
   auto dxt = static_cast<T*>(dx);
   if (packs_fit<T, kPack>(s.c, {dy, dx})) {
@@ -588,8 +585,8 @@ void backward_input_k(const Context& ctx, cudaStream_t stream, const Conv2dShape
 }
 
 template <typename T, int K>
-void backward_weight_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                       const void* x, const void* dy, DType dw_dtype, void* dw) {
+void backward_weight_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* x,
+                       const void* dy, DType dw_dtype, void* dw) {
   auto xt = static_cast<const T*>(x), dyt = static_cast<const T*>(dy);
   if (packs_fit<T, kPack>(s.c, {x, dy})) {
     backward_weight_kv<T, K, kPack>(ctx, stream, s, xt, dyt, dw_dtype, dw);
@@ -607,20 +604,24 @@ void depthwise_forward(const Context& ctx, DType dtype, const Conv2dShape& s, co
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     memory::DataPtr wt = transposed_weights<T>(ctx, stream, s, w);
     auto wtp = static_cast<const float*>(wt.get());
-    if (s.kh == 3) forward_k<T, 3>(ctx, stream, s, x, wtp, bias, y);
-    else forward_k<T, 5>(ctx, stream, s, x, wtp, bias, y);
+    if (s.kh == 3)
+      forward_k<T, 3>(ctx, stream, s, x, wtp, bias, y);
+    else
+      forward_k<T, 5>(ctx, stream, s, x, wtp, bias, y);
   });
 }
 
-void depthwise_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s,
-                              const void* dy, const void* w, void* dx) {
+void depthwise_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s, const void* dy,
+                              const void* w, void* dx) {
   const char* op = "conv2d_backward_input (depthwise)";
   cudaStream_t stream = stream_of(ctx, op);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     memory::DataPtr wt = transposed_weights<T>(ctx, stream, s, w);
     auto wtp = static_cast<const float*>(wt.get());
-    if (s.kh == 3) backward_input_k<T, 3>(ctx, stream, s, dy, wtp, dx);
-    else backward_input_k<T, 5>(ctx, stream, s, dy, wtp, dx);
+    if (s.kh == 3)
+      backward_input_k<T, 3>(ctx, stream, s, dy, wtp, dx);
+    else
+      backward_input_k<T, 5>(ctx, stream, s, dy, wtp, dx);
   });
 }
 
@@ -629,8 +630,10 @@ void depthwise_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
   const char* op = "conv2d_backward_weight (depthwise)";
   cudaStream_t stream = stream_of(ctx, op);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
-    if (s.kh == 3) backward_weight_k<T, 3>(ctx, stream, s, x, dy, dw_dtype, dw);
-    else backward_weight_k<T, 5>(ctx, stream, s, x, dy, dw_dtype, dw);
+    if (s.kh == 3)
+      backward_weight_k<T, 3>(ctx, stream, s, x, dy, dw_dtype, dw);
+    else
+      backward_weight_k<T, 5>(ctx, stream, s, x, dy, dw_dtype, dw);
   });
 }
 

@@ -40,12 +40,16 @@ std::vector<kernels::Conv2dShape> configs() {
       conv(2, 9, 9, 16, 16, 3, 3, 1, 1, 1, 1, 16),    // depthwise stride 1
       conv(2, 10, 11, 8, 8, 3, 3, 2, 1, 1, 1, 8),     // depthwise stride 2
       conv(3, 5, 13, 3, 5, 5, 3, 1, 2, 1, 1, 1),      // odd, non-square kernel
-      conv(2, 9, 10, 24, 24, 3, 3, 1, 1, 1, 1, 24),   // depthwise, 16-byte channel packs
+      conv(2, 9, 10, 24, 24, 3, 3, 1, 1, 1, 1, 24),   // depthwise, packs of 4 channels
       conv(2, 11, 9, 40, 40, 5, 5, 2, 2, 2, 1, 40),   // depthwise 5x5 stride 2
       conv(2, 9, 8, 7, 7, 3, 3, 1, 2, 2, 2, 7),       // depthwise dilation 2, odd channels
       conv(2, 7, 7, 16, 16, 3, 3, 2, 0, 0, 1, 16),    // depthwise stride 2, no padding
       conv(6, 29, 31, 32, 32, 3, 3, 1, 1, 1, 1, 32),  // depthwise, many weight-gradient splits
-      conv(64, 66, 66, 32, 32, 3, 3, 1, 1, 1, 1, 32),  // depthwise, 16-bit packs of 8 fill it
+      conv(64, 66, 66, 32, 32, 3, 3, 1, 1, 1, 1, 32),  // depthwise, a batch that fills the device
+      conv(2, 9, 13, 5, 5, 3, 3, 2, 1, 0, 1, 5),      // depthwise strips of odd channels, pad_w 0
+      conv(2, 7, 7, 24, 24, 5, 5, 1, 2, 2, 1, 24),    // depthwise 5x5 stride 1, 7 wide: part strip
+      conv(2, 9, 10, 16, 16, 3, 3, 1, 2, 2, 2, 16),   // depthwise dilation 2 in packs (per pixel)
+      conv(2, 12, 17, 100, 100, 5, 5, 2, 2, 2, 1, 100),  // depthwise: two weight-gradient blocks
       conv(8, 32, 32, 1, 32, 3, 3, 2, 1, 1, 1, 1),    // few input channels: a 32x32 stem
       conv(2, 15, 13, 3, 20, 3, 3, 2, 1, 1, 1, 1),    // few input channels: a 3-channel stem
       conv(2, 9, 9, 2, 300, 3, 3, 1, 1, 1, 1, 1),     // few input channels, K over a block
