@@ -1,8 +1,8 @@
-// Max, average and global average pooling over NHWC on CUDA. One thread per output element (max
-// pooling: per pack of channels) forward, global average pooling as a middle sum (Note [Middle
-// sums] in reduce.cu); backward gathers per input element over the windows
-// that cover it (no atomics, so it is deterministic), max pooling from each window's first
-// maximum found as the CPU finds it.
+// Max, average and global average pooling over NHWC on CUDA. Forward: one thread per output
+// element (max pooling: per pack of channels), and global average pooling as a middle sum (Note
+// [Middle sums] in reduce.cu). Backward gathers per input element over the windows that cover it
+// (no atomics, so it is deterministic), max pooling from each window's first maximum found as
+// the CPU finds it.
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -217,7 +217,6 @@ __global__ void avg_backward_kernel(Geometry<> g, const T* dy, T* dx) {
   }
 }
 
-// y[n, c] = mean over hw of x[n, hw, c]: one thread per (n, c), neighbours read neighbours.
 // dx[b, p, c] = dy[b, c] / hw, one 16-byte pack of channels a thread (V = 1 when c does not
 // divide into packs); I is the index type (Note [Pool index math]).
 template <typename T, int V, typename I>

@@ -131,7 +131,8 @@ bool middle_sum_of(const ReducePlan& p, MiddleSum* m) {
   m->outer = p.nk == 2 ? p.k_dims[1] : 1;
   if (p.r_strides[0] != m->inner) return false;
   if (p.nk == 2 && p.k_strides[1] != m->inner * m->red) return false;
-  return m->outer <= 65535 && m->inner <= INT32_MAX && m->red <= INT32_MAX;
+  // Rows are counted in int, and a grid-stride step past the last must not overflow.
+  return m->outer <= 65535 && m->inner <= INT32_MAX && m->red <= INT32_MAX / 2;
 }
 
 // Grid (pack blocks, outer, splits) of kThreads threads: lanes packs x rows (Note [Middle sums]).
