@@ -165,6 +165,7 @@ template <typename T>
 bool broadcast_packs(const Broadcast& bc, const void* a, const void* b, const void* out) {
   const int last = bc.ndim - 1;
   if (bc.out_dims[last] % kVec<T> != 0 || !aligned16(out)) return false;
+  if (bc.a_strides[last] > 1 || bc.b_strides[last] > 1) return false;  // not from contiguous ones
   for (int d = 0; d < last; ++d) {
     if (bc.a_strides[last] != 0 && bc.a_strides[d] % kVec<T> != 0) return false;
     if (bc.b_strides[last] != 0 && bc.b_strides[d] % kVec<T> != 0) return false;
