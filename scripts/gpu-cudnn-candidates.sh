@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Which cuDNN algorithms a model's convolutions could take, and what a larger workspace bound
 # (Note [Bounded conv workspace]) would buy: one train_step_bench run per scale of
-# CANDIDATES_SCALES (default "1 4") with FRUGAL_CUDNN_LOG=1, printing each benchmarked
+# CANDIDATES_SCALES (default "1 2 4") with FRUGAL_CUDNN_LOG=1, printing each benchmarked
 # configuration that matches CANDIDATES_MATCH (a grep pattern on the algorithm-cache key, e.g.
 # "conv2d_backward_weight.*kernel=7x7") with its candidates' workspace and time, and the step's
 # img/s. Needs a built build-gpu.
@@ -14,7 +14,7 @@ mkdir -p "$OUTDIR"
 model="${CANDIDATES_MODEL:-resnet18}"
 precision="${CANDIDATES_PRECISION:-bf16}"
 match="${CANDIDATES_MATCH:-conv2d_backward_weight.*kernel=7x7}"
-for scale in ${CANDIDATES_SCALES:-1 4}; do
+for scale in ${CANDIDATES_SCALES:-1 2 4}; do
   log="$OUTDIR/cudnn-candidates-$model-$precision-x$scale.txt"
   FRUGAL_CUDNN_LOG=1 FRUGAL_CONV_WORKSPACE_SCALE="$scale" "$BUILD/train_step_bench" \
     --device cuda --model "$model" --batch 128 --input 3x224x224 --classes 1000 \
