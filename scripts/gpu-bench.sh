@@ -6,7 +6,8 @@
 # BENCH_PRECISIONS (default "f32 f16 bf16") runs in both: f16 as autocast + GradScaler, bf16 as
 # autocast alone, side by side with PyTorch's autocast. BENCH_COMPILE (default none) adds
 # PyTorch's eager step under torch.compile in each mode it lists ("default
-# max-autotune-no-cudagraphs"; about a minute of compiling each), in the table's compile column.
+# max-autotune-no-cudagraphs"; about a minute of compiling each), in the table's compile column;
+# with BENCH_MODES=graph alone the replayed rows compare with it.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD_DIR:-build-gpu}"
@@ -66,13 +67,17 @@ for ((rep = 0; rep < MAX_REPEATS; rep++)); do
         args=(--device cuda --model "$model" --batch "$batch" --input "$input"
               --classes "$classes" --precision "$precision" --warmup "$WARMUP" --steps "$STEPS"
               --json)
+        eager_args=("${args[@]}")  # torch.compile's runs: eager steps in either mode
         [ "$mode" = graph ] && args+=(--graph)
         run frugal "$BIN" "${args[@]}" || status=1
         if [ "$have_torch" = 1 ]; then
           run pytorch python3 bench/torch_train_step.py "${args[@]}" || status=1
-          if [ "$mode" = eager ]; then
+          # torch.compile's steps are eager ones, run once per case: with the eager mode, or
+          # with the replayed one when BENCH_MODES has no eager (make_table.py shows them
+          # beside the replayed row, frugal's replayed step against PyTorch's best).
+          if [ "$mode" = eager ] || [[ " $MODES " != *" eager "* ]]; then
             for how in $COMPILE; do
-              run pytorch python3 bench/torch_train_step.py "${args[@]}" --compile "$how" ||
+              run pytorch python3 bench/torch_train_step.py "${eager_args[@]}" --compile "$how" ||
                 status=1
             done
           fi
