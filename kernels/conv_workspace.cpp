@@ -82,6 +82,15 @@ size_t cuda_conv_workspace_bytes(ConvPass pass, DType dtype, const Conv2dShape& 
   if (pass == ConvPass::backward_weight) {
     const size_t weights = static_cast<size_t>(s.k * s.kh * s.kw * s.cin_per_group());
     bound = std::max(bound, 2 * weights * sizeof(float));
+    // 16-bit tensor-core weight gradients want input channels in multiples of 8: cuDNN copies
+    // the input, padded, into the workspace (PyTorch's bf16 ResNet-18 stem runs
+    // nhwcAddPaddingKernel before its implicit GEMM). Without room for that copy frugal's bf16
+    // stem fell to wgrad_alg0_engine, 3.1 of an 11.2 ms step (H200, batch 128, 224x224).
+    constexpr int64_t kAlign = cuda::kTensorCoreChannels;
+    if (dtype != DType::f32 && s.cin_per_group() % kAlign != 0) {
+      const int64_t padded = (s.cin_per_group() + kAlign - 1) / kAlign * kAlign * s.groups;
+      bound += static_cast<size_t>(s.n * s.h * s.w * padded) * esize;
+    }
   }
   return std::min(bound, kConvWorkspaceCap);
 }

@@ -15,7 +15,9 @@
 //     (FRUGAL_CUDNN_LOG=1, ResNet-18 at batch 128, 224x224, f16 and f32): forwards take 0 to
 //     1.5x the larger tensor (the 7x7 stem 245 MiB, 0.41 ms against 1.53 ms without; a 1x1
 //     stride-2 1.5x; layer4 1.3x), input gradients none, weight gradients up to 17.3 MiB (1.9 f32
-//     copies of layer4's weights) or 0.25x the larger tensor (the stem). A bound just short of
+//     copies of layer4's weights) or 0.25x the larger tensor (the stem); a 16-bit weight
+//     gradient whose input channels are not a multiple of 8 also gets the input's size padded
+//     to 8 channels, the copy cuDNN's tensor-core kernels make. A bound just short of
 //     one of these drops that call to an algorithm up to 15x slower (the step lost 10-29%);
 //     twice the larger tensor for every pass kept the speed but was live at the peak of a
 //     checkpointed ResNet-18 (+50 MiB, 5%);
@@ -78,6 +80,8 @@ bool pointwise(const Conv2dShape& s);
 bool few_channel_handles(const Conv2dShape& s);
 constexpr int kFewChannelSize = 3;       // kh == kw
 constexpr int kFewChannelMaxInputs = 4;  // kSize^2 x C running sums a thread, in registers
+// The channel multiple cuDNN's 16-bit tensor-core kernels take without padding the input.
+constexpr int64_t kTensorCoreChannels = 8;
 }  // namespace cuda
 
 }  // namespace frugal::kernels

@@ -388,16 +388,6 @@ unsigned finish_blocks(int64_t c) {
   return static_cast<unsigned>((c + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
-// Runs `launch(std::integral_constant<int, V>)` with V the pack width for these pointers.
-template <typename T, typename Launch>
-void with_pack_width(int64_t c, std::initializer_list<const void*> pointers, Launch launch) {
-  if (pack_width<T>(c, pointers) == kVec<T>) {
-    launch(std::integral_constant<int, kVec<T>>{});
-  } else {
-    launch(std::integral_constant<int, 1>{});
-  }
-}
-
 void check_common(const Context& ctx, DType dtype, int64_t rows, int64_t c, const char* op) {
   stream_of(ctx, op);
   FRUGAL_CHECK(dtype != DType::f64, op, ": f64 is CPU-only");

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
+#include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/handles.h"
@@ -100,6 +102,32 @@ int pack_width(int64_t channels, std::initializer_list<const void*> pointers) {
     if (p != nullptr && !aligned16(p)) return 1;
   }
   return kVec<T>;
+}
+
+// Runs `launch(std::integral_constant<int, V>{})` with V = pack_width<T>(channels, pointers).
+template <typename T, typename Launch>
+void with_pack_width(int64_t channels, std::initializer_list<const void*> pointers, Launch launch) {
+  if (pack_width<T>(channels, pointers) == kVec<T>) {
+    launch(std::integral_constant<int, kVec<T>>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
+}
+
+// Whether a grid-stride loop over `count` items may index in int32: within half its range, so
+// that a stride past the end does not overflow.
+inline bool fits_int32_grid(int64_t count) {
+  return count <= std::numeric_limits<int32_t>::max() / 2;
+}
+
+// Runs `launch(I{})` with I = int32_t where fits_int32_grid(count), else int64_t.
+template <typename Launch>
+void with_index_type(int64_t count, Launch launch) {
+  if (fits_int32_grid(count)) {
+    launch(int32_t{});
+  } else {
+    launch(int64_t{});
+  }
 }
 
 constexpr int kThreads = 256;

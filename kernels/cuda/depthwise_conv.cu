@@ -421,40 +421,6 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
-// dw[i] = sum over the splits s of partial[s, i], in a fixed order: in a block, kSumGroups groups
-// of kSumLanes weights (one 32-byte sector) each add splits g, g + kSumGroups, ... in order, then
-// the groups' sums are added in group order. finish_weight_gradient's one thread a weight walked
-// all splits alone: with 528 splits and 288 weights (32 channels, 3x3) that was two blocks doing
-// 528 dependent loads a thread, and 14x14x512's weight gradient took 0.12 ms for 51 MB of
-// activations (H200).
-constexpr int kSumLanes = 8, kSumGroups = kThreads / kSumLanes;
-
-template <typename Out>
-__global__ void __launch_bounds__(kThreads)
-    sum_splits_kernel(int64_t n, int splits, const float* __restrict__ partial,
-                      Out* __restrict__ dw) {
-  __shared__ float sums[kSumGroups][kSumLanes];
-  const int lane = static_cast<int>(threadIdx.x) % kSumLanes;
-  const int group = static_cast<int>(threadIdx.x) / kSumLanes;
-  // The whole block walks the same chunks, so its barriers are reached by every thread.
-  for (int64_t i0 = static_cast<int64_t>(blockIdx.x) * kSumLanes; i0 < n;
-       i0 += static_cast<int64_t>(gridDim.x) * kSumLanes) {
-    const int64_t i = i0 + lane;
-    float sum = 0.0f;
-    if (i < n) {
-      for (int s = group; s < splits; s += kSumGroups) sum += partial[s * n + i];
-    }
-    sums[group][lane] = sum;
-    __syncthreads();
-    if (group == 0 && i < n) {
-      float total = 0.0f;
-      for (int k = 0; k < kSumGroups; ++k) total += sums[k][lane];
-      dw[i] = from_f<Out>(total);
-    }
-    __syncthreads();
-  }
-}
-
 // Weights transposed to [taps, C] f32 in a workspace the caller keeps alive.
 template <typename T>
 memory::DataPtr transposed_weights(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
@@ -550,14 +516,7 @@ void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dSha
         <<<grid, kThreads, 0, stream>>>(g, lanes, x, dy, partial);
   }
   FRUGAL_LAUNCH_CHECK();
-  const unsigned blocks = grid_for(ctx, (n + kSumLanes - 1) / kSumLanes, 1);
-  if (dw_dtype == DType::f32) {
-    sum_splits_kernel<float>
-        <<<blocks, kThreads, 0, stream>>>(n, splits, partial, static_cast<float*>(dw));
-  } else {
-    sum_splits_kernel<T><<<blocks, kThreads, 0, stream>>>(n, splits, partial, static_cast<T*>(dw));
-  }
-  FRUGAL_LAUNCH_CHECK();
+  finish_weight_gradient<T>(ctx, stream, n, splits, partial, dw_dtype, dw);
 }
 
 template <typename T, int K>

@@ -7,6 +7,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/split_sums.cuh"
 
 namespace frugal::kernels::cuda {
 
@@ -36,29 +37,16 @@ inline int weight_splits(const Context& ctx, int64_t blocks_x, int64_t positions
                                               by_positions, 1024})));
 }
 
-// dw[i] = sum over splits of partial[split, i] for i < n, in split order.
-template <typename T>
-__global__ void backward_weight_finish_kernel(int64_t n, int splits, const float* partial,
-                                              T* dw) {
-  for (int64_t i = thread_index(); i < n; i += grid_stride()) {
-    float sum = 0.0f;
-    for (int g = 0; g < splits; ++g) sum += partial[g * n + i];
-    dw[i] = from_f<T>(sum);
-  }
-}
-
-// The finish for n weights from inputs of type T, stored as T or, when dw_dtype is f32, as f32.
+// The finish for n weights from inputs of type T, stored as T or, when dw_dtype is f32, as f32:
+// the splits added in order (Note [Split sums]).
 template <typename T>
 void finish_weight_gradient(const Context& ctx, cudaStream_t stream, int64_t n, int splits,
                             const float* partial, DType dw_dtype, void* dw) {
   if (dw_dtype == DType::f32) {
-    backward_weight_finish_kernel<float><<<grid_for(ctx, n), kThreads, 0, stream>>>(
-        n, splits, partial, static_cast<float*>(dw));
+    sum_splits<float>(ctx, stream, n, splits, partial, 1.0f, static_cast<float*>(dw));
   } else {
-    backward_weight_finish_kernel<T><<<grid_for(ctx, n), kThreads, 0, stream>>>(
-        n, splits, partial, static_cast<T*>(dw));
+    sum_splits<float>(ctx, stream, n, splits, partial, 1.0f, static_cast<T*>(dw));
   }
-  FRUGAL_LAUNCH_CHECK();
 }
 
 }  // namespace frugal::kernels::cuda

@@ -181,13 +181,11 @@ void launch_broadcast(const Context& ctx, cudaStream_t s, const Broadcast& bc, B
   auto at = static_cast<const T*>(a);
   auto bt = static_cast<const T*>(b);
   auto ot = static_cast<T*>(out);
-  // Half the int32 range: a grid-stride step past the end must not overflow.
-  if (bc.numel <= std::numeric_limits<int32_t>::max() / 2) {
-    binary_broadcast_kernel<T, V, int32_t><<<grid, kThreads, 0, s>>>(packed, fn, at, bt, ot);
-  } else {
-    binary_broadcast_kernel<T, V, int64_t><<<grid, kThreads, 0, s>>>(packed, fn, at, bt, ot);
-  }
-  FRUGAL_LAUNCH_CHECK();
+  with_index_type(bc.numel, [&](auto index) {
+    binary_broadcast_kernel<T, V, decltype(index)>
+        <<<grid, kThreads, 0, s>>>(packed, fn, at, bt, ot);
+    FRUGAL_LAUNCH_CHECK();
+  });
 }
 
 struct AffineFn {
@@ -241,18 +239,6 @@ void launch_map2(const Context& ctx, cudaStream_t s, int64_t n, const void* a, c
   FRUGAL_LAUNCH_CHECK();
 }
 
-// True when a and b are both laid out exactly like out (no broadcasting anywhere).
-bool is_plain(const Broadcast& bc) {
-  int64_t stride = 1;
-  for (int d = bc.ndim - 1; d >= 0; --d) {
-    if (bc.out_dims[d] != 1 && (bc.a_strides[d] != stride || bc.b_strides[d] != stride)) {
-      return false;
-    }
-    stride *= bc.out_dims[d];
-  }
-  return true;
-}
-
 template <typename In>
 void launch_cast_from(const Context& ctx, cudaStream_t s, DType to, int64_t n, const void* x,
                       void* y) {
@@ -273,15 +259,13 @@ void binary(const Context& ctx, BinaryOp op, DType dtype, const Broadcast& bc, c
   if (bc.numel == 0) return;
   DeviceGuard guard(ctx.device);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, "binary", {
-    if (is_plain(bc)) {
+    const Broadcast c = coalesced(bc);
+    if (c.ndim == 1 && c.a_strides[0] == 1 && c.b_strides[0] == 1) {  // no broadcasting at all
       launch_map2<T>(ctx, s, bc.numel, a, b, out, BinaryFn{op});
+    } else if (broadcast_packs<T>(c, a, b, out)) {
+      launch_broadcast<T, kVec<T>>(ctx, s, c, BinaryFn{op}, a, b, out);
     } else {
-      const Broadcast c = coalesced(bc);
-      if (broadcast_packs<T>(c, a, b, out)) {
-        launch_broadcast<T, kVec<T>>(ctx, s, c, BinaryFn{op}, a, b, out);
-      } else {
-        launch_broadcast<T, 1>(ctx, s, c, BinaryFn{op}, a, b, out);
-      }
+      launch_broadcast<T, 1>(ctx, s, c, BinaryFn{op}, a, b, out);
     }
   });
 }

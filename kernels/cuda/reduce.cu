@@ -1,7 +1,8 @@
 // CUDA reductions: sum_to (any set of reduced dimensions, split across blocks with float
-// partials and a deterministic double-precision finish; [outer, red, inner] sums over red take a
-// packed kernel, Note [Middle sums]) and row-wise argmax.
+// partials and a deterministic double-precision finish, Note [Split sums]; [outer, red, inner] sums
+// over red take a packed kernel, Note [Middle sums]) and row-wise argmax.
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/split_sums.cuh"
 #include "kernels/reduce.h"
 
 namespace frugal::kernels::cuda {
@@ -168,17 +169,6 @@ __global__ void sum_middle_kernel(MiddleSum m, int lanes, const T* __restrict__ 
   });
 }
 
-// y[o] = scale * sum over splits of partial[g, o], in a fixed order (deterministic).
-template <typename T>
-__global__ void reduce_finish_kernel(int64_t out, int splits, const float* partial,
-                                     double scale, T* y) {
-  for (int64_t o = thread_index(); o < out; o += grid_stride()) {
-    double s = 0.0;
-    for (int g = 0; g < splits; ++g) s += partial[static_cast<int64_t>(g) * out + o];
-    y[o] = from_f<T>(static_cast<float>(scale * s));
-  }
-}
-
 // out[row] = first index of the row's maximum; one warp per row.
 template <typename T>
 __global__ void argmax_rows_kernel(int64_t rows, int64_t cols, const T* x, int64_t* out) {
@@ -220,7 +210,6 @@ void launch_sum_middle(const Context& ctx, cudaStream_t s, const MiddleSum& m, c
   const int64_t splits =
       std::min<int64_t>({std::max<int64_t>(1, target / blocks),
                          std::max<int64_t>(1, ceil_div(m.red, rows * 8)), 65535});
-  FRUGAL_CHECK(ceil_div(packs, lanes) <= INT32_MAX, "sum_to: ", m.inner, " columns are too many");
   memory::DataPtr ws;
   float* partial = nullptr;
   if (splits > 1) {
@@ -233,9 +222,8 @@ void launch_sum_middle(const Context& ctx, cudaStream_t s, const MiddleSum& m, c
                                                     static_cast<T*>(y), partial);
   FRUGAL_LAUNCH_CHECK();
   if (splits > 1) {
-    reduce_finish_kernel<T><<<grid_for(ctx, m.outer * m.inner), kThreads, 0, s>>>(
-        m.outer * m.inner, static_cast<int>(splits), partial, scale, static_cast<T*>(y));
-    FRUGAL_LAUNCH_CHECK();
+    sum_splits<double>(ctx, s, m.outer * m.inner, static_cast<int>(splits), partial, scale,
+                       static_cast<T*>(y));
   }
 }
 
@@ -284,9 +272,7 @@ void sum_to(const Context& ctx, DType dtype, const Reduction& r, const void* x, 
     }
     FRUGAL_LAUNCH_CHECK();
     if (splits > 1) {
-      reduce_finish_kernel<T><<<grid_for(ctx, p.out), kThreads, 0, s>>>(
-          p.out, static_cast<int>(splits), partial, scale, yt);
-      FRUGAL_LAUNCH_CHECK();
+      sum_splits<double>(ctx, s, p.out, static_cast<int>(splits), partial, scale, yt);
     }
   });
 }

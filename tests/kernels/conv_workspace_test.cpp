@@ -77,6 +77,20 @@ TEST(ConvWorkspace, TheBoundIsAFractionOfTheLargerTensorAtLeast4MiBAtMost256MiB)
   EXPECT_EQ(
       cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f16, conv(1, 7, 64, 64, 3, 1)),
       16 * kMiB);
+  // A 16-bit weight gradient whose input channels are not a multiple of 8 also holds the input
+  // padded to 8 channels (ResNet-18's 7x7 stem at batch 128: 128x224x224x8 in bf16); f32's
+  // bound does not change.
+  kernels::Conv2dShape resnet_stem = conv(128, 224, 3, 64, 7, 2);
+  const size_t stem_out = size_t{128} * 112 * 112 * 64;
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::bf16, resnet_stem),
+            static_cast<size_t>(0.3 * static_cast<double>(2 * stem_out)) +
+                size_t{128} * 224 * 224 * 8 * 2);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f32, resnet_stem),
+            static_cast<size_t>(0.3 * static_cast<double>(4 * stem_out)));
+  resnet_stem.c = 8;
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::bf16, resnet_stem),
+            static_cast<size_t>(0.3 * static_cast<double>(2 * stem_out)))
+      << "8 input channels need no padded copy";
   // At most kConvWorkspaceCap.
   EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, DType::f32, conv(256, 224, 64, 64, 3, 1)),
             kernels::kConvWorkspaceCap);
