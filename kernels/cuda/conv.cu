@@ -375,6 +375,15 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
                  " MiB workspace cap");
     const bool benchmarked = benchmark_enabled() && !fixed && list.size() > 1;
     if (benchmarked) benchmark(ctx, d, list, workspace, key, launch);  // also computes the output
+    if (!benchmarked && log_enabled()) {
+      const Candidate& c = list.front();
+      std::fprintf(stderr,
+                   "[cudnn] %s bound %.1f MiB: algo %d math %d ws %.1f MiB, untimed (%zu "
+                   "candidate%s)\n",
+                   key.c_str(), static_cast<double>(bound) / (1 << 20), c.algo,
+                   static_cast<int>(c.math), static_cast<double>(c.workspace) / (1 << 20),
+                   list.size(), list.size() == 1 ? "" : "s");
+    }
     std::lock_guard<std::mutex> lock(g_cache_mu);
     g_cache[key] = list;
     if (benchmarked) return;

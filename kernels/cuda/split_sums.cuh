@@ -17,6 +17,10 @@
 
 namespace frugal::kernels::cuda {
 
+// Loads a thread issues before adding them, when it walks splits: an add waits for its load, so
+// one load at a time costs the L2's latency once per split walked.
+constexpr int kSplitLoads = 4;
+
 // Acc is float for the convolutions' weight gradients, double for sum_to (whose finish adds in
 // double, as its single-block path does).
 template <typename Acc, typename Out>
@@ -33,7 +37,16 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t i = i0 + lane;
     Acc sum = 0;
     if (i < n) {
-      for (int s = group; s < splits; s += groups) sum += partial[s * n + i];
+      for (int s0 = group; s0 < splits; s0 += groups * kSplitLoads) {
+        float v[kSplitLoads];
+#pragma unroll
+        for (int u = 0; u < kSplitLoads; ++u) {
+          const int s = s0 + groups * u;
+          v[u] = s < splits ? partial[s * n + i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kSplitLoads; ++u) sum += v[u];
+      }
     }
     sums[group * lanes + lane] = sum;
     __syncthreads();
