@@ -34,6 +34,19 @@ struct Conv2dShape {
 void set_conv_allow_tf32(bool allow);
 bool conv_allow_tf32();
 
+// Sets conv_allow_tf32 for one scope and restores it (the tests' parity with the CPU at 1e-5
+// needs f32 convolutions without TF32).
+class Tf32Scope {
+ public:
+  explicit Tf32Scope(bool allow) : previous_(conv_allow_tf32()) { set_conv_allow_tf32(allow); }
+  ~Tf32Scope() { set_conv_allow_tf32(previous_); }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // y[N, OH, OW, K] = conv(x, w) (+ bias[K] when bias is not null)
 FRUGAL_DECLARE_KERNEL(conv2d_forward, (const Context& ctx, DType dtype, const Conv2dShape& s,
                                        const void* x, const void* w, const void* bias, void* y),

@@ -37,6 +37,19 @@ bool few_channel_handles(const Conv2dShape& s) {
   return s.oh() >= 1 && s.ow() >= 1 && s.k >= 1;
 }
 
+bool stem_gemm_handles(DType dtype, const Conv2dShape& s) {
+  if (dtype != DType::f32 || !conv_allow_tf32() || s.groups != 1 || s.c < 1 ||
+      s.c > kFewChannelMaxInputs || s.kh * s.kw <= kFewChannelSize * kFewChannelSize ||
+      s.kh * s.kw * s.c > kStemMaxColumns || s.n < 1 || s.k < 1 || s.oh() < 1 || s.ow() < 1) {
+    return false;
+  }
+  for (int64_t v : {s.n * s.h * s.w * s.c, s.n * s.oh() * s.ow() * s.k, s.stride_h, s.stride_w,
+                    s.pad_h, s.pad_w, s.dil_h * s.kh, s.dil_w * s.kw}) {
+    if (v > INT_MAX / 2) return false;
+  }
+  return true;
+}
+
 }  // namespace cuda
 
 bool cuda_conv_uses_cudnn(ConvPass pass, DType dtype, const Conv2dShape& s) {
@@ -48,10 +61,16 @@ bool cuda_conv_uses_cudnn(ConvPass pass, DType dtype, const Conv2dShape& s) {
     case ConvPass::backward_input:
       return s.n > 0 && s.c > 0;
     case ConvPass::backward_weight:
-      // f32 stems stay on cuDNN, whose kernel is fast there (kernels/cuda/conv.cu)
-      return s.n > 0 && s.k > 0 && (dtype == DType::f32 || !cuda::few_channel_handles(s));
+      // f32 3x3 stems stay on cuDNN, whose kernel is fast there (kernels/cuda/conv.cu)
+      return s.n > 0 && s.k > 0 && (dtype == DType::f32 || !cuda::few_channel_handles(s)) &&
+             !cuda::stem_gemm_handles(dtype, s);
   }
   return false;
+}
+
+bool cuda_conv_takes_workspace(ConvPass pass, DType dtype, const Conv2dShape& s) {
+  return cuda_conv_uses_cudnn(pass, dtype, s) ||
+         (pass == ConvPass::backward_weight && cuda::stem_gemm_handles(dtype, s));
 }
 
 double conv_workspace_scale() {
@@ -68,7 +87,7 @@ double conv_workspace_scale() {
 }
 
 size_t cuda_conv_workspace_bytes(ConvPass pass, DType dtype, const Conv2dShape& s) {
-  if (!cuda_conv_uses_cudnn(pass, dtype, s)) return 0;
+  if (!cuda_conv_takes_workspace(pass, dtype, s)) return 0;
   const size_t esize = dtype_size(dtype);
   const size_t input = static_cast<size_t>(s.n * s.h * s.w * s.c) * esize;
   const size_t output = static_cast<size_t>(s.n * s.oh() * s.ow() * s.k) * esize;

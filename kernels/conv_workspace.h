@@ -28,7 +28,9 @@
 //     device's (train::estimate_memory, train::trace_steps);
 //   - passes CUDA routes elsewhere ask for none: 3x3/5x5 depthwise (frugal's kernels), pointwise
 //     (cuBLAS, whose workspace is kCublasWorkspaceBytes, made once), and 16-bit weight gradients
-//     of 3x3 convs with at most 4 input channels (frugal's kernel).
+//     of 3x3 convs with at most 4 input channels (frugal's kernel); f32 weight gradients of
+//     few-channel stems larger than 3x3 build their im2col chunks in the bound instead of
+//     cuDNN's workspace (Note [Stem weight gradients as GEMMs]).
 // Where no algorithm fits the bound (none seen on the zoo), the call takes the smallest that
 // fits the 256 MiB cap with a workspace of its own, outside the plan, and warns once.
 // FRUGAL_CONV_WORKSPACE_SCALE=s multiplies the fractions (1 by default), for
@@ -51,10 +53,13 @@ constexpr size_t kConvWorkspaceCap = size_t{256} << 20;
 
 // Whether CUDA runs this pass of `s` in `dtype` through cuDNN.
 bool cuda_conv_uses_cudnn(ConvPass pass, DType dtype, const Conv2dShape& s);
+// Whether the pass gets the bounded conv workspace: the cuDNN passes, and the f32 weight
+// gradients that run as im2col chunks and GEMMs in it (Note [Stem weight gradients as GEMMs]).
+bool cuda_conv_takes_workspace(ConvPass pass, DType dtype, const Conv2dShape& s);
 // FRUGAL_CONV_WORKSPACE_SCALE, read once (1 when unset).
 double conv_workspace_scale();
 // The workspace bytes a cuDNN call of this pass gets (Note [Bounded conv workspace]); 0 when
-// CUDA does not use cuDNN for it or the conv is empty.
+// the pass takes none (cuda_conv_takes_workspace) or the conv is empty.
 size_t cuda_conv_workspace_bytes(ConvPass pass, DType dtype, const Conv2dShape& s);
 
 // While alive, conv ops on meta tensors of this thread allocate and release the workspace the
@@ -78,8 +83,13 @@ namespace cuda {
 bool depthwise_handles(const Conv2dShape& s);
 bool pointwise(const Conv2dShape& s);
 bool few_channel_handles(const Conv2dShape& s);
+// f32 weight gradients with TF32 allowed (conv_allow_tf32), one group, at most
+// kFewChannelMaxInputs input channels, a kernel larger than 3x3 and at most kStemMaxColumns
+// patch columns (Note [Stem weight gradients as GEMMs] in kernels/cuda/stem_gemm.h).
+bool stem_gemm_handles(DType dtype, const Conv2dShape& s);
 constexpr int kFewChannelSize = 3;       // kh == kw
 constexpr int kFewChannelMaxInputs = 4;  // kSize^2 x C running sums a thread, in registers
+constexpr int kStemMaxColumns = 256;     // KH*KW*C: one patch column a thread of 256
 // The channel multiple cuDNN's 16-bit tensor-core kernels take without padding the input.
 constexpr int64_t kTensorCoreChannels = 8;
 }  // namespace cuda

@@ -38,6 +38,7 @@
 #include "kernels/cuda/few_channel_conv.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/stem_gemm.h"
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
 
@@ -536,6 +537,9 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, con
     depthwise_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
   } else if (dtype != DType::f32 && few_channel_handles(s)) {  // f32: cuDNN's is fast here
     few_channel_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
+  } else if (stem_gemm_handles(dtype, s) && compute_major(ctx.device.index) >= 8) {  // TF32 wmma
+    stem_gemm_backward_weight(ctx, s, static_cast<const float*>(x), static_cast<const float*>(dy),
+                              static_cast<float*>(dw));
   } else if (pointwise(s)) {  // dw[K, C] = dy[M, K]^T x[M, C]
     gemm_tf32_out(ctx, dtype, dw_dtype, true, false, s.k, s.c, s.n * s.h * s.w, dy, x, 0.0, dw,
                   conv_allow_tf32());

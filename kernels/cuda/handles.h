@@ -27,7 +27,8 @@ class DeviceGuard {
 // ctx.stream, or the device's compute stream when the context carries none. Checks that ctx is
 // a CUDA context, naming `op` otherwise.
 cudaStream_t stream_of(const Context& ctx, const char* op);
-int sm_count(int device);  // multiprocessors of `device`, read once
+int sm_count(int device);       // multiprocessors of `device`, read once
+int compute_major(int device);  // its compute capability's major number (9 on the H200), likewise
 
 // Handles of the calling thread for ctx.device, bound to stream_of(ctx). cuBLAS gets its
 // workspace from the device allocator (kCublasWorkspaceBytes), never from cudaMalloc.

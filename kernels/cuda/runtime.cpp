@@ -138,15 +138,28 @@ cudaStream_t stream_of(const Context& ctx, const char* op) {
   return static_cast<cudaStream_t>(compute_stream(ctx.device));
 }
 
-int sm_count(int device) {
+namespace {
+
+// A device attribute, read once per device (they do not change while the process runs).
+template <cudaDeviceAttr Attr>
+int cached_attribute(int device, const char* op) {
   static std::array<std::once_flag, kMaxDevices> once;
-  static std::array<int, kMaxDevices> counts{};
-  int i = checked_index(Device::cuda(device), "sm_count");
+  static std::array<int, kMaxDevices> values{};
+  int i = checked_index(Device::cuda(device), op);
   std::call_once(once[static_cast<size_t>(i)], [&] {
-    CUDA_CHECK(cudaDeviceGetAttribute(&counts[static_cast<size_t>(i)],
-                                      cudaDevAttrMultiProcessorCount, i));
+    CUDA_CHECK(cudaDeviceGetAttribute(&values[static_cast<size_t>(i)], Attr, i));
   });
-  return counts[static_cast<size_t>(i)];
+  return values[static_cast<size_t>(i)];
+}
+
+}  // namespace
+
+int sm_count(int device) {
+  return cached_attribute<cudaDevAttrMultiProcessorCount>(device, "sm_count");
+}
+
+int compute_major(int device) {
+  return cached_attribute<cudaDevAttrComputeCapabilityMajor>(device, "compute_major");
 }
 
 namespace {

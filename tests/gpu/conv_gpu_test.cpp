@@ -2,8 +2,10 @@
 // gradients, for 1x1 (cuBLAS GEMMs; with stride 2 on cuDNN), 3x3 pad 1, stride 2, dilation 2,
 // groups 2, a non-square odd case (cuDNN), depthwise 3x3/5x5 with strides, dilation, packed
 // and odd channel counts and a batch big enough for many weight-gradient splits, and 16-bit 3x3
-// weight gradients with 1-4 input channels (frugal's own kernels), in f32 (TF32 off, so 1e-5 holds),
-// f16 and bf16; then f32 with TF32 allowed (PyTorch's default) within TF32's rounding.
+// weight gradients with 1-4 input channels (frugal's own kernels), f32 weight gradients of 5x5
+// and 7x7 stems (frugal's TF32 kernel where TF32 is allowed, cuDNN otherwise), in f32 (TF32 off,
+// so 1e-5 holds), f16 and bf16; then f32 with TF32 allowed (PyTorch's default) within TF32's
+// rounding.
 #include "base/deterministic.h"
 #include "gpu_test_util.h"
 #include "kernels/conv.h"
@@ -30,32 +32,37 @@ kernels::Conv2dShape conv(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k,
 
 std::vector<kernels::Conv2dShape> configs() {
   return {
-      conv(2, 7, 9, 8, 12, 1, 1, 1, 0, 0, 1, 1),      // 1x1 (cuBLAS)
-      conv(4, 16, 17, 24, 40, 1, 1, 1, 0, 0, 1, 1),   // 1x1 (cuBLAS), 1,088 rows
-      conv(2, 9, 9, 8, 16, 1, 1, 2, 0, 0, 1, 1),      // 1x1 stride 2 (cuDNN)
-      conv(2, 9, 7, 6, 10, 3, 3, 1, 1, 1, 1, 1),      // 3x3 pad 1
-      conv(2, 11, 9, 5, 7, 3, 3, 2, 1, 1, 1, 1),      // stride 2
-      conv(2, 11, 10, 4, 6, 3, 3, 1, 2, 2, 2, 1),     // dilation 2
-      conv(2, 8, 9, 8, 6, 3, 3, 1, 1, 1, 1, 2),       // groups 2
-      conv(2, 9, 9, 16, 16, 3, 3, 1, 1, 1, 1, 16),    // depthwise stride 1
-      conv(2, 10, 11, 8, 8, 3, 3, 2, 1, 1, 1, 8),     // depthwise stride 2
-      conv(3, 5, 13, 3, 5, 5, 3, 1, 2, 1, 1, 1),      // odd, non-square kernel
-      conv(2, 9, 10, 24, 24, 3, 3, 1, 1, 1, 1, 24),   // depthwise, packs of 4 channels
-      conv(2, 11, 9, 40, 40, 5, 5, 2, 2, 2, 1, 40),   // depthwise 5x5 stride 2
-      conv(2, 9, 8, 7, 7, 3, 3, 1, 2, 2, 2, 7),       // depthwise dilation 2, odd channels
-      conv(2, 7, 7, 16, 16, 3, 3, 2, 0, 0, 1, 16),    // depthwise stride 2, no padding
-      conv(6, 29, 31, 32, 32, 3, 3, 1, 1, 1, 1, 32),  // depthwise, many weight-gradient splits
+      conv(2, 7, 9, 8, 12, 1, 1, 1, 0, 0, 1, 1),       // 1x1 (cuBLAS)
+      conv(4, 16, 17, 24, 40, 1, 1, 1, 0, 0, 1, 1),    // 1x1 (cuBLAS), 1,088 rows
+      conv(2, 9, 9, 8, 16, 1, 1, 2, 0, 0, 1, 1),       // 1x1 stride 2 (cuDNN)
+      conv(2, 9, 7, 6, 10, 3, 3, 1, 1, 1, 1, 1),       // 3x3 pad 1
+      conv(2, 11, 9, 5, 7, 3, 3, 2, 1, 1, 1, 1),       // stride 2
+      conv(2, 11, 10, 4, 6, 3, 3, 1, 2, 2, 2, 1),      // dilation 2
+      conv(2, 8, 9, 8, 6, 3, 3, 1, 1, 1, 1, 2),        // groups 2
+      conv(2, 9, 9, 16, 16, 3, 3, 1, 1, 1, 1, 16),     // depthwise stride 1
+      conv(2, 10, 11, 8, 8, 3, 3, 2, 1, 1, 1, 8),      // depthwise stride 2
+      conv(3, 5, 13, 3, 5, 5, 3, 1, 2, 1, 1, 1),       // odd, non-square kernel
+      conv(2, 9, 10, 24, 24, 3, 3, 1, 1, 1, 1, 24),    // depthwise, packs of 4 channels
+      conv(2, 11, 9, 40, 40, 5, 5, 2, 2, 2, 1, 40),    // depthwise 5x5 stride 2
+      conv(2, 9, 8, 7, 7, 3, 3, 1, 2, 2, 2, 7),        // depthwise dilation 2, odd channels
+      conv(2, 7, 7, 16, 16, 3, 3, 2, 0, 0, 1, 16),     // depthwise stride 2, no padding
+      conv(6, 29, 31, 32, 32, 3, 3, 1, 1, 1, 1, 32),   // depthwise, many weight-gradient splits
       conv(64, 66, 66, 32, 32, 3, 3, 1, 1, 1, 1, 32),  // depthwise, a batch that fills the device
-      conv(2, 9, 13, 5, 5, 3, 3, 2, 1, 0, 1, 5),      // depthwise strips of odd channels, pad_w 0
-      conv(2, 7, 7, 24, 24, 5, 5, 1, 2, 2, 1, 24),    // depthwise 5x5 stride 1, 7 wide: part strip
-      conv(2, 9, 10, 16, 16, 3, 3, 1, 2, 2, 2, 16),   // depthwise dilation 2 in packs (per pixel)
+      conv(2, 9, 13, 5, 5, 3, 3, 2, 1, 0, 1, 5),       // depthwise strips of odd channels, pad_w 0
+      conv(2, 7, 7, 24, 24, 5, 5, 1, 2, 2, 1, 24),     // depthwise 5x5 stride 1, 7 wide: part strip
+      conv(2, 9, 10, 16, 16, 3, 3, 1, 2, 2, 2, 16),    // depthwise dilation 2 in packs (per pixel)
       conv(2, 12, 17, 100, 100, 5, 5, 2, 2, 2, 1, 100),  // depthwise: two weight-gradient blocks
-      conv(8, 32, 32, 1, 32, 3, 3, 2, 1, 1, 1, 1),    // few input channels: a 32x32 stem
-      conv(2, 15, 13, 3, 20, 3, 3, 2, 1, 1, 1, 1),    // few input channels: a 3-channel stem
-      conv(2, 9, 9, 2, 300, 3, 3, 1, 1, 1, 1, 1),     // few input channels, K over a block
-      conv(3, 17, 19, 4, 40, 3, 3, 1, 0, 0, 1, 1),    // few: 4 channels, K = 40 in packs, no pad
-      conv(2, 11, 10, 3, 24, 3, 3, 1, 2, 1, 2, 1),    // few: dilation 2, pads 2 and 1, K = 24
-      conv(4, 57, 57, 3, 32, 3, 3, 2, 1, 1, 1, 1),    // few: splits of several tiles, a part tile
+      conv(8, 32, 32, 1, 32, 3, 3, 2, 1, 1, 1, 1),       // few input channels: a 32x32 stem
+      conv(2, 15, 13, 3, 20, 3, 3, 2, 1, 1, 1, 1),       // few input channels: a 3-channel stem
+      conv(2, 9, 9, 2, 300, 3, 3, 1, 1, 1, 1, 1),        // few input channels, K over a block
+      conv(3, 17, 19, 4, 40, 3, 3, 1, 0, 0, 1, 1),       // few: 4 channels, K = 40 in packs, no pad
+      conv(2, 11, 10, 3, 24, 3, 3, 1, 2, 1, 2, 1),       // few: dilation 2, pads 2 and 1, K = 24
+      conv(4, 57, 57, 3, 32, 3, 3, 2, 1, 1, 1, 1),   // few: splits of several tiles, a part tile
+      conv(3, 23, 21, 3, 16, 7, 7, 2, 3, 3, 1, 1),   // a 7x7 stem: f32 dw on TF32 wmma (6 frags)
+      conv(2, 13, 15, 2, 8, 5, 5, 1, 2, 1, 2, 1),    // 5x5, dilation 2, pads 2 and 1 (2 frags)
+      conv(2, 224, 224, 4, 8, 7, 7, 2, 3, 3, 1, 1),  // 196 columns (8 frags), many splits
+      conv(2, 20, 18, 3, 72, 7, 7, 2, 3, 3, 1, 1),   // K = 72: two blocks of 64 channels
+      conv(3, 10, 12, 1, 24, 5, 7, 1, 2, 3, 1, 1),   // one channel, 5x7 kernel (35 columns)
   };
 }
 
@@ -172,7 +179,7 @@ TEST(GpuConv, EveryCudnnCallAsksForExactlyItsWorkspaceBound) {
       DeviceBuffer y(t, ny), dx(t, nx), dw(t, nw);
       auto expect_bound = [&](kernels::ConvPass pass, const char* what, auto call) {
         const size_t bound = kernels::cuda_conv_workspace_bytes(pass, t, s);
-        EXPECT_EQ(bound > 0, kernels::cuda_conv_uses_cudnn(pass, t, s)) << what;
+        EXPECT_EQ(bound > 0, kernels::cuda_conv_takes_workspace(pass, t, s)) << what;
         for (int time = 0; time < 2; ++time) {
           memory::StepRecorder rec(Device::cuda(0));
           call();

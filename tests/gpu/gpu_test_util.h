@@ -133,20 +133,7 @@ inline double rel_error(const std::vector<float>& out, const std::vector<float>&
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-// Sets kernels::conv_allow_tf32 for one scope and restores it: parity with the CPU at 1e-5
-// needs f32 convolutions without TF32.
-class Tf32Scope {
- public:
-  explicit Tf32Scope(bool allow) : previous_(kernels::conv_allow_tf32()) {
-    kernels::set_conv_allow_tf32(allow);
-  }
-  ~Tf32Scope() { kernels::set_conv_allow_tf32(previous_); }
-  Tf32Scope(const Tf32Scope&) = delete;
-  Tf32Scope& operator=(const Tf32Scope&) = delete;
-
- private:
-  bool previous_;
-};
+using kernels::Tf32Scope;  // f32 convolutions with or without TF32, for one scope
 
 #define EXPECT_CLOSE(out, ref, tol)                                                   \
   do {                                                                                \

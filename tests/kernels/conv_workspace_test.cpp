@@ -47,6 +47,35 @@ TEST(ConvWorkspace, PassesCudaRoutesAwayFromCudnnGetNone) {
   EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::bf16, stem), 0u);
   EXPECT_GT(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f32, stem), 0u);
   EXPECT_GT(cuda_conv_workspace_bytes(ConvPass::forward, DType::f16, stem), 0u);
+  // A 7x7 stem's f32 weight gradient leaves cuDNN for frugal's TF32 implicit GEMM, which takes
+  // the same bound (Note [Stem weight gradients as GEMMs]); 16-bit ones, its other passes, 8
+  // input channels and f32 without TF32 stay on cuDNN.
+  kernels::Conv2dShape resnet_stem = conv(128, 224, 3, 64, 7, 2);
+  EXPECT_TRUE(kernels::cuda::stem_gemm_handles(DType::f32, resnet_stem));
+  EXPECT_FALSE(kernels::cuda_conv_uses_cudnn(ConvPass::backward_weight, DType::f32, resnet_stem));
+  EXPECT_TRUE(
+      kernels::cuda_conv_takes_workspace(ConvPass::backward_weight, DType::f32, resnet_stem));
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f32, resnet_stem),
+            static_cast<size_t>(0.3 * static_cast<double>(size_t{128} * 112 * 112 * 64 * 4)));
+  EXPECT_FALSE(kernels::cuda::stem_gemm_handles(DType::bf16, resnet_stem));
+  EXPECT_TRUE(kernels::cuda_conv_uses_cudnn(ConvPass::backward_weight, DType::bf16, resnet_stem));
+  EXPECT_TRUE(kernels::cuda_conv_uses_cudnn(ConvPass::forward, DType::f32, resnet_stem));
+  EXPECT_FALSE(kernels::cuda::stem_gemm_handles(DType::f32, stem)) << "3x3: cuDNN's is fast";
+  {
+    kernels::Tf32Scope exact(false);
+    EXPECT_FALSE(kernels::cuda::stem_gemm_handles(DType::f32, resnet_stem));
+    EXPECT_TRUE(kernels::cuda_conv_uses_cudnn(ConvPass::backward_weight, DType::f32, resnet_stem));
+    EXPECT_TRUE(
+        kernels::cuda_conv_takes_workspace(ConvPass::backward_weight, DType::f32, resnet_stem));
+  }
+  EXPECT_FALSE(kernels::cuda::stem_gemm_handles(DType::f32, conv(128, 224, 3, 64, 11, 4)))
+      << "11 x 11 x 3 = 363 patch columns, over kStemMaxColumns";
+  resnet_stem.c = 8;
+  EXPECT_FALSE(kernels::cuda::stem_gemm_handles(DType::f32, resnet_stem));
+  resnet_stem.c = 3;
+  resnet_stem.groups = 3;
+  resnet_stem.k = 63;
+  EXPECT_FALSE(kernels::cuda::stem_gemm_handles(DType::f32, resnet_stem)) << "grouped";
 }
 
 TEST(ConvWorkspace, TheBoundIsAFractionOfTheLargerTensorAtLeast4MiBAtMost256MiB) {

@@ -1,0 +1,39 @@
+// The f32 weight gradient of a convolution with few input channels and a kernel larger than 3x3
+// (ResNet's 7x7 stem) as an implicit GEMM on TF32 tensor cores; kernels/cuda/conv.cu sends the
+// shapes that stem_gemm_handles() accepts here instead of cuDNN.
+//
+// Note [Stem weight gradients as GEMMs]: cuDNN's legacy heuristics offer one algorithm for the
+// f32 weight gradient of ResNet-18's stem (x [128, 224, 224, 3], 64 filters 7x7 stride 2):
+// wgrad_alg0_engine, with 3, 4 or 8 input channels alike and with any workspace up to 256 MiB
+// (FRUGAL_CUDNN_LOG=1 prints "untimed (1 candidate)"; every other f32 weight gradient of the
+// zoo gets algorithm 1). PyTorch reaches a tensor-core kernel through cuDNN's graph API. The
+// gradient is a GEMM, dw[K, M] = dy[P, K]^T patch[P, M], over the P = N*OH*OW output positions,
+// with the M = KH*KW*C columns of the im2col patch in dw's OHWI order.
+//
+// Building the patch in memory and handing chunks of it to cuBLAS passed the parity tests but
+// bought nothing (H200, ResNet-18 f32 eager step: 8,663 img/s against 8,615 with cuDNN's
+// algorithm 0): the stem's patch is 944 MB, written and read once each, and a GEMM with a
+// 64 x 147 result and 210k-long sums leaves most of the device idle. So the patch is never
+// written out. A block of 256 threads owns 64 output channels and a run of 32-position tiles;
+// per tile it stages dy [32][64] and the patch rows [32][M] in shared memory (rounded to TF32
+// there, once), each thread one patch column for all 32 positions (its tap's offsets read
+// once per kernel, the positions' origins from shared memory), and the eight warps multiply
+// them with wmma's 16x16x8 TF32 fragments, a warp holding one 16-row block of dw and up to
+// eight 16-column blocks in registers. Each block writes its sums to a split of an f32
+// workspace and the splits are added in order (direct_conv_common.cuh): deterministic.
+//
+// TF32 only: with conv_allow_tf32() off (or before compute capability 8.0) cuDNN's algorithm 0
+// runs instead; either way the pass takes the conv's bounded workspace (Note [Bounded conv
+// workspace]), so the meta prediction and the planner see the same bytes.
+#pragma once
+
+#include "kernels/conv.h"
+#include "kernels/conv_workspace.h"  // stem_gemm_handles: which shapes come here
+
+namespace frugal::kernels::cuda {
+
+// dw [K, KH, KW, C] in f32 from f32 x and dy, TF32 products; the caller sums the bias gradient.
+void stem_gemm_backward_weight(const Context& ctx, const Conv2dShape& s, const float* x,
+                               const float* dy, float* dw);
+
+}  // namespace frugal::kernels::cuda
