@@ -40,11 +40,13 @@ bool few_channel_handles(const Conv2dShape& s) {
 bool stem_gemm_handles(DType dtype, const Conv2dShape& s) {
   if (dtype != DType::f32 || !conv_allow_tf32() || s.groups != 1 || s.c < 1 ||
       s.c > kFewChannelMaxInputs || s.kh * s.kw <= kFewChannelSize * kFewChannelSize ||
-      s.kh * s.kw * s.c > kStemMaxColumns || s.n < 1 || s.k < 1 || s.oh() < 1 || s.ow() < 1) {
+      s.dil_h != 1 || s.dil_w != 1 || s.n < 1 || s.k < 1 || s.oh() < 1 || s.ow() < 1 ||
+      s.stride_w > kStemMaxWindow || s.kh * stem_row_blocks(s.kw) > kStemMaxColumnBlocks ||
+      s.kh * stem_window_width(s.stride_w, s.kw) > kStemMaxWindow) {
     return false;
   }
   for (int64_t v : {s.n * s.h * s.w * s.c, s.n * s.oh() * s.ow() * s.k, s.stride_h, s.stride_w,
-                    s.pad_h, s.pad_w, s.dil_h * s.kh, s.dil_w * s.kw}) {
+                    s.pad_h, s.pad_w}) {
     if (v > INT_MAX / 2) return false;
   }
   return true;

@@ -84,12 +84,22 @@ bool depthwise_handles(const Conv2dShape& s);
 bool pointwise(const Conv2dShape& s);
 bool few_channel_handles(const Conv2dShape& s);
 // f32 weight gradients with TF32 allowed (conv_allow_tf32), one group, at most
-// kFewChannelMaxInputs input channels, a kernel larger than 3x3 and at most kStemMaxColumns
-// patch columns (Note [Stem weight gradients as GEMMs] in kernels/cuda/stem_gemm.h).
+// kFewChannelMaxInputs input channels, a kernel larger than 3x3 without dilation, at most
+// kStemMaxColumnBlocks 16-column blocks and a window of at most kStemMaxWindow pixels (Note
+// [Stem weight gradients as GEMMs] in kernels/cuda/stem_gemm.h).
 bool stem_gemm_handles(DType dtype, const Conv2dShape& s);
 constexpr int kFewChannelSize = 3;       // kh == kw
 constexpr int kFewChannelMaxInputs = 4;  // kSize^2 x C running sums a thread, in registers
-constexpr int kStemMaxColumns = 256;     // KH*KW*C: one patch column a thread of 256
+constexpr int kStemTile = 32;            // output positions of one row a tile
+constexpr int kStemMaxColumnBlocks = 16;  // KH x ceil(KW / 4): two warps' eight fragments
+constexpr int kStemMaxWindow = 1024;      // pixels of x a tile stages: four a thread
+// 16-column blocks of dw a kernel row takes: four taps of four channels (C padded to 4) each.
+constexpr int64_t stem_row_blocks(int64_t kw) { return (kw + 3) / 4; }
+// Pixels of one input row a tile stages: the 32 positions' windows, and the last fragment's
+// columns past the kernel (even, so that rows stay 32-byte aligned).
+constexpr int64_t stem_window_width(int64_t stride_w, int64_t kw) {
+  return (stride_w * (kStemTile - 1) + 4 * stem_row_blocks(kw) + 1) / 2 * 2;
+}
 // The channel multiple cuDNN's 16-bit tensor-core kernels take without padding the input.
 constexpr int64_t kTensorCoreChannels = 8;
 }  // namespace cuda

@@ -58,11 +58,13 @@ std::vector<kernels::Conv2dShape> configs() {
       conv(3, 17, 19, 4, 40, 3, 3, 1, 0, 0, 1, 1),       // few: 4 channels, K = 40 in packs, no pad
       conv(2, 11, 10, 3, 24, 3, 3, 1, 2, 1, 2, 1),       // few: dilation 2, pads 2 and 1, K = 24
       conv(4, 57, 57, 3, 32, 3, 3, 2, 1, 1, 1, 1),   // few: splits of several tiles, a part tile
-      conv(3, 23, 21, 3, 16, 7, 7, 2, 3, 3, 1, 1),   // a 7x7 stem: f32 dw on TF32 wmma (6 frags)
-      conv(2, 13, 15, 2, 8, 5, 5, 1, 2, 1, 2, 1),    // 5x5, dilation 2, pads 2 and 1 (2 frags)
-      conv(2, 224, 224, 4, 8, 7, 7, 2, 3, 3, 1, 1),  // 196 columns (8 frags), many splits
+      conv(3, 23, 21, 3, 16, 7, 7, 2, 3, 3, 1, 1),   // a 7x7 stem: f32 dw on TF32 wmma
+      conv(2, 13, 15, 2, 8, 5, 5, 1, 2, 1, 2, 1),    // 5x5, dilation 2 (cuDNN), pads 2 and 1
+      conv(2, 13, 15, 2, 8, 5, 5, 1, 2, 1, 1, 1),    // 5x5 stride 1 (wmma ldm 4), pads 2 and 1
+      conv(2, 224, 224, 4, 8, 7, 7, 2, 3, 3, 1, 1),  // 4 channels, rows of 3.5 tiles, splits
       conv(2, 20, 18, 3, 72, 7, 7, 2, 3, 3, 1, 1),   // K = 72: two blocks of 64 channels
-      conv(3, 10, 12, 1, 24, 5, 7, 1, 2, 3, 1, 1),   // one channel, 5x7 kernel (35 columns)
+      conv(3, 10, 12, 1, 24, 5, 7, 1, 2, 3, 1, 1),   // one channel, a 5x7 kernel
+      conv(2, 40, 41, 3, 16, 7, 7, 3, 3, 3, 1, 1),   // stride 3: fragment rows 12 floats apart
   };
 }
 

@@ -69,7 +69,11 @@ TEST(ConvWorkspace, PassesCudaRoutesAwayFromCudnnGetNone) {
         kernels::cuda_conv_takes_workspace(ConvPass::backward_weight, DType::f32, resnet_stem));
   }
   EXPECT_FALSE(kernels::cuda::stem_gemm_handles(DType::f32, conv(128, 224, 3, 64, 11, 4)))
-      << "11 x 11 x 3 = 363 patch columns, over kStemMaxColumns";
+      << "11 rows x 3 blocks of 16 columns, over kStemMaxColumnBlocks";
+  EXPECT_TRUE(kernels::cuda::stem_gemm_handles(DType::f32, conv(8, 64, 2, 16, 5, 1)));
+  kernels::Conv2dShape dilated = conv(8, 64, 2, 16, 5, 1);
+  dilated.dil_h = dilated.dil_w = 2;
+  EXPECT_FALSE(kernels::cuda::stem_gemm_handles(DType::f32, dilated)) << "dilation: cuDNN";
   resnet_stem.c = 8;
   EXPECT_FALSE(kernels::cuda::stem_gemm_handles(DType::f32, resnet_stem));
   resnet_stem.c = 3;
