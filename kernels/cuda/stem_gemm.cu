@@ -142,7 +142,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     store_tile(next, kh, width, sh);
     __syncthreads();
     // the next tile's loads stay in flight while this one is multiplied
-    if (tile + splits < tiles) next = load_tile(g, kh, width, tile + splits, tiles_per_row, k0, x, dy);
+    if (tile + splits < tiles)
+      next = load_tile(g, kh, width, tile + splits, tiles_per_row, k0, x, dy);
 #pragma unroll 1  // unrolled, the steps' fragment loads were hoisted past the register bound
     for (int step = 0; step < kTile / 8; ++step) {
       wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> a;
@@ -174,8 +175,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       for (int e = lane; e < 256; e += 32) {
         const int k = k0 + row_block * 16 + e / 16, j = 4 * h + e % 16 / 4, c = e % 4;
         if (k < g.k && j < kw && c < g.c) {
-          partial[(static_cast<int64_t>(blockIdx.y) * g.k + k) * columns + (r * kw + j) * g.c +
-                  c] = scratch[e];
+          partial[(static_cast<int64_t>(blockIdx.y) * g.k + k) * columns + (r * kw + j) * g.c + c] =
+              scratch[e];
         }
       }
       __syncwarp();
@@ -213,8 +214,8 @@ void stem_gemm_backward_weight(const Context& ctx, const Conv2dShape& s, const f
                " partial sums for ", s.str());
   const int64_t target = int64_t{sm_count(ctx.device.index)} * kBlocksPerSm;
   const int splits = static_cast<int>(std::clamp<int64_t>(
-      std::min({(target + blocks_x - 1) / blocks_x, (tiles + kMinTiles - 1) / kMinTiles, fit}),
-      1, 1024));
+      std::min({(target + blocks_x - 1) / blocks_x, (tiles + kMinTiles - 1) / kMinTiles, fit}), 1,
+      1024));
   memory::DataPtr ws = ctx.workspace(bound, memory::Category::conv_workspace);
   auto partial = static_cast<float*>(ws.get());
   const Geom g = geom_of(s);
