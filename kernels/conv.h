@@ -6,7 +6,6 @@
 #include <string>
 
 #include "kernels/context.h"
-#include "kernels/elementwise.h"  // Activation
 
 namespace frugal::kernels {
 
@@ -64,24 +63,5 @@ FRUGAL_DECLARE_KERNEL(conv2d_backward_weight, (const Context& ctx, DType dtype, 
                                                const Conv2dShape& s, const void* x,
                                                const void* dy, void* dw, void* dbias),
                       (ctx, dtype, dw_dtype, s, x, dy, dw, dbias))
-
-// Note [Weight gradients through batch norm]
-// A convolution whose input is a batch norm's output, x = act((z - mean) * (invstd * gamma) +
-// beta) rounded to the dtype, keeps no x for its weight gradient: autograd's recipe (Note [Saved
-// tensors]) recomputes x from z in backward, a pass that reads z and writes x before the weight
-// gradient reads x again. conv2d_backward_weight_bn_act takes z and the statistics instead and
-// gives the same dw: CUDA's depthwise kernels recompute x in registers as they load z (the pass
-// and the x-sized buffer are gone), every other route recomputes x into a workspace first.
-struct BnActInput {
-  Activation act = Activation::identity;
-  const void* mean = nullptr;    // f32 [C]
-  const void* invstd = nullptr;  // f32 [C]
-  const void* gamma = nullptr;   // f32 [C]; null: 1
-  const void* beta = nullptr;    // f32 [C]; null: 0
-};
-FRUGAL_DECLARE_KERNEL(conv2d_backward_weight_bn_act,
-                      (const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
-                       const BnActInput& in, const void* z, const void* dy, void* dw, void* dbias),
-                      (ctx, dtype, dw_dtype, s, in, z, dy, dw, dbias))
 
 }  // namespace frugal::kernels

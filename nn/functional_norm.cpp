@@ -41,18 +41,6 @@ const char* recipe_name(Activation act) {
   return "batch_norm+?";
 }
 
-}  // namespace
-
-std::optional<Activation> batch_norm_recipe_activation(const std::string& name) {
-  for (Activation act : {Activation::relu, Activation::relu6, Activation::hardswish,
-                         Activation::silu, Activation::sigmoid, Activation::identity}) {
-    if (name == recipe_name(act)) return act;
-  }
-  return std::nullopt;
-}
-
-namespace {
-
 // act(bn(x)) from saved statistics: the recompute of a training forward's output, bit for bit
 // (Note [Batch norm with its activation]).
 Tensor apply_saved_statistics(Activation act, const Tensor& x, const Tensor& weight,

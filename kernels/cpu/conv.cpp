@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/batch_norm.h"
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/conv_internal.h"
 #include "kernels/cpu/cpu_common.h"
@@ -360,17 +359,6 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, con
                                 static_cast<float*>(dbias));
     }
   });
-}
-
-void conv2d_backward_weight_bn_act(const Context& ctx, DType dtype, DType dw_dtype,
-                                   const Conv2dShape& s, const BnActInput& in, const void* z,
-                                   const void* dy, void* dw, void* dbias) {
-  check_conv_shape("conv2d_backward_weight_bn_act", s);
-  const int64_t rows = s.n * s.h * s.w;
-  memory::DataPtr x = ctx.workspace(static_cast<size_t>(rows * s.c) * dtype_size(dtype));
-  cpu::batch_norm_act_apply(ctx, dtype, in.act, rows, s.c, z, in.gamma, in.beta, in.mean, in.invstd,
-                            x.get());
-  cpu::conv2d_backward_weight(ctx, dtype, dw_dtype, s, x.get(), dy, dw, dbias);
 }
 
 template void gemm_tn_split_depth<float>(const Context&, int64_t, int64_t, int64_t, const float*,

@@ -31,7 +31,6 @@
 #include <vector>
 
 #include "base/deterministic.h"
-#include "kernels/batch_norm.h"
 #include "kernels/conv.h"
 #include "kernels/conv_workspace.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -514,12 +513,8 @@ void write_in_dtype(const Context& ctx, DType dtype, DType to, int64_t n, void* 
 
 }  // namespace
 
-namespace {
-
-// conv2d_backward_weight, and conv2d_backward_weight_bn_act for depthwise shapes (bn non-null:
-// x is z, recomputed in the depthwise kernel's loads).
-void backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
-                     const BnActInput* bn, const void* x, const void* dy, void* dw, void* dbias) {
+void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
+                            const void* x, const void* dy, void* dw, void* dbias) {
   const char* op = "conv2d_backward_weight";
   cudaStream_t stream = stream_of(ctx, op);
   check_shape(s, op);
@@ -539,7 +534,7 @@ void backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv
   if (s.k == 0) return;
   const int64_t nw = s.k * s.kh * s.kw * s.cin_per_group();
   if (depthwise_handles(s)) {
-    depthwise_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw, bn);
+    depthwise_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
   } else if (dtype != DType::f32 && few_channel_handles(s)) {  // f32: cuDNN's is fast here
     few_channel_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
   } else if (stem_gemm_handles(dtype, s) && compute_major(ctx.device.index) >= 8) {  // TF32 wmma
@@ -568,28 +563,6 @@ void backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv
       cuda::sum_to(ctx, dtype, make_reduction(Shape{rows, s.k}, Shape{1, s.k}), dy, 1.0, out);
     });
   }
-}
-
-}  // namespace
-
-void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
-                            const void* x, const void* dy, void* dw, void* dbias) {
-  backward_weight(ctx, dtype, dw_dtype, s, nullptr, x, dy, dw, dbias);
-}
-
-// Note [Weight gradients through batch norm] (kernels/conv.h).
-void conv2d_backward_weight_bn_act(const Context& ctx, DType dtype, DType dw_dtype,
-                                   const Conv2dShape& s, const BnActInput& in, const void* z,
-                                   const void* dy, void* dw, void* dbias) {
-  if (depthwise_handles(s)) {
-    backward_weight(ctx, dtype, dw_dtype, s, &in, z, dy, dw, dbias);
-    return;
-  }
-  const int64_t rows = s.n * s.h * s.w;
-  memory::DataPtr x = ctx.workspace(static_cast<size_t>(rows * s.c) * dtype_size(dtype));
-  cuda::batch_norm_act_apply(ctx, dtype, in.act, rows, s.c, z, in.gamma, in.beta, in.mean,
-                             in.invstd, x.get());
-  backward_weight(ctx, dtype, dw_dtype, s, nullptr, x.get(), dy, dw, dbias);
 }
 
 }  // namespace frugal::kernels::cuda

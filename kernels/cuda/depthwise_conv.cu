@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/depthwise_conv.h"
 #include "kernels/cuda/direct_conv_common.cuh"
@@ -105,48 +104,15 @@ __device__ __forceinline__ void load_floats(const T* p, float (&out)[V]) {
   for (int v = 0; v < V; ++v) out[v] = to_f(pk.v[v]);
 }
 
-// What the weight gradient makes of a loaded pack of x (Note [Weight gradients through batch
-// norm] in kernels/conv.h): PlainInput leaves it; BnActLoad<T, V> takes it for z and recomputes
-// x = act((z - mean) * (invstd * gamma) + beta) for the V channels from c0, rounded to T, with
-// the expression of batch_norm.cu's normalize kernel, so x equals the forward's bit for bit.
-struct PlainInput {
-  __device__ __forceinline__ PlainInput(const BnActInput&, int) {}
-  __host__ __device__ PlainInput() {}
-  template <int V>
-  __device__ __forceinline__ void operator()(float (&)[V]) const {}
-};
-
-template <typename T, int V>
-struct BnActLoad {
-  Activation act;
-  float mean[V], scale[V], shift[V];
-  __device__ __forceinline__ BnActLoad(const BnActInput& in, int c0) : act(in.act) {
-    auto f32 = [](const void* p) { return static_cast<const float*>(p); };
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      mean[v] = f32(in.mean)[c0 + v];
-      scale[v] = f32(in.invstd)[c0 + v] * (in.gamma != nullptr ? f32(in.gamma)[c0 + v] : 1.0f);
-      shift[v] = in.beta != nullptr ? f32(in.beta)[c0 + v] : 0.0f;
-    }
-  }
-  __device__ __forceinline__ void operator()(float (&x)[V]) const {
-    const ActForwardFn f{act};
-#pragma unroll
-    for (int v = 0; v < V; ++v) x[v] = to_f(from_f<T>(f((x[v] - mean[v]) * scale[v] + shift[v])));
-  }
-};
-
 // A pack of V values of column `col` of a row (element offset `row` at the pack's first
-// channel), made over by `in`, or zeros when col is outside [0, end) (the convolution's padding
-// is zero whatever the input's recipe). The load itself always reads inside the row
+// channel), or zeros when col is outside [0, end). The load itself always reads inside the row
 // (col clamped to [0, w)), so it needs no branch and the compiler can issue a strip's loads
 // together; branching around each column's load held a thread to one column's loads in flight.
-template <typename T, int V, class In = PlainInput>
+template <typename T, int V>
 __device__ __forceinline__ void load_column(const T* __restrict__ src, int row, int col, int end,
-                                            int w, int c, float (&out)[V], const In& in = In()) {
+                                            int w, int c, float (&out)[V]) {
   const int clamped = min(max(col, 0), w - 1);
   load_floats<T, V>(src + row + clamped * c, out);
-  in(out);
   const bool inside = static_cast<unsigned>(col) < static_cast<unsigned>(end);
 #pragma unroll
   for (int v = 0; v < V; ++v) out[v] = inside ? out[v] : 0.0f;
@@ -359,11 +325,10 @@ __global__ void backward_input_pixel_kernel(Geom g, const T* __restrict__ dy,
 // acc[b][v] += sum over the strip's outputs r < count of dy[dy0 + r*c + v] * x[row, the column
 // output r reads through tap b, v], for the one kernel row of x at `row` (ReadCols, as in the
 // forward). dy past the row's end reads as 0, so every product is made without a branch.
-template <typename T, int K, int V, int S, class In>
+template <typename T, int K, int V, int S>
 __device__ __forceinline__ void weight_strip(const T* __restrict__ x, const T* __restrict__ dy,
                                              int row, int col0, int col_end, int width, int c,
-                                             int dy0, int count, const In& in,
-                                             float (&acc)[K * V]) {
+                                             int dy0, int count, float (&acc)[K * V]) {
   using Cols = ReadCols<K, S>;
   float gv[kStrip][V];
 #pragma unroll
@@ -371,7 +336,7 @@ __device__ __forceinline__ void weight_strip(const T* __restrict__ x, const T* _
 #pragma unroll
   for (int j = 0; j < Cols::kCols; ++j) {
     float xv[V];
-    load_column<T, V>(x, row, col0 + j, col_end, width, c, xv, in);
+    load_column<T, V>(x, row, col0 + j, col_end, width, c, xv);
 #pragma unroll
     for (int b = 0; b < K; ++b) {
       const int r = Cols::target(j, b);
@@ -384,10 +349,10 @@ __device__ __forceinline__ void weight_strip(const T* __restrict__ x, const T* _
 
 // acc[b][v] += dy[n, oh, ow, c0 + v] * x[the input of (oh, ow) through tap (a, b), c0 + v] for
 // the thread's kernel row a, any stride and dilation.
-template <typename T, int K, int V, class In>
+template <typename T, int K, int V>
 __device__ __forceinline__ void weight_pixel(const Geom& g, const T* __restrict__ x,
                                              const T* __restrict__ dy, int n, int oh, int ow, int a,
-                                             int c0, const In& in, float (&acc)[K * V]) {
+                                             int c0, float (&acc)[K * V]) {
   const int row = row_offset(int64_t{oh} * g.sh - g.ph + int64_t{a} * g.dh, n, g.h, g.w, g.c, c0);
   if (row < 0) return;
   float gv[V];
@@ -398,7 +363,6 @@ __device__ __forceinline__ void weight_pixel(const Geom& g, const T* __restrict_
     if (iw < 0 || iw >= g.w) continue;
     float xv[V];
     load_floats<T, V>(x + row + static_cast<int>(iw) * g.c, xv);
-    in(xv);
 #pragma unroll
     for (int v = 0; v < V; ++v) acc[b * V + v] = fmaf(gv[v], xv[v], acc[b * V + v]);
   }
@@ -411,9 +375,9 @@ __device__ __forceinline__ void weight_pixel(const Geom& g, const T* __restrict_
 // 25-tap 5x5 needs no more registers than 3x3; the K threads of an item share its dy loads
 // through L1. Writes partial[split, c, tap] = sum over its items' outputs p of
 // dy[p, c] * x[tap's input of p, c].
-template <typename T, int K, int V, int S, class In>
+template <typename T, int K, int V, int S>
 __global__ void __launch_bounds__(kThreads)
-    backward_weight_partial_kernel(Geom g, int lanes, BnActInput bn, const T* __restrict__ x,
+    backward_weight_partial_kernel(Geom g, int lanes, const T* __restrict__ x,
                                    const T* __restrict__ dy, float* __restrict__ partial) {
   const int cvs = g.c / V, columns = lanes * K, rows = kThreads / columns;
   const int column = static_cast<int>(threadIdx.x) % columns;
@@ -425,7 +389,6 @@ __global__ void __launch_bounds__(kThreads)
   for (int m = 0; m < K * V; ++m) acc[m] = 0.0f;
   if (r < rows && cv < cvs) {
     const int c0 = cv * V;
-    const In in(bn, c0);  // the thread's channels are fixed: their numbers load once
     const int per_row = S > 0 ? (g.ow + kStrip - 1) / kStrip : g.ow;
     const int items = g.n * g.oh * per_row;  // <= N * OH * OW: fits
     const int step = static_cast<int>(gridDim.y) * rows;
@@ -440,9 +403,9 @@ __global__ void __launch_bounds__(kThreads)
         const int col0 = static_cast<int>(std::min<int64_t>(int64_t{ow0} * S - g.pw, g.w));
         const int col_end = min(g.w, col0 + (count - 1) * S + K);
         weight_strip<T, K, V, S>(x, dy, row, col0, col_end, g.w, g.c,
-                                 ((n * g.oh + oh) * g.ow + ow0) * g.c + c0, count, in, acc);
+                                 ((n * g.oh + oh) * g.ow + ow0) * g.c + c0, count, acc);
       } else {
-        weight_pixel<T, K, V>(g, x, dy, n, oh, item % per_row, a, c0, in, acc);
+        weight_pixel<T, K, V>(g, x, dy, n, oh, item % per_row, a, c0, acc);
       }
     }
   }
@@ -529,9 +492,9 @@ int weight_row_splits(const Context& ctx, const Conv2dShape& s, int64_t blocks_x
   return static_cast<int>(std::max<int64_t>(1, splits));
 }
 
-template <typename T, int K, int V, class In>
-void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                        const BnActInput& bn, const T* x, const T* dy, DType dw_dtype, void* dw) {
+template <typename T, int K, int V>
+void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const T* x,
+                        const T* dy, DType dw_dtype, void* dw) {
   const Geom g = geom_of(s);
   const int64_t cvs = s.c / V;
   const int lanes = static_cast<int>(std::min<int64_t>(cvs, kWeightLanes));
@@ -543,14 +506,14 @@ void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dSha
   auto partial = static_cast<float*>(ws.get());
   dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits));
   if (!uses_strips(s)) {
-    backward_weight_partial_kernel<T, K, V, 0, In>
-        <<<grid, kThreads, 0, stream>>>(g, lanes, bn, x, dy, partial);
+    backward_weight_partial_kernel<T, K, V, 0>
+        <<<grid, kThreads, 0, stream>>>(g, lanes, x, dy, partial);
   } else if (s.stride_w == 1) {
-    backward_weight_partial_kernel<T, K, V, 1, In>
-        <<<grid, kThreads, 0, stream>>>(g, lanes, bn, x, dy, partial);
+    backward_weight_partial_kernel<T, K, V, 1>
+        <<<grid, kThreads, 0, stream>>>(g, lanes, x, dy, partial);
   } else {
-    backward_weight_partial_kernel<T, K, V, 2, In>
-        <<<grid, kThreads, 0, stream>>>(g, lanes, bn, x, dy, partial);
+    backward_weight_partial_kernel<T, K, V, 2>
+        <<<grid, kThreads, 0, stream>>>(g, lanes, x, dy, partial);
   }
   FRUGAL_LAUNCH_CHECK();
   finish_weight_gradient<T>(ctx, stream, n, splits, partial, dw_dtype, dw);
@@ -580,24 +543,14 @@ void backward_input_k(const Context& ctx, cudaStream_t stream, const Conv2dShape
   }
 }
 
-template <typename T, int K, int V>
-void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                        const BnActInput* bn, const T* x, const T* dy, DType dw_dtype, void* dw) {
-  if (bn != nullptr) {
-    backward_weight_kv<T, K, V, BnActLoad<T, V>>(ctx, stream, s, *bn, x, dy, dw_dtype, dw);
-  } else {
-    backward_weight_kv<T, K, V, PlainInput>(ctx, stream, s, BnActInput{}, x, dy, dw_dtype, dw);
-  }
-}
-
 template <typename T, int K>
 void backward_weight_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* x,
-                       const void* dy, DType dw_dtype, void* dw, const BnActInput* bn) {
+                       const void* dy, DType dw_dtype, void* dw) {
   auto xt = static_cast<const T*>(x), dyt = static_cast<const T*>(dy);
   if (packs_fit<T, kPack>(s.c, {x, dy})) {
-    backward_weight_kv<T, K, kPack>(ctx, stream, s, bn, xt, dyt, dw_dtype, dw);
+    backward_weight_kv<T, K, kPack>(ctx, stream, s, xt, dyt, dw_dtype, dw);
   } else {
-    backward_weight_kv<T, K, 1>(ctx, stream, s, bn, xt, dyt, dw_dtype, dw);
+    backward_weight_kv<T, K, 1>(ctx, stream, s, xt, dyt, dw_dtype, dw);
   }
 }
 
@@ -632,15 +585,14 @@ void depthwise_backward_input(const Context& ctx, DType dtype, const Conv2dShape
 }
 
 void depthwise_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
-                               const Conv2dShape& s, const void* x, const void* dy, void* dw,
-                               const BnActInput* bn) {
+                               const Conv2dShape& s, const void* x, const void* dy, void* dw) {
   const char* op = "conv2d_backward_weight (depthwise)";
   cudaStream_t stream = stream_of(ctx, op);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     if (s.kh == 3)
-      backward_weight_k<T, 3>(ctx, stream, s, x, dy, dw_dtype, dw, bn);
+      backward_weight_k<T, 3>(ctx, stream, s, x, dy, dw_dtype, dw);
     else
-      backward_weight_k<T, 5>(ctx, stream, s, x, dy, dw_dtype, dw, bn);
+      backward_weight_k<T, 5>(ctx, stream, s, x, dy, dw_dtype, dw);
   });
 }
 

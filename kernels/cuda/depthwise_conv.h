@@ -35,10 +35,7 @@ void depthwise_forward(const Context& ctx, DType dtype, const Conv2dShape& s, co
 void depthwise_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s,
                               const void* dy, const void* w, void* dx);
 // dw only, in dw_dtype (dtype or f32); the caller sums the bias gradient.
-// With `bn`, x is the z of Note [Weight gradients through batch norm] (kernels/conv.h): each
-// loaded value becomes act(bn(z)) rounded to dtype before it is multiplied.
 void depthwise_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
-                               const Conv2dShape& s, const void* x, const void* dy, void* dw,
-                               const BnActInput* bn = nullptr);
+                               const Conv2dShape& s, const void* x, const void* dy, void* dw);
 
 }  // namespace frugal::kernels::cuda
