@@ -29,8 +29,8 @@
 //   - passes CUDA routes elsewhere ask for none: 3x3/5x5 depthwise (frugal's kernels), pointwise
 //     (cuBLAS, whose workspace is kCublasWorkspaceBytes, made once), and 16-bit weight gradients
 //     of 3x3 convs with at most 4 input channels (frugal's kernel); f32 weight gradients of
-//     few-channel stems larger than 3x3 build their im2col chunks in the bound instead of
-//     cuDNN's workspace (Note [Stem weight gradients as GEMMs]).
+//     few-channel stems larger than 3x3, on frugal's TF32 kernel, take the bound as cuDNN
+//     would and keep their split sums in it (Note [Stem weight gradients as GEMMs]).
 // Where no algorithm fits the bound (none seen on the zoo), the call takes the smallest that
 // fits the 256 MiB cap with a workspace of its own, outside the plan, and warns once.
 // FRUGAL_CONV_WORKSPACE_SCALE=s multiplies the fractions (1 by default), for
@@ -53,8 +53,8 @@ constexpr size_t kConvWorkspaceCap = size_t{256} << 20;
 
 // Whether CUDA runs this pass of `s` in `dtype` through cuDNN.
 bool cuda_conv_uses_cudnn(ConvPass pass, DType dtype, const Conv2dShape& s);
-// Whether the pass gets the bounded conv workspace: the cuDNN passes, and the f32 weight
-// gradients that run as im2col chunks and GEMMs in it (Note [Stem weight gradients as GEMMs]).
+// Whether the pass gets the bounded conv workspace: the cuDNN passes, and the f32 stem weight
+// gradients that keep their split sums in it (Note [Stem weight gradients as GEMMs]).
 bool cuda_conv_takes_workspace(ConvPass pass, DType dtype, const Conv2dShape& s);
 // FRUGAL_CONV_WORKSPACE_SCALE, read once (1 when unset).
 double conv_workspace_scale();
