@@ -10,14 +10,23 @@
 
 namespace frugal::kernels {
 namespace cuda {
+namespace {
 
-bool depthwise_handles(const Conv2dShape& s) {
-  if (!s.depthwise() || s.kh != s.kw || (s.kh != 3 && s.kh != 5)) return false;
-  for (int64_t v : {s.n * s.h * s.w * s.c, s.n * s.oh() * s.ow() * s.c, s.stride_h, s.stride_w,
+// Whether frugal's own kernels can index `s` in 32 bits (their Geom, direct_conv_common.cuh):
+// the element counts of x and y, and strides, pads and dilations, with room to add two of them.
+bool geometry_fits_int32(const Conv2dShape& s) {
+  for (int64_t v : {s.n * s.h * s.w * s.c, s.n * s.oh() * s.ow() * s.k, s.stride_h, s.stride_w,
                     s.pad_h, s.pad_w, s.dil_h, s.dil_w}) {
     if (v > INT_MAX / 2) return false;
   }
-  return s.oh() >= 1 && s.ow() >= 1;
+  return true;
+}
+
+}  // namespace
+
+bool depthwise_handles(const Conv2dShape& s) {
+  if (!s.depthwise() || s.kh != s.kw || (s.kh != 3 && s.kh != 5)) return false;
+  return geometry_fits_int32(s) && s.oh() >= 1 && s.ow() >= 1;  // depthwise: K == C
 }
 
 bool pointwise(const Conv2dShape& s) {
@@ -30,11 +39,7 @@ bool few_channel_handles(const Conv2dShape& s) {
       s.c > kFewChannelMaxInputs) {
     return false;
   }
-  for (int64_t v : {s.n * s.h * s.w * s.c, s.n * s.oh() * s.ow() * s.k, s.stride_h, s.stride_w,
-                    s.pad_h, s.pad_w, s.dil_h, s.dil_w}) {
-    if (v > INT_MAX / 2) return false;
-  }
-  return s.oh() >= 1 && s.ow() >= 1 && s.k >= 1;
+  return geometry_fits_int32(s) && s.oh() >= 1 && s.ow() >= 1 && s.k >= 1;
 }
 
 bool stem_gemm_handles(DType dtype, const Conv2dShape& s) {
@@ -45,11 +50,7 @@ bool stem_gemm_handles(DType dtype, const Conv2dShape& s) {
       s.kh * stem_window_width(s.stride_w, s.kw) > kStemMaxWindow) {
     return false;
   }
-  for (int64_t v : {s.n * s.h * s.w * s.c, s.n * s.oh() * s.ow() * s.k, s.stride_h, s.stride_w,
-                    s.pad_h, s.pad_w}) {
-    if (v > INT_MAX / 2) return false;
-  }
-  return true;
+  return geometry_fits_int32(s);  // dilations are 1 here
 }
 
 }  // namespace cuda
