@@ -24,6 +24,18 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
   return t;
 }
 
+void Storage::run_deferred() const {
+  std::shared_ptr<const DeferredWrite> w = std::move(deferred);
+  deferred = nullptr;
+  w->write(data.get());
+}
+
+void Tensor::defer_write(std::shared_ptr<const DeferredWrite> w) const {
+  FRUGAL_CHECK(impl().storage->deferred == nullptr, "defer_write: the bytes of ", describe(*this),
+               " already owe a write");
+  impl().storage->deferred = std::move(w);
+}
+
 Tensor Tensor::over(const Shape& shape, TensorOptions opts, memory::DataPtr data) {
   auto storage = std::make_shared<Storage>();
   storage->device = opts.device;

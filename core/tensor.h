@@ -32,6 +32,21 @@ struct TensorOptions {
   bool requires_grad = false;
 };
 
+// Note [Deferred writes]
+// An op may hand out a tensor whose bytes are allocated but not yet written, with the write
+// attached to its storage: the first read of the bytes (Tensor::data_ptr, whoever calls it) runs
+// it, so every reader sees the values the op promised. A consumer that can compute from the
+// write's own inputs instead asks for it (Tensor::deferred_write) and leaves the bytes unwritten:
+// batch norm's output read by a depthwise convolution, which normalizes z as it loads it (Note
+// [Batch norm inside the depthwise convolution] in kernels/conv.h), so that pass and its traffic
+// are gone. The write must not depend on anything written in place since; it checks.
+class DeferredWrite {
+ public:
+  virtual ~DeferredWrite() = default;
+  // Writes the storage's bytes at `out`.
+  virtual void write(void* out) const = 0;
+};
+
 // The bytes behind one or more tensors (a tensor and its reshapes share one Storage).
 struct Storage {
   memory::DataPtr data;
@@ -40,7 +55,14 @@ struct Storage {
   // Bumped by every in-place write through any tensor sharing these bytes (optimizer steps,
   // running statistics, copy_/fill_): a saved tensor compares it with the value it saw.
   uint64_t version = 0;
-  void* ptr() const { return data.get(); }
+  // Note [Deferred writes]: null once written (or when there never was one).
+  mutable std::shared_ptr<const DeferredWrite> deferred;
+  void* ptr() const {
+    if (deferred != nullptr) run_deferred();
+    return data.get();
+  }
+  // Runs the deferred write now (dropping it first, so that it runs once even if it throws).
+  void run_deferred() const;
 };
 
 class Tensor;
@@ -85,6 +107,11 @@ class Tensor {
   TensorOptions options() const { return {dtype(), device(), false}; }
 
   void* data_ptr() const { return impl().storage->ptr(); }
+  // The write still owed to this tensor's bytes (Note [Deferred writes]), or null. Reading it
+  // does not run it.
+  const DeferredWrite* deferred_write() const { return impl().storage->deferred.get(); }
+  // Attaches `w` to this tensor's bytes, which it promises to write on their first read.
+  void defer_write(std::shared_ptr<const DeferredWrite> w) const;
   // Typed pointer; checks that T matches the dtype (uint16_t for f16/bf16).
   template <typename T>
   T* data() const;

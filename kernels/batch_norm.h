@@ -43,7 +43,9 @@ FRUGAL_DECLARE_KERNEL(batch_norm_backward,
 // Within a kernel family, batch_norm_act_apply with the saved statistics reproduces the
 // training forward's y bit for bit, so a recomputed tensor equals the one the forward returned.
 
-// Training forward with an activation; otherwise as batch_norm_forward_train.
+// Training forward with an activation; otherwise as batch_norm_forward_train. y may be null: the
+// statistics alone (save_mean and save_invstd then non-null), for a y that batch_norm_act_apply
+// writes later (Note [Deferred writes] in core/tensor.h).
 FRUGAL_DECLARE_KERNEL(batch_norm_act_forward_train,
                       (const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,
                        const void* x, const void* gamma, const void* beta, double eps,

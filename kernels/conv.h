@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/context.h"
+#include "kernels/elementwise.h"  // Activation
 
 namespace frugal::kernels {
 
@@ -63,5 +64,36 @@ FRUGAL_DECLARE_KERNEL(conv2d_backward_weight, (const Context& ctx, DType dtype, 
                                                const Conv2dShape& s, const void* x,
                                                const void* dy, void* dw, void* dbias),
                       (ctx, dtype, dw_dtype, s, x, dy, dw, dbias))
+
+// Note [Batch norm inside the depthwise convolution]
+// A convolution whose input is a batch norm's output, x = act((z - mean) * (invstd * gamma) +
+// beta) rounded to the dtype, need not have x written at all. In training the batch norm
+// computes its statistics and defers writing x (Note [Deferred writes] in core/tensor.h); a
+// depthwise convolution that reads it asks for z and the statistics instead, and CUDA's depthwise
+// kernels compute x in registers as they load z, with the normalize kernel's expression, so the
+// products are the same bit for bit. Backward keeps z and the statistics (the storages the batch
+// norm keeps anyway) instead of a recipe that would recompute x, and the weight gradient loads z
+// the same way. Both passes that read z and wrote x (the forward's normalize, backward's
+// recompute) and their x-sized traffic are gone: 26 of MobileNetV1's 53 normalize passes a step.
+// cuda::depthwise_fuses_bn_act names the shapes and activations the kernels take; everywhere
+// else (the CPU, other shapes) these entries write x into a workspace first and give the same
+// result.
+struct BnActInput {
+  Activation act = Activation::identity;
+  const void* mean = nullptr;    // f32 [C]
+  const void* invstd = nullptr;  // f32 [C]
+  const void* gamma = nullptr;   // f32 [C]; null: 1
+  const void* beta = nullptr;    // f32 [C]; null: 0
+};
+// conv2d_forward of x = act(bn(z)).
+FRUGAL_DECLARE_KERNEL(conv2d_forward_bn_act,
+                      (const Context& ctx, DType dtype, const Conv2dShape& s, const BnActInput& in,
+                       const void* z, const void* w, const void* bias, void* y),
+                      (ctx, dtype, s, in, z, w, bias, y))
+// conv2d_backward_weight of x = act(bn(z)).
+FRUGAL_DECLARE_KERNEL(conv2d_backward_weight_bn_act,
+                      (const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
+                       const BnActInput& in, const void* z, const void* dy, void* dw, void* dbias),
+                      (ctx, dtype, dw_dtype, s, in, z, dy, dw, dbias))
 
 }  // namespace frugal::kernels

@@ -81,6 +81,11 @@ namespace cuda {
 // kernels]), cuBLAS for pointwise convs (Note [Pointwise convolutions as GEMMs]), and the
 // few-channel weight gradient (Note [Few-channel weight gradients]).
 bool depthwise_handles(const Conv2dShape& s);
+// Shapes and activations whose depthwise kernels read a batch norm's input z for their x =
+// act(bn(z)) (Note [Batch norm inside the depthwise convolution] in kernels/conv.h):
+// depthwise_handles, strips along W (stride 1 or 2, no dilation there), C a multiple of 4, and
+// an activation cheap enough to apply at every load (relu, relu6).
+bool depthwise_fuses_bn_act(const Conv2dShape& s, Activation act);
 bool pointwise(const Conv2dShape& s);
 bool few_channel_handles(const Conv2dShape& s);
 // f32 weight gradients with TF32 allowed (conv_allow_tf32), one group, at most

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "core/factory.h"
@@ -44,6 +45,11 @@ struct BatchNormOptions {
   // is recomputed from them wherever a later op saves it.
   Activation activation = Activation::identity;
 };
+// The activation of one of batch_norm's recipes (Note [Saved tensors]), by the recipe's name;
+// nothing for any other recipe. conv2d reads the recipe's input instead of recomputing it (Note
+// [Batch norm inside the depthwise convolution] in kernels/conv.h).
+std::optional<Activation> batch_norm_recipe_activation(const std::string& recipe_name);
+
 // x [N, H, W, C] (or [N, C]); weight, bias, running_mean, running_var [C] in acc_dtype(x).
 // In training the running statistics are updated in place (when defined).
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,

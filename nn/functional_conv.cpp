@@ -1,10 +1,14 @@
 // conv2d and linear: forward and backward side by side.
+#include <memory>
+#include <optional>
+
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"
 #include "kernels/conv.h"
 #include "kernels/conv_workspace.h"
+#include "nn/batch_norm_deferred.h"
 #include "nn/functional.h"
 
 namespace frugal::nn::functional {
@@ -45,14 +49,32 @@ Tensor conv_forward_raw(const Tensor& x, const Tensor& w, const Tensor& b,
   return y;
 }
 
+// conv_forward_raw of x = act(bn(z)) from z and the statistics (Note [Batch norm inside the
+// depthwise convolution] in kernels/conv.h); x's bytes stay unwritten.
+Tensor conv_forward_bn_act_raw(const DeferredBatchNormAct& x, const Tensor& w, const Tensor& b,
+                               const kernels::Conv2dShape& s) {
+  const Tensor& z = x.z();
+  Tensor y = Tensor::empty(Shape{s.n, s.oh(), s.ow(), s.k}, z.options());
+  kernels::conv2d_forward_bn_act(detail::ctx_of(z), z.dtype(), s, x.input("conv2d"), z.data_ptr(),
+                                 w.data_ptr(), b.defined() ? b.data_ptr() : nullptr, y.data_ptr());
+  return y;
+}
+
 // Gradients in g's dtype (16-bit CPU tensors are computed in f32 inside the kernels, Note [CPU
 // dtypes]); dw and db in f32 instead when `param_dtype` (autocast::grad_dtype of the weight)
 // asks for it.
 // The weight gradient comes first and the input x (often recomputed, Note [Saved tensors]) is
 // released before dx is allocated, so the two activation-sized buffers never coexist.
+// `bn` (Note [Batch norm inside the depthwise convolution], kernels/conv.h): x is the z of a
+// batch norm's output act(bn(z)), whose gamma, beta, mean and invstd are bn->stats.
+struct BnInput {
+  Activation act = Activation::identity;
+  std::vector<Tensor> stats;  // gamma, beta (either may be undefined), mean, invstd
+};
+
 std::vector<Tensor> conv_backward_raw(const Tensor& g, Tensor&& x, const Tensor& w, bool need_x,
                                       bool need_w, bool need_b, const kernels::Conv2dShape& s,
-                                      DType param_dtype) {
+                                      DType param_dtype, const BnInput* bn = nullptr) {
   DType dt = g.dtype();
   DType dw_dt = param_dtype == DType::f32 ? DType::f32 : dt;
   Tensor gc = cast_raw(g, dt), wc = need_x ? cast_raw(w, dt) : w;
@@ -63,7 +85,13 @@ std::vector<Tensor> conv_backward_raw(const Tensor& g, Tensor&& x, const Tensor&
     Tensor xc = cast_raw(x, dt);
     dw = Tensor::empty(Shape{s.k, s.kh, s.kw, s.cin_per_group()}, {dw_dt, g.device()});
     if (need_b) db = Tensor::empty(Shape{s.k}, {dw_dt, g.device()});
-    if (!meta) {
+    if (!meta && bn != nullptr) {
+      auto ptr = [](const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; };
+      const kernels::BnActInput in{bn->act, ptr(bn->stats[2]), ptr(bn->stats[3]), ptr(bn->stats[0]),
+                                   ptr(bn->stats[1])};
+      kernels::conv2d_backward_weight_bn_act(ctx, dt, dw_dt, s, in, xc.data_ptr(), gc.data_ptr(),
+                                             dw.data_ptr(), need_b ? db.data_ptr() : nullptr);
+    } else if (!meta) {
       kernels::conv2d_backward_weight(ctx, dt, dw_dt, s, xc.data_ptr(), gc.data_ptr(),
                                       dw.data_ptr(), need_b ? db.data_ptr() : nullptr);
     } else {
@@ -98,7 +126,13 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, Conv2d
     FRUGAL_CHECK(bias.shape() == Shape{s.k} && bias.dtype() == x.dtype(), "conv2d: bias ",
                  describe(bias), " does not match ", s.k, " output channels of dtype ", x.dtype());
   }
-  Tensor y = conv_forward_raw(x, weight, bias, s);
+  // Note [Batch norm inside the depthwise convolution] (kernels/conv.h): x still unwritten, and
+  // a kernel that normalizes its loads.
+  const auto* deferred = dynamic_cast<const DeferredBatchNormAct*>(x.deferred_write());
+  Tensor y = deferred != nullptr && x.device().is_cuda() &&
+                     kernels::cuda::depthwise_fuses_bn_act(s, deferred->act())
+                 ? conv_forward_bn_act_raw(*deferred, weight, bias, s)
+                 : conv_forward_raw(x, weight, bias, s);
   // Note [Recomputed convolutions] (nn/functional.h).
   if (opt.recompute_output && autograd::has_recipe(x)) {
     autograd::set_recipe(y, "conv2d", {x, weight, bias}, [s](const std::vector<Tensor>& in) {
@@ -107,13 +141,29 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, Conv2d
   }
   bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   bool need_b = bias.defined() && bias.requires_grad();
+  // Note [Batch norm inside the depthwise convolution] (kernels/conv.h): a depthwise conv whose
+  // input is a batch norm's output keeps that recipe's inputs, the same storages the recipe
+  // would keep, and hands them to the weight gradient, which loads z (on every device, so that
+  // the meta device predicts the same buffers).
+  std::shared_ptr<const autograd::Recipe> bn_recipe = need_w ? autograd::recipe_of(x) : nullptr;
+  std::optional<Activation> bn_act =
+      bn_recipe != nullptr ? batch_norm_recipe_activation(bn_recipe->name) : std::nullopt;
+  if (bn_act.has_value() && !kernels::cuda::depthwise_fuses_bn_act(s, *bn_act)) bn_act.reset();
+  std::vector<autograd::SavedTensor> saved{need_w ? x : Tensor(), need_x ? weight : Tensor()};
+  if (bn_act.has_value()) {  // the recipe's {z, gamma, beta, mean, invstd}
+    saved = {bn_recipe->inputs[0], need_x ? weight : Tensor(), bn_recipe->inputs[1],
+             bn_recipe->inputs[2], bn_recipe->inputs[3],       bn_recipe->inputs[4]};
+  }
   return autograd::record(
-      "conv2d", {x, weight, bias}, y, {need_w ? x : Tensor(), need_x ? weight : Tensor()},
-      [s, need_x, need_w, need_b, dx_dtype = x.dtype(), dw_dtype = autocast::grad_dtype(weight),
-       db_dtype = autocast::grad_dtype(bias)](const std::vector<Tensor>& g,
-                                              std::vector<Tensor>& saved) {
-        std::vector<Tensor> d = conv_backward_raw(g[0], std::move(saved[0]), saved[1], need_x,
-                                                  need_w, need_b, s, dw_dtype);
+      "conv2d", {x, weight, bias}, y, std::move(saved),
+      [s, need_x, need_w, need_b, bn_act, dx_dtype = x.dtype(),
+       dw_dtype = autocast::grad_dtype(weight), db_dtype = autocast::grad_dtype(bias)](
+          const std::vector<Tensor>& g, std::vector<Tensor>& saved) {
+        BnInput bn;
+        if (bn_act.has_value()) bn = {*bn_act, {saved[2], saved[3], saved[4], saved[5]}};
+        std::vector<Tensor> d =
+            conv_backward_raw(g[0], std::move(saved[0]), saved[1], need_x, need_w, need_b, s,
+                              dw_dtype, bn_act.has_value() ? &bn : nullptr);
         return std::vector<Tensor>{d[0].defined() ? cast_raw(d[0], dx_dtype) : d[0],
                                    d[1].defined() ? cast_raw(d[1], dw_dtype) : d[1],
                                    d[2].defined() ? cast_raw(d[2], db_dtype) : d[2]};

@@ -7,6 +7,7 @@
 #include "core/op_util.h"
 #include "core/ops.h"
 #include "kernels/batch_norm.h"
+#include "nn/batch_norm_deferred.h"
 #include "nn/functional.h"
 
 namespace frugal::nn::functional {
@@ -40,6 +41,18 @@ const char* recipe_name(Activation act) {
   }
   return "batch_norm+?";
 }
+
+}  // namespace
+
+std::optional<Activation> batch_norm_recipe_activation(const std::string& name) {
+  for (Activation act : {Activation::relu, Activation::relu6, Activation::hardswish,
+                         Activation::silu, Activation::sigmoid, Activation::identity}) {
+    if (name == recipe_name(act)) return act;
+  }
+  return std::nullopt;
+}
+
+namespace {
 
 // act(bn(x)) from saved statistics: the recompute of a training forward's output, bit for bit
 // (Note [Batch norm with its activation]).
@@ -144,13 +157,24 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
          rv = update_running ? running_var : Tensor();
   if (rm.defined()) rm.bump_version();
   if (rv.defined()) rv.bump_version();
+  const Activation act = opt.activation;
+  // Note [Deferred writes] (core/tensor.h): where backward will keep x and the statistics anyway,
+  // y is written on its first read, or never when a depthwise conv normalizes x as it loads it
+  // (Note [Batch norm inside the depthwise convolution] in kernels/conv.h).
+  const bool defer = !x.device().is_meta() && autograd::grad_enabled() &&
+                     autograd::any_requires_grad({x, weight, bias});
   if (!x.device().is_meta()) {
     kernels::batch_norm_act_forward_train(
-        detail::ctx_of(x), x.dtype(), opt.activation, rows, c, x.data_ptr(), data_or_null(weight),
-        data_or_null(bias), opt.eps, opt.momentum, y.data_ptr(), mean.data_ptr(), invstd.data_ptr(),
-        rm.defined() ? rm.data_ptr() : nullptr, rv.defined() ? rv.data_ptr() : nullptr);
+        detail::ctx_of(x), x.dtype(), act, rows, c, x.data_ptr(), data_or_null(weight),
+        data_or_null(bias), opt.eps, opt.momentum, defer ? nullptr : y.data_ptr(), mean.data_ptr(),
+        invstd.data_ptr(), rm.defined() ? rm.data_ptr() : nullptr,
+        rv.defined() ? rv.data_ptr() : nullptr);
   }
-  const Activation act = opt.activation;
+  if (defer) {
+    auto detached = [](const Tensor& t) { return t.defined() ? t.detach() : t; };
+    y.defer_write(std::make_shared<DeferredBatchNormAct>(act, x.detach(), detached(weight),
+                                                         detached(bias), mean, invstd));
+  }
   autograd::set_recipe(y, recipe_name(act), {x, weight, bias, mean, invstd},
                        [act](const std::vector<Tensor>& in) {
                          return apply_saved_statistics(act, in[0], in[1], in[2], in[3], in[4]);
@@ -158,7 +182,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
   const bool need_x = x.requires_grad();
   return autograd::record(
       "batch_norm", {x, weight, bias}, y, {x, weight, bias, mean, invstd},
-      [rows, c, need_x, act](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+      [rows, c, need_x, act, y_storage = std::weak_ptr<Storage>(y.impl().storage)](
+          const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+        // A y still unwritten and still held (a hook kept it) is written now, while its inputs
+        // are as they were: after backward the optimizer changes gamma and beta.
+        if (auto st = y_storage.lock(); st != nullptr && st->deferred != nullptr) {
+          st->run_deferred();
+        }
         const Tensor &x_saved = saved[0], &w = saved[1], &b = saved[2];
         const DType dt = g[0].dtype();
         const DType acc = acc_dtype(dt);

@@ -169,6 +169,7 @@ void forward_train(const Context& ctx, Activation act, int64_t rows, int64_t c, 
       running_var[j] = static_cast<T>((1 - momentum) * running_var[j] + momentum * unbiased);
     }
   }
+  if (y == nullptr) return;  // statistics only: batch_norm_act_apply writes y later
   make_affine(c, rounded, rounded + c, gamma, beta, affine);
   apply_affine(act, rows, c, x, affine, y);
 }

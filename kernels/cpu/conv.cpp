@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/batch_norm.h"
 #include "kernels/cpu/chunks.h"
 #include "kernels/cpu/conv_internal.h"
 #include "kernels/cpu/cpu_common.h"
@@ -359,6 +360,36 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, con
                                 static_cast<float*>(dbias));
     }
   });
+}
+
+namespace {
+
+// x = act(bn(z)) in a workspace (Note [Batch norm inside the depthwise convolution]).
+memory::DataPtr apply_bn_act(const Context& ctx, DType dtype, const Conv2dShape& s,
+                             const BnActInput& in, const void* z) {
+  const int64_t rows = s.n * s.h * s.w;
+  memory::DataPtr x = ctx.workspace(static_cast<size_t>(rows * s.c) * dtype_size(dtype));
+  cpu::batch_norm_act_apply(ctx, dtype, in.act, rows, s.c, z, in.gamma, in.beta, in.mean, in.invstd,
+                            x.get());
+  return x;
+}
+
+}  // namespace
+
+void conv2d_forward_bn_act(const Context& ctx, DType dtype, const Conv2dShape& s,
+                           const BnActInput& in, const void* z, const void* w, const void* bias,
+                           void* y) {
+  check_conv_shape("conv2d_forward_bn_act", s);
+  memory::DataPtr x = apply_bn_act(ctx, dtype, s, in, z);
+  cpu::conv2d_forward(ctx, dtype, s, x.get(), w, bias, y);
+}
+
+void conv2d_backward_weight_bn_act(const Context& ctx, DType dtype, DType dw_dtype,
+                                   const Conv2dShape& s, const BnActInput& in, const void* z,
+                                   const void* dy, void* dw, void* dbias) {
+  check_conv_shape("conv2d_backward_weight_bn_act", s);
+  memory::DataPtr x = apply_bn_act(ctx, dtype, s, in, z);
+  cpu::conv2d_backward_weight(ctx, dtype, dw_dtype, s, x.get(), dy, dw, dbias);
 }
 
 template void gemm_tn_split_depth<float>(const Context&, int64_t, int64_t, int64_t, const float*,

@@ -13,22 +13,42 @@ namespace frugal::kernels::cuda {
 // limit is; the relative error stays within a few f32 ulp of the accurate form.
 __device__ __forceinline__ float sigmoidf(float x) { return __frcp_rn(1.0f + __expf(-x)); }
 
+// The activation fixed at compile time, for kernels that apply it inside their loads (Note [Batch
+// norm inside the depthwise convolution] in kernels/conv.h): a switch there sits between loads
+// the compiler would otherwise issue together.
+template <Activation A>
+__device__ __forceinline__ float act_forward(float x) {
+  if constexpr (A == Activation::relu) {
+    return x > 0.0f ? x : 0.0f;
+  } else if constexpr (A == Activation::relu6) {
+    return fminf(fmaxf(x, 0.0f), 6.0f);
+  } else if constexpr (A == Activation::hardswish) {
+    return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+  } else if constexpr (A == Activation::silu) {
+    return x * sigmoidf(x);
+  } else if constexpr (A == Activation::sigmoid) {
+    return sigmoidf(x);
+  } else {
+    return x;
+  }
+}
+
 struct ActForwardFn {
   Activation act;
   __device__ float operator()(float x) const {
     switch (act) {
       case Activation::relu:
-        return x > 0.0f ? x : 0.0f;
+        return act_forward<Activation::relu>(x);
       case Activation::relu6:
-        return fminf(fmaxf(x, 0.0f), 6.0f);
+        return act_forward<Activation::relu6>(x);
       case Activation::hardswish:
-        return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+        return act_forward<Activation::hardswish>(x);
       case Activation::silu:
-        return x * sigmoidf(x);
+        return act_forward<Activation::silu>(x);
       case Activation::sigmoid:
-        return sigmoidf(x);
+        return act_forward<Activation::sigmoid>(x);
       case Activation::identity:
-        return x;
+        return act_forward<Activation::identity>(x);
     }
     return 0.0f;
   }

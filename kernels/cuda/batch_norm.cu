@@ -465,6 +465,7 @@ void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation ac
           rows, c, pg.splits, partial, xt, eps, momentum, mean, invstd,
           static_cast<float*>(running_mean), static_cast<float*>(running_var));
       FRUGAL_LAUNCH_CHECK();
+      if (y == nullptr) return;  // statistics only: batch_norm_act_apply writes y later
       const RowGrid rg = row_grid(ctx, rows, c, V);
       normalize_kernel<T, V><<<rg.grid, rg.block, 0, s>>>(
           rows, c, rg.lanes, rg.block_rows, xt, mean, invstd, nullptr, 0.0f,

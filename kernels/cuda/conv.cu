@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "base/deterministic.h"
+#include "kernels/batch_norm.h"
 #include "kernels/conv.h"
 #include "kernels/conv_workspace.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -435,17 +436,22 @@ void forget_conv_algorithms() {
   g_cache.clear();
 }
 
-void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
-                    const void* w, const void* bias, void* y) {
+namespace {
+
+// conv2d_forward, and conv2d_forward_bn_act where depthwise_reads_bn_act (bn non-null: x is z,
+// normalized in the depthwise kernel's loads).
+void forward(const Context& ctx, DType dtype, const Conv2dShape& s, const BnActInput* bn,
+             const void* x, const void* w, const void* bias, void* y) {
   cudaStream_t stream = stream_of(ctx, "conv2d_forward");
   check_shape(s, "conv2d_forward");
   cudnn_type(dtype, "conv2d_forward");  // names this op for f64 whichever path runs it
   if (s.n == 0 || s.k == 0) return;
   DeviceGuard guard(ctx.device);
   if (depthwise_handles(s)) {
-    depthwise_forward(ctx, dtype, s, x, w, bias, y);
+    depthwise_forward(ctx, dtype, s, x, w, bias, y, bn);
     return;
   }
+  FRUGAL_CHECK(bn == nullptr, "conv2d_forward_bn_act: no kernel reads z for ", s.str());
   if (pointwise(s)) {  // y[M, K] = x[M, C] w[K, C]^T
     gemm_tf32(ctx, dtype, false, true, s.n * s.h * s.w, s.k, s.c, x, w, 0.0, y,
               conv_allow_tf32());
@@ -467,6 +473,35 @@ void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const
       FRUGAL_LAUNCH_CHECK();
     });
   }
+}
+
+// x = act(bn(z)) in a workspace: the route of the shapes no kernel reads z for.
+memory::DataPtr apply_bn_act(const Context& ctx, DType dtype, const Conv2dShape& s,
+                             const BnActInput& in, const void* z) {
+  const int64_t rows = s.n * s.h * s.w;
+  memory::DataPtr x = ctx.workspace(static_cast<size_t>(rows * s.c) * dtype_size(dtype));
+  cuda::batch_norm_act_apply(ctx, dtype, in.act, rows, s.c, z, in.gamma, in.beta, in.mean,
+                             in.invstd, x.get());
+  return x;
+}
+
+}  // namespace
+
+void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
+                    const void* w, const void* bias, void* y) {
+  forward(ctx, dtype, s, nullptr, x, w, bias, y);
+}
+
+// Note [Batch norm inside the depthwise convolution] (kernels/conv.h).
+void conv2d_forward_bn_act(const Context& ctx, DType dtype, const Conv2dShape& s,
+                           const BnActInput& in, const void* z, const void* w, const void* bias,
+                           void* y) {
+  if (depthwise_reads_bn_act(dtype, s, in.act, {z, bias, y})) {
+    forward(ctx, dtype, s, &in, z, w, bias, y);
+    return;
+  }
+  memory::DataPtr x = apply_bn_act(ctx, dtype, s, in, z);
+  forward(ctx, dtype, s, nullptr, x.get(), w, bias, y);
 }
 
 void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s, const void* dy,
@@ -513,8 +548,12 @@ void write_in_dtype(const Context& ctx, DType dtype, DType to, int64_t n, void* 
 
 }  // namespace
 
-void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
-                            const void* x, const void* dy, void* dw, void* dbias) {
+namespace {
+
+// conv2d_backward_weight, and conv2d_backward_weight_bn_act where depthwise_reads_bn_act (bn
+// non-null: x is z, normalized in the depthwise kernel's loads).
+void backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
+                     const BnActInput* bn, const void* x, const void* dy, void* dw, void* dbias) {
   const char* op = "conv2d_backward_weight";
   cudaStream_t stream = stream_of(ctx, op);
   check_shape(s, op);
@@ -534,7 +573,7 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, con
   if (s.k == 0) return;
   const int64_t nw = s.k * s.kh * s.kw * s.cin_per_group();
   if (depthwise_handles(s)) {
-    depthwise_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
+    depthwise_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw, bn);
   } else if (dtype != DType::f32 && few_channel_handles(s)) {  // f32: cuDNN's is fast here
     few_channel_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
   } else if (stem_gemm_handles(dtype, s) && compute_major(ctx.device.index) >= 8) {  // TF32 wmma
@@ -563,6 +602,25 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, con
       cuda::sum_to(ctx, dtype, make_reduction(Shape{rows, s.k}, Shape{1, s.k}), dy, 1.0, out);
     });
   }
+}
+
+}  // namespace
+
+void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
+                            const void* x, const void* dy, void* dw, void* dbias) {
+  backward_weight(ctx, dtype, dw_dtype, s, nullptr, x, dy, dw, dbias);
+}
+
+// Note [Batch norm inside the depthwise convolution] (kernels/conv.h).
+void conv2d_backward_weight_bn_act(const Context& ctx, DType dtype, DType dw_dtype,
+                                   const Conv2dShape& s, const BnActInput& in, const void* z,
+                                   const void* dy, void* dw, void* dbias) {
+  if (depthwise_reads_bn_act(dtype, s, in.act, {z, dy})) {
+    backward_weight(ctx, dtype, dw_dtype, s, &in, z, dy, dw, dbias);
+    return;
+  }
+  memory::DataPtr x = apply_bn_act(ctx, dtype, s, in, z);
+  backward_weight(ctx, dtype, dw_dtype, s, nullptr, x.get(), dy, dw, dbias);
 }
 
 }  // namespace frugal::kernels::cuda

@@ -7,7 +7,9 @@
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/depthwise_conv.h"
 #include "kernels/cuda/direct_conv_common.cuh"
@@ -104,15 +106,71 @@ __device__ __forceinline__ void load_floats(const T* p, float (&out)[V]) {
   for (int v = 0; v < V; ++v) out[v] = to_f(pk.v[v]);
 }
 
+// What the forward and the weight gradient make of a loaded pack of x (Note [Batch norm inside the
+// depthwise convolution] in kernels/conv.h): PlainInput leaves it; BnActLoad<T, V, A> takes it
+// for z and computes x = A((z - mean) * (invstd * gamma) + beta) for the V channels from c0,
+// rounded to T, with the expression of batch_norm.cu's normalize kernel, so x equals the
+// normalize kernel's bit for bit. The activation is a template argument: a run-time switch
+// between the loads of a strip kept them from issuing together (the first form of this ran the
+// weight gradient at 2.4x the time of the plain kernel).
+struct PlainInput {
+  __device__ __forceinline__ PlainInput(const BnActInput&, int) {}
+  __host__ __device__ PlainInput() {}
+  template <int V>
+  __device__ __forceinline__ void operator()(float (&)[V]) const {}
+};
+
+template <typename T, int V, Activation A>
+struct BnActLoad {
+  float mean[V], scale[V], shift[V];
+  __device__ __forceinline__ BnActLoad(const BnActInput& in, int c0) {
+    auto f32 = [](const void* p) { return static_cast<const float*>(p); };
+    load_floats<float, V>(f32(in.mean) + c0, mean);
+    load_floats<float, V>(f32(in.invstd) + c0, scale);
+    float gamma[V];
+    if (in.gamma != nullptr) load_floats<float, V>(f32(in.gamma) + c0, gamma);
+    if (in.beta != nullptr) load_floats<float, V>(f32(in.beta) + c0, shift);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      scale[v] *= in.gamma != nullptr ? gamma[v] : 1.0f;
+      shift[v] = in.beta != nullptr ? shift[v] : 0.0f;
+    }
+  }
+  __device__ __forceinline__ void operator()(float (&x)[V]) const {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      x[v] = to_f(from_f<T>(act_forward<A>((x[v] - mean[v]) * scale[v] + shift[v])));
+    }
+  }
+};
+
+// Runs launch(std::type_identity<In>{}) with the In of `bn` (PlainInput when null), each
+// activation a kernel of its own: those depthwise_fuses_bn_act admits.
+template <typename T, int V, typename Launch>
+void with_input(const BnActInput* bn, Launch launch) {
+  if (bn == nullptr) return launch(std::type_identity<PlainInput>{});
+  switch (bn->act) {
+    case Activation::relu:
+      return launch(std::type_identity<BnActLoad<T, V, Activation::relu>>{});
+    case Activation::relu6:
+      return launch(std::type_identity<BnActLoad<T, V, Activation::relu6>>{});
+    default:
+      FRUGAL_CHECK(false, "depthwise conv: no kernel reads batch norm's input through activation ",
+                   static_cast<int>(bn->act));
+  }
+}
+
 // A pack of V values of column `col` of a row (element offset `row` at the pack's first
-// channel), or zeros when col is outside [0, end). The load itself always reads inside the row
+// channel), made over by `in`, or zeros when col is outside [0, end) (the convolution's padding
+// is zero whatever the input's recipe). The load itself always reads inside the row
 // (col clamped to [0, w)), so it needs no branch and the compiler can issue a strip's loads
 // together; branching around each column's load held a thread to one column's loads in flight.
-template <typename T, int V>
+template <typename T, int V, class In = PlainInput>
 __device__ __forceinline__ void load_column(const T* __restrict__ src, int row, int col, int end,
-                                            int w, int c, float (&out)[V]) {
+                                            int w, int c, float (&out)[V], const In& in = In()) {
   const int clamped = min(max(col, 0), w - 1);
   load_floats<T, V>(src + row + clamped * c, out);
+  in(out);
   const bool inside = static_cast<unsigned>(col) < static_cast<unsigned>(end);
 #pragma unroll
   for (int v = 0; v < V; ++v) out[v] = inside ? out[v] : 0.0f;
@@ -129,12 +187,12 @@ __device__ __forceinline__ int row_offset(int64_t row, int n, int h, int w, int 
 // transposed weights at the pack's first channel). Rows with rows[a] < 0 and columns outside
 // [0, col_end) add nothing; out[r] goes to dst[out0 + r * c] for r in [r_begin, r_end). A kernel
 // row at a time: 8 x V accumulators and K x V weights live.
-template <typename T, int V, class Cols>
+template <typename T, int V, class Cols, class In = PlainInput>
 __device__ __forceinline__ void gather_strip(const T* __restrict__ src, const int (&rows)[Cols::kK],
                                              int col0, int col_end, int width, int c,
                                              const float* __restrict__ wt, const float (&init)[V],
-                                             T* __restrict__ dst, int out0, int r_begin,
-                                             int r_end) {
+                                             T* __restrict__ dst, int out0, int r_begin, int r_end,
+                                             const In& in = In()) {
   constexpr int K = Cols::kK;
   float acc[kStrip][V];
 #pragma unroll
@@ -151,7 +209,7 @@ __device__ __forceinline__ void gather_strip(const T* __restrict__ src, const in
 #pragma unroll
     for (int j = 0; j < Cols::kCols; ++j) {
       float xv[V];
-      load_column<T, V>(src, rows[a], col0 + j, col_end, width, c, xv);
+      load_column<T, V>(src, rows[a], col0 + j, col_end, width, c, xv, in);
 #pragma unroll
       for (int b = 0; b < K; ++b) {
         const int r = Cols::target(j, b);
@@ -180,11 +238,13 @@ __global__ void transpose_weight_kernel(int c, int taps, const T* __restrict__ w
 }
 
 // y[n, oh, ow, c] = bias[c] + sum_{a, b} x[n, oh*sh - ph + a*dh, ow*S - pw + b, c] * w[c, a, b]
-// for a strip of kStrip outputs along W (S = stride_w, dilation_w 1) and a pack of V channels.
-template <typename T, int K, int V, int S>
+// for a strip of kStrip outputs along W (S = stride_w, dilation_w 1) and a pack of V channels;
+// x as In makes it of the loaded values.
+template <typename T, int K, int V, int S, class In>
 __global__ void __launch_bounds__(kGatherThreads)
-    forward_strip_kernel(Geom g, const T* __restrict__ x, const float* __restrict__ wt,
-                         const T* __restrict__ bias, T* __restrict__ y) {
+    forward_strip_kernel(Geom g, BnActInput bn, const T* __restrict__ x,
+                         const float* __restrict__ wt, const T* __restrict__ bias,
+                         T* __restrict__ y) {
   const int cvs = g.c / V, strips = (g.ow + kStrip - 1) / kStrip;
   const int total = g.n * g.oh * strips * cvs;  // <= N * OH * OW * C: fits (depthwise_handles)
   const int stride = static_cast<int>(gridDim.x * blockDim.x);
@@ -206,7 +266,8 @@ __global__ void __launch_bounds__(kGatherThreads)
     const int col0 = static_cast<int>(std::min<int64_t>(int64_t{ow0} * S - g.pw, g.w));
     const int col_end = min(g.w, col0 + (count - 1) * S + K);  // after the last output's columns
     gather_strip<T, V, ReadCols<K, S>>(x, rows, col0, col_end, g.w, g.c, wt + c0, init, y,
-                                       ((n * g.oh + oh) * g.ow + ow0) * g.c + c0, 0, count);
+                                       ((n * g.oh + oh) * g.ow + ow0) * g.c + c0, 0, count,
+                                       In(bn, c0));
   }
 }
 
@@ -325,10 +386,11 @@ __global__ void backward_input_pixel_kernel(Geom g, const T* __restrict__ dy,
 // acc[b][v] += sum over the strip's outputs r < count of dy[dy0 + r*c + v] * x[row, the column
 // output r reads through tap b, v], for the one kernel row of x at `row` (ReadCols, as in the
 // forward). dy past the row's end reads as 0, so every product is made without a branch.
-template <typename T, int K, int V, int S>
+template <typename T, int K, int V, int S, class In>
 __device__ __forceinline__ void weight_strip(const T* __restrict__ x, const T* __restrict__ dy,
                                              int row, int col0, int col_end, int width, int c,
-                                             int dy0, int count, float (&acc)[K * V]) {
+                                             int dy0, int count, const In& in,
+                                             float (&acc)[K * V]) {
   using Cols = ReadCols<K, S>;
   float gv[kStrip][V];
 #pragma unroll
@@ -336,7 +398,7 @@ __device__ __forceinline__ void weight_strip(const T* __restrict__ x, const T* _
 #pragma unroll
   for (int j = 0; j < Cols::kCols; ++j) {
     float xv[V];
-    load_column<T, V>(x, row, col0 + j, col_end, width, c, xv);
+    load_column<T, V>(x, row, col0 + j, col_end, width, c, xv, in);
 #pragma unroll
     for (int b = 0; b < K; ++b) {
       const int r = Cols::target(j, b);
@@ -349,10 +411,10 @@ __device__ __forceinline__ void weight_strip(const T* __restrict__ x, const T* _
 
 // acc[b][v] += dy[n, oh, ow, c0 + v] * x[the input of (oh, ow) through tap (a, b), c0 + v] for
 // the thread's kernel row a, any stride and dilation.
-template <typename T, int K, int V>
+template <typename T, int K, int V, class In>
 __device__ __forceinline__ void weight_pixel(const Geom& g, const T* __restrict__ x,
                                              const T* __restrict__ dy, int n, int oh, int ow, int a,
-                                             int c0, float (&acc)[K * V]) {
+                                             int c0, const In& in, float (&acc)[K * V]) {
   const int row = row_offset(int64_t{oh} * g.sh - g.ph + int64_t{a} * g.dh, n, g.h, g.w, g.c, c0);
   if (row < 0) return;
   float gv[V];
@@ -363,6 +425,7 @@ __device__ __forceinline__ void weight_pixel(const Geom& g, const T* __restrict_
     if (iw < 0 || iw >= g.w) continue;
     float xv[V];
     load_floats<T, V>(x + row + static_cast<int>(iw) * g.c, xv);
+    in(xv);
 #pragma unroll
     for (int v = 0; v < V; ++v) acc[b * V + v] = fmaf(gv[v], xv[v], acc[b * V + v]);
   }
@@ -375,9 +438,9 @@ __device__ __forceinline__ void weight_pixel(const Geom& g, const T* __restrict_
 // 25-tap 5x5 needs no more registers than 3x3; the K threads of an item share its dy loads
 // through L1. Writes partial[split, c, tap] = sum over its items' outputs p of
 // dy[p, c] * x[tap's input of p, c].
-template <typename T, int K, int V, int S>
+template <typename T, int K, int V, int S, class In>
 __global__ void __launch_bounds__(kThreads)
-    backward_weight_partial_kernel(Geom g, int lanes, const T* __restrict__ x,
+    backward_weight_partial_kernel(Geom g, int lanes, BnActInput bn, const T* __restrict__ x,
                                    const T* __restrict__ dy, float* __restrict__ partial) {
   const int cvs = g.c / V, columns = lanes * K, rows = kThreads / columns;
   const int column = static_cast<int>(threadIdx.x) % columns;
@@ -389,6 +452,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int m = 0; m < K * V; ++m) acc[m] = 0.0f;
   if (r < rows && cv < cvs) {
     const int c0 = cv * V;
+    const In in(bn, c0);  // the thread's channels are fixed: their numbers load once
     const int per_row = S > 0 ? (g.ow + kStrip - 1) / kStrip : g.ow;
     const int items = g.n * g.oh * per_row;  // <= N * OH * OW: fits
     const int step = static_cast<int>(gridDim.y) * rows;
@@ -403,9 +467,9 @@ __global__ void __launch_bounds__(kThreads)
         const int col0 = static_cast<int>(std::min<int64_t>(int64_t{ow0} * S - g.pw, g.w));
         const int col_end = min(g.w, col0 + (count - 1) * S + K);
         weight_strip<T, K, V, S>(x, dy, row, col0, col_end, g.w, g.c,
-                                 ((n * g.oh + oh) * g.ow + ow0) * g.c + c0, count, acc);
+                                 ((n * g.oh + oh) * g.ow + ow0) * g.c + c0, count, in, acc);
       } else {
-        weight_pixel<T, K, V>(g, x, dy, n, oh, item % per_row, a, c0, acc);
+        weight_pixel<T, K, V>(g, x, dy, n, oh, item % per_row, a, c0, in, acc);
       }
     }
   }
@@ -433,19 +497,22 @@ memory::DataPtr transposed_weights(const Context& ctx, cudaStream_t stream, cons
   return wt;
 }
 
-template <typename T, int K, int V>
-void forward_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const T* x,
-                const float* wt, const T* bias, T* y) {
+// With In other than PlainInput only where uses_strips (depthwise_fuses_bn_act).
+template <typename T, int K, int V, class In>
+void forward_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const BnActInput& bn,
+                const T* x, const float* wt, const T* bias, T* y) {
   const Geom g = geom_of(s);
   if (uses_strips(s)) {
     const int64_t work = s.n * s.oh() * ((s.ow() + kStrip - 1) / kStrip) * (s.c / V);
     const unsigned blocks = grid_for(ctx, work, kGatherThreads);
     if (s.stride_w == 1) {
-      forward_strip_kernel<T, K, V, 1><<<blocks, kGatherThreads, 0, stream>>>(g, x, wt, bias, y);
+      forward_strip_kernel<T, K, V, 1, In>
+          <<<blocks, kGatherThreads, 0, stream>>>(g, bn, x, wt, bias, y);
     } else {
-      forward_strip_kernel<T, K, V, 2><<<blocks, kGatherThreads, 0, stream>>>(g, x, wt, bias, y);
+      forward_strip_kernel<T, K, V, 2, In>
+          <<<blocks, kGatherThreads, 0, stream>>>(g, bn, x, wt, bias, y);
     }
-  } else {
+  } else if constexpr (std::is_same_v<In, PlainInput>) {
     const int64_t work = s.n * s.oh() * s.ow() * (s.c / V);
     forward_pixel_kernel<T, K, V><<<grid_for(ctx, work), kThreads, 0, stream>>>(g, x, wt, bias, y);
   }
@@ -492,9 +559,9 @@ int weight_row_splits(const Context& ctx, const Conv2dShape& s, int64_t blocks_x
   return static_cast<int>(std::max<int64_t>(1, splits));
 }
 
-template <typename T, int K, int V>
-void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const T* x,
-                        const T* dy, DType dw_dtype, void* dw) {
+template <typename T, int K, int V, class In>
+void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
+                        const BnActInput& bn, const T* x, const T* dy, DType dw_dtype, void* dw) {
   const Geom g = geom_of(s);
   const int64_t cvs = s.c / V;
   const int lanes = static_cast<int>(std::min<int64_t>(cvs, kWeightLanes));
@@ -506,28 +573,35 @@ void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dSha
   auto partial = static_cast<float*>(ws.get());
   dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits));
   if (!uses_strips(s)) {
-    backward_weight_partial_kernel<T, K, V, 0>
-        <<<grid, kThreads, 0, stream>>>(g, lanes, x, dy, partial);
+    if constexpr (std::is_same_v<In, PlainInput>) {  // depthwise_fuses_bn_act: strips only
+      backward_weight_partial_kernel<T, K, V, 0, In>
+          <<<grid, kThreads, 0, stream>>>(g, lanes, bn, x, dy, partial);
+    }
   } else if (s.stride_w == 1) {
-    backward_weight_partial_kernel<T, K, V, 1>
-        <<<grid, kThreads, 0, stream>>>(g, lanes, x, dy, partial);
+    backward_weight_partial_kernel<T, K, V, 1, In>
+        <<<grid, kThreads, 0, stream>>>(g, lanes, bn, x, dy, partial);
   } else {
-    backward_weight_partial_kernel<T, K, V, 2>
-        <<<grid, kThreads, 0, stream>>>(g, lanes, x, dy, partial);
+    backward_weight_partial_kernel<T, K, V, 2, In>
+        <<<grid, kThreads, 0, stream>>>(g, lanes, bn, x, dy, partial);
   }
   FRUGAL_LAUNCH_CHECK();
   finish_weight_gradient<T>(ctx, stream, n, splits, partial, dw_dtype, dw);
 }
 
+// With bn, packs fit and the strips take the shape (depthwise_reads_bn_act).
 template <typename T, int K>
 void forward_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* x,
-               const float* wt, const void* bias, void* y) {
+               const float* wt, const void* bias, void* y, const BnActInput* bn) {
   auto xt = static_cast<const T*>(x), bt = static_cast<const T*>(bias);
   auto yt = static_cast<T*>(y);
-  if (packs_fit<T, kPack>(s.c, {x, bias, y})) {
-    forward_kv<T, K, kPack>(ctx, stream, s, xt, wt, bt, yt);
+  if (bn != nullptr || packs_fit<T, kPack>(s.c, {x, bias, y})) {
+    with_input<T, kPack>(bn, [&](auto in) {
+      using In = typename decltype(in)::type;
+      forward_kv<T, K, kPack, In>(ctx, stream, s, bn != nullptr ? *bn : BnActInput{}, xt, wt, bt,
+                                  yt);
+    });
   } else {
-    forward_kv<T, K, 1>(ctx, stream, s, xt, wt, bt, yt);
+    forward_kv<T, K, 1, PlainInput>(ctx, stream, s, BnActInput{}, xt, wt, bt, yt);
   }
 }
 
@@ -543,30 +617,44 @@ void backward_input_k(const Context& ctx, cudaStream_t stream, const Conv2dShape
   }
 }
 
+// With bn, packs fit and the strips take the shape (depthwise_reads_bn_act).
 template <typename T, int K>
 void backward_weight_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* x,
-                       const void* dy, DType dw_dtype, void* dw) {
+                       const void* dy, DType dw_dtype, void* dw, const BnActInput* bn) {
   auto xt = static_cast<const T*>(x), dyt = static_cast<const T*>(dy);
-  if (packs_fit<T, kPack>(s.c, {x, dy})) {
-    backward_weight_kv<T, K, kPack>(ctx, stream, s, xt, dyt, dw_dtype, dw);
+  if (bn != nullptr || packs_fit<T, kPack>(s.c, {x, dy})) {
+    with_input<T, kPack>(bn, [&](auto in) {
+      using In = typename decltype(in)::type;
+      backward_weight_kv<T, K, kPack, In>(ctx, stream, s, bn != nullptr ? *bn : BnActInput{}, xt,
+                                          dyt, dw_dtype, dw);
+    });
   } else {
-    backward_weight_kv<T, K, 1>(ctx, stream, s, xt, dyt, dw_dtype, dw);
+    backward_weight_kv<T, K, 1, PlainInput>(ctx, stream, s, BnActInput{}, xt, dyt, dw_dtype, dw);
   }
 }
 
 }  // namespace
 
+bool depthwise_reads_bn_act(DType dtype, const Conv2dShape& s, Activation act,
+                            std::initializer_list<const void*> pointers) {
+  if (!depthwise_fuses_bn_act(s, act) || s.c % kPack != 0) return false;
+  const size_t pack_bytes = kPack * dtype_size(dtype);
+  return std::all_of(pointers.begin(), pointers.end(), [&](const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % pack_bytes == 0;
+  });
+}
+
 void depthwise_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
-                       const void* w, const void* bias, void* y) {
+                       const void* w, const void* bias, void* y, const BnActInput* bn) {
   const char* op = "conv2d_forward (depthwise)";
   cudaStream_t stream = stream_of(ctx, op);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     memory::DataPtr wt = transposed_weights<T>(ctx, stream, s, w);
     auto wtp = static_cast<const float*>(wt.get());
     if (s.kh == 3)
-      forward_k<T, 3>(ctx, stream, s, x, wtp, bias, y);
+      forward_k<T, 3>(ctx, stream, s, x, wtp, bias, y, bn);
     else
-      forward_k<T, 5>(ctx, stream, s, x, wtp, bias, y);
+      forward_k<T, 5>(ctx, stream, s, x, wtp, bias, y, bn);
   });
 }
 
@@ -585,14 +673,15 @@ void depthwise_backward_input(const Context& ctx, DType dtype, const Conv2dShape
 }
 
 void depthwise_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
-                               const Conv2dShape& s, const void* x, const void* dy, void* dw) {
+                               const Conv2dShape& s, const void* x, const void* dy, void* dw,
+                               const BnActInput* bn) {
   const char* op = "conv2d_backward_weight (depthwise)";
   cudaStream_t stream = stream_of(ctx, op);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     if (s.kh == 3)
-      backward_weight_k<T, 3>(ctx, stream, s, x, dy, dw_dtype, dw);
+      backward_weight_k<T, 3>(ctx, stream, s, x, dy, dw_dtype, dw, bn);
     else
-      backward_weight_k<T, 5>(ctx, stream, s, x, dy, dw_dtype, dw);
+      backward_weight_k<T, 5>(ctx, stream, s, x, dy, dw_dtype, dw, bn);
   });
 }
 

@@ -25,17 +25,28 @@
 // gradient) against cuDNN's 0.55 / 1.05 / 0.60 through PyTorch.
 #pragma once
 
+#include <initializer_list>
+
 #include "kernels/conv.h"
 #include "kernels/conv_workspace.h"  // depthwise_handles: which shapes come here
 
 namespace frugal::kernels::cuda {
 
+// Whether the kernels below take z for x = act(bn(z)) (Note [Batch norm inside the depthwise
+// convolution] in kernels/conv.h): depthwise_fuses_bn_act, and packs of 4 channels fit C and
+// every pointer of the call.
+bool depthwise_reads_bn_act(DType dtype, const Conv2dShape& s, Activation act,
+                            std::initializer_list<const void*> pointers);
+
+// With `bn` (where depthwise_reads_bn_act), x is that z: each loaded value becomes act(bn(z))
+// rounded to dtype before it is multiplied, and the padding stays zero.
 void depthwise_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
-                       const void* w, const void* bias, void* y);
+                       const void* w, const void* bias, void* y, const BnActInput* bn = nullptr);
 void depthwise_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s,
                               const void* dy, const void* w, void* dx);
 // dw only, in dw_dtype (dtype or f32); the caller sums the bias gradient.
 void depthwise_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
-                               const Conv2dShape& s, const void* x, const void* dy, void* dw);
+                               const Conv2dShape& s, const void* x, const void* dy, void* dw,
+                               const BnActInput* bn = nullptr);
 
 }  // namespace frugal::kernels::cuda
