@@ -31,6 +31,26 @@ size_t peak_live_bytes(const std::vector<Lifetime>& lifetimes) {
   return static_cast<size_t>(peak);
 }
 
+std::vector<Lifetime> on_dense_clock(std::vector<Lifetime> lifetimes) {
+  std::vector<int64_t> moments;
+  moments.reserve(2 * lifetimes.size());
+  for (const Lifetime& l : lifetimes) {
+    moments.push_back(l.begin);
+    moments.push_back(l.end);
+  }
+  std::sort(moments.begin(), moments.end());
+  moments.erase(std::unique(moments.begin(), moments.end()), moments.end());
+  auto rank = [&](int64_t t) {
+    return static_cast<int64_t>(std::lower_bound(moments.begin(), moments.end(), t) -
+                                moments.begin());
+  };
+  for (Lifetime& l : lifetimes) {
+    l.begin = rank(l.begin);
+    l.end = rank(l.end);
+  }
+  return lifetimes;
+}
+
 namespace {
 
 constexpr double kGoodEnough = 1.001;      // within 0.1% of the bound: no further packing tried
@@ -83,23 +103,11 @@ struct Slots {
 };
 
 Slots slots_of(const std::vector<Lifetime>& lifetimes) {
-  std::vector<int64_t> moments;
-  moments.reserve(2 * lifetimes.size());
-  for (const Lifetime& l : lifetimes) {
-    moments.push_back(l.begin);
-    moments.push_back(l.end);
-  }
-  std::sort(moments.begin(), moments.end());
-  moments.erase(std::unique(moments.begin(), moments.end()), moments.end());
-  auto rank = [&](int64_t m) {
-    return static_cast<size_t>(std::lower_bound(moments.begin(), moments.end(), m) -
-                               moments.begin());
-  };
   Slots s;
-  s.count = moments.empty() ? 0 : moments.size() - 1;
-  for (const Lifetime& l : lifetimes) {
-    s.first.push_back(rank(l.begin));
-    s.last.push_back(rank(l.end));
+  for (const Lifetime& l : on_dense_clock(lifetimes)) {
+    s.first.push_back(static_cast<size_t>(l.begin));
+    s.last.push_back(static_cast<size_t>(l.end));
+    s.count = std::max(s.count, s.last.back());  // the last moment is an end
   }
   return s;
 }

@@ -73,4 +73,8 @@ ArenaPlan plan_arena(const std::vector<Lifetime>& lifetimes);
 // The largest sum of rounded bytes live at one moment.
 size_t peak_live_bytes(const std::vector<Lifetime>& lifetimes);
 
+// The same lifetimes on a dense clock: each moment replaced by its rank among the distinct
+// moments of them all, which keeps the order of every begin and end (and so every overlap).
+std::vector<Lifetime> on_dense_clock(std::vector<Lifetime> lifetimes);
+
 }  // namespace frugal::memory

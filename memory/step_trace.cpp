@@ -110,22 +110,7 @@ StepPlan plan_step(const StepTrace& trace, const StepTrace* next) {
   // Time counted in the planned allocations' own events only: a device trace has kernel scratch
   // and other unplanned events between them that a dry run on meta does not, and the packing
   // (whose area order weighs lifetimes by their length) must not depend on them.
-  std::vector<int64_t> moments;
-  moments.reserve(2 * lifetimes.size());
-  for (const Lifetime& l : lifetimes) {
-    moments.push_back(l.begin);
-    moments.push_back(l.end);
-  }
-  std::sort(moments.begin(), moments.end());
-  moments.erase(std::unique(moments.begin(), moments.end()), moments.end());
-  auto rank = [&](int64_t t) {
-    return static_cast<int64_t>(std::lower_bound(moments.begin(), moments.end(), t) -
-                                moments.begin());
-  };
-  for (Lifetime& l : lifetimes) {
-    l.begin = rank(l.begin);
-    l.end = rank(l.end);
-  }
+  lifetimes = on_dense_clock(std::move(lifetimes));
   const ArenaPlan arena = plan_arena(lifetimes);
   for (size_t i = 0; i < lifetimes.size(); ++i) {
     plan.entries[arena_entry[i]].offset = arena.offsets[i];

@@ -71,6 +71,27 @@ TEST(ArenaPlan, RandomLifetimesNeverCollideAndStayNearTheBound) {
     EXPECT_EQ(p.lower_bound, peak_live_bytes(l));
     worst = std::max(worst, static_cast<double>(p.arena_bytes) / p.lower_bound);
   }
-  // Random lifetimes are much harder than a step's; greedy by size still stays within 2x.
-  EXPECT_LT(worst, 2.0);
+  // Random lifetimes are much harder than a step's: the skyline packings stay within 6% (4.7%
+  // here; greedy and the local search that came before them, 7.4%).
+  EXPECT_LT(worst, 1.06);
+}
+
+TEST(ArenaPlan, TheDenseClockKeepsEveryOrderAndOverlap) {
+  const std::vector<Lifetime> l = {{512, 10, 40}, {512, 40, 90}, {1024, 25, 1000}, {512, -5, 10}};
+  const std::vector<Lifetime> d = on_dense_clock(l);
+  ASSERT_EQ(d.size(), l.size());
+  // Distinct moments -5, 10, 25, 40, 90, 1000 become 0..5.
+  EXPECT_EQ(d[0].begin, 1);
+  EXPECT_EQ(d[0].end, 3);
+  EXPECT_EQ(d[1].begin, 3);
+  EXPECT_EQ(d[2].end, 5);
+  EXPECT_EQ(d[3].begin, 0);
+  for (size_t a = 0; a < l.size(); ++a) {
+    EXPECT_EQ(d[a].bytes, l[a].bytes);
+    for (size_t b = 0; b < l.size(); ++b) {
+      const bool overlap = l[a].begin < l[b].end && l[b].begin < l[a].end;
+      EXPECT_EQ(d[a].begin < d[b].end && d[b].begin < d[a].end, overlap) << a << " " << b;
+    }
+  }
+  EXPECT_EQ(plan_arena(d).arena_bytes, plan_arena(l).arena_bytes);
 }
