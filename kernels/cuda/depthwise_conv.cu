@@ -120,6 +120,8 @@ struct PlainInput {
   __device__ __forceinline__ void operator()(float (&)[V]) const {}
 };
 
+// The statistics load as packs of V floats: every frugal tensor starts its own allocation (no
+// offset views), 512-byte aligned, and c0 is a multiple of V.
 template <typename T, int V, Activation A>
 struct BnActLoad {
   float mean[V], scale[V], shift[V];
