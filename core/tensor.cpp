@@ -27,7 +27,12 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
 void Storage::run_deferred() const {
   std::shared_ptr<const DeferredWrite> w = std::move(deferred);
   deferred = nullptr;
-  w->write(data.get());
+  try {
+    w->write(data.get());
+  } catch (...) {
+    deferred = std::move(w);  // still owed: the next read fails the same way, never reads garbage
+    throw;
+  }
 }
 
 void Tensor::defer_write(std::shared_ptr<const DeferredWrite> w) const {

@@ -39,7 +39,8 @@ struct TensorOptions {
 // write's own inputs instead asks for it (Tensor::deferred_write) and leaves the bytes unwritten:
 // batch norm's output read by a depthwise convolution, which normalizes z as it loads it (Note
 // [Batch norm inside the depthwise convolution] in kernels/conv.h), so that pass and its traffic
-// are gone. The write must not depend on anything written in place since; it checks.
+// are gone. The write must not depend on anything written in place since; it checks. Like the
+// rest of a tensor's metadata the pending write is not synchronised: one thread runs a step.
 class DeferredWrite {
  public:
   virtual ~DeferredWrite() = default;
@@ -61,7 +62,8 @@ struct Storage {
     if (deferred != nullptr) run_deferred();
     return data.get();
   }
-  // Runs the deferred write now (dropping it first, so that it runs once even if it throws).
+  // Runs the deferred write now, once; a write that throws stays owed, so every later read throws
+  // too instead of reading unwritten bytes.
   void run_deferred() const;
 };
 

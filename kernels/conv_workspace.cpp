@@ -29,12 +29,15 @@ bool depthwise_handles(const Conv2dShape& s) {
   return geometry_fits_int32(s) && s.oh() >= 1 && s.ow() >= 1;  // depthwise: K == C
 }
 
-bool depthwise_fuses_bn_act(const Conv2dShape& s, Activation act) {
+bool depthwise_fuses_activation(Activation act) {
   // SiLU's exponential, taken again at every load of z (about 3.75 times per element in the
   // forward's strips), made EfficientNet-B0's replayed bf16 step 21% slower (6,025 -> 4,737
   // img/s on the H200): its batch norms write x as before.
-  const bool cheap_act = act == Activation::relu || act == Activation::relu6;
-  return cheap_act && depthwise_handles(s) && s.dil_w == 1 &&
+  return act == Activation::relu || act == Activation::relu6;
+}
+
+bool depthwise_fuses_bn_act(const Conv2dShape& s, Activation act) {
+  return depthwise_fuses_activation(act) && depthwise_handles(s) && s.dil_w == 1 &&
          (s.stride_w == 1 || s.stride_w == 2) && s.c % 4 == 0;
 }
 

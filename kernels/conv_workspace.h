@@ -84,8 +84,9 @@ bool depthwise_handles(const Conv2dShape& s);
 // Shapes and activations whose depthwise kernels read a batch norm's input z for their x =
 // act(bn(z)) (Note [Batch norm inside the depthwise convolution] in kernels/conv.h):
 // depthwise_handles, strips along W (stride 1 or 2, no dilation there), C a multiple of 4, and
-// an activation cheap enough to apply at every load (relu, relu6).
+// an activation cheap enough to apply at every load (depthwise_fuses_activation: relu, relu6).
 bool depthwise_fuses_bn_act(const Conv2dShape& s, Activation act);
+bool depthwise_fuses_activation(Activation act);
 bool pointwise(const Conv2dShape& s);
 bool few_channel_handles(const Conv2dShape& s);
 // f32 weight gradients with TF32 allowed (conv_allow_tf32), one group, at most

@@ -40,7 +40,7 @@ kernels::BnActInput DeferredBatchNormAct::input(const char* op) const {
 }
 
 void DeferredBatchNormAct::write(void* out) const {
-  const kernels::BnActInput in = input("batch_norm");
+  const kernels::BnActInput in = input("batch_norm (writing its output on first read)");
   const int64_t c = z_.size(-1), rows = z_.numel() / std::max<int64_t>(c, 1);
   kernels::batch_norm_act_apply(detail::ctx_of(z_), z_.dtype(), act_, rows, c, z_.data_ptr(),
                                 in.gamma, in.beta, in.mean, in.invstd, out);

@@ -128,8 +128,9 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, Conv2d
   }
   // Note [Batch norm inside the depthwise convolution] (kernels/conv.h): x still unwritten, and
   // a kernel that normalizes its loads.
+  // (The same layout: a reshape shares the storage and its pending write.)
   const auto* deferred = dynamic_cast<const DeferredBatchNormAct*>(x.deferred_write());
-  Tensor y = deferred != nullptr && x.device().is_cuda() &&
+  Tensor y = deferred != nullptr && x.device().is_cuda() && deferred->z().shape() == x.shape() &&
                      kernels::cuda::depthwise_fuses_bn_act(s, deferred->act())
                  ? conv_forward_bn_act_raw(*deferred, weight, bias, s)
                  : conv_forward_raw(x, weight, bias, s);
@@ -145,11 +146,13 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, Conv2d
   // input is a batch norm's output keeps that recipe's inputs, the same storages the recipe
   // would keep, and hands them to the weight gradient, which loads z (on every device, so that
   // the meta device predicts the same buffers).
-  std::shared_ptr<const autograd::Recipe> bn_recipe = need_w ? autograd::recipe_of(x) : nullptr;
+  // dw and db come from one kernel, which reads x: either asks for x.
+  const bool need_wb = need_w || need_b;
+  std::shared_ptr<const autograd::Recipe> bn_recipe = need_wb ? autograd::recipe_of(x) : nullptr;
   std::optional<Activation> bn_act =
       bn_recipe != nullptr ? batch_norm_recipe_activation(bn_recipe->name) : std::nullopt;
   if (bn_act.has_value() && !kernels::cuda::depthwise_fuses_bn_act(s, *bn_act)) bn_act.reset();
-  std::vector<autograd::SavedTensor> saved{need_w ? x : Tensor(), need_x ? weight : Tensor()};
+  std::vector<autograd::SavedTensor> saved{need_wb ? x : Tensor(), need_x ? weight : Tensor()};
   if (bn_act.has_value()) {  // the recipe's {z, gamma, beta, mean, invstd}
     saved = {bn_recipe->inputs[0], need_x ? weight : Tensor(), bn_recipe->inputs[1],
              bn_recipe->inputs[2], bn_recipe->inputs[3],       bn_recipe->inputs[4]};

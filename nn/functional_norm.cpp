@@ -7,6 +7,7 @@
 #include "core/op_util.h"
 #include "core/ops.h"
 #include "kernels/batch_norm.h"
+#include "kernels/conv_workspace.h"
 #include "nn/batch_norm_deferred.h"
 #include "nn/functional.h"
 
@@ -158,11 +159,15 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
   if (rm.defined()) rm.bump_version();
   if (rv.defined()) rv.bump_version();
   const Activation act = opt.activation;
-  // Note [Deferred writes] (core/tensor.h): where backward will keep x and the statistics anyway,
-  // y is written on its first read, or never when a depthwise conv normalizes x as it loads it
-  // (Note [Batch norm inside the depthwise convolution] in kernels/conv.h).
-  const bool defer = !x.device().is_meta() && autograd::grad_enabled() &&
-                     autograd::any_requires_grad({x, weight, bias});
+  // Note [Deferred writes] (core/tensor.h): y is written on its first read, or never when a
+  // depthwise conv normalizes x as it loads it (Note [Batch norm inside the depthwise
+  // convolution] in kernels/conv.h). Only where backward keeps x's bytes anyway (gradients on, x
+  // no recipe of its own: the write holds x until it runs, and the meta device, which defers
+  // nothing, must see x freed when it is) and for an activation such a conv takes. The CPU
+  // defers too, so its tests run the deferred path; only CUDA's convs fuse.
+  const bool defer = !x.device().is_meta() && autograd::any_requires_grad({x, weight, bias}) &&
+                     autograd::grad_enabled() && !autograd::has_recipe(x) &&
+                     kernels::cuda::depthwise_fuses_activation(act);
   if (!x.device().is_meta()) {
     kernels::batch_norm_act_forward_train(
         detail::ctx_of(x), x.dtype(), act, rows, c, x.data_ptr(), data_or_null(weight),

@@ -496,7 +496,7 @@ void conv2d_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const
 void conv2d_forward_bn_act(const Context& ctx, DType dtype, const Conv2dShape& s,
                            const BnActInput& in, const void* z, const void* w, const void* bias,
                            void* y) {
-  if (depthwise_reads_bn_act(dtype, s, in.act, {z, bias, y})) {
+  if (depthwise_reads_bn_act(dtype, s, in, {z, bias, y})) {
     forward(ctx, dtype, s, &in, z, w, bias, y);
     return;
   }
@@ -615,7 +615,7 @@ void conv2d_backward_weight(const Context& ctx, DType dtype, DType dw_dtype, con
 void conv2d_backward_weight_bn_act(const Context& ctx, DType dtype, DType dw_dtype,
                                    const Conv2dShape& s, const BnActInput& in, const void* z,
                                    const void* dy, void* dw, void* dbias) {
-  if (depthwise_reads_bn_act(dtype, s, in.act, {z, dy})) {
+  if (depthwise_reads_bn_act(dtype, s, in, {z, dy})) {
     backward_weight(ctx, dtype, dw_dtype, s, &in, z, dy, dw, dbias);
     return;
   }

@@ -120,8 +120,7 @@ struct PlainInput {
   __device__ __forceinline__ void operator()(float (&)[V]) const {}
 };
 
-// The statistics load as packs of V floats: every frugal tensor starts its own allocation (no
-// offset views), 512-byte aligned, and c0 is a multiple of V.
+// The statistics load as packs of V floats (depthwise_reads_bn_act checks their alignment).
 template <typename T, int V, Activation A>
 struct BnActLoad {
   float mean[V], scale[V], shift[V];
@@ -637,19 +636,25 @@ void backward_weight_k(const Context& ctx, cudaStream_t stream, const Conv2dShap
 
 }  // namespace
 
-bool depthwise_reads_bn_act(DType dtype, const Conv2dShape& s, Activation act,
+bool depthwise_reads_bn_act(DType dtype, const Conv2dShape& s, const BnActInput& in,
                             std::initializer_list<const void*> pointers) {
-  if (!depthwise_fuses_bn_act(s, act) || s.c % kPack != 0) return false;
-  const size_t pack_bytes = kPack * dtype_size(dtype);
-  return std::all_of(pointers.begin(), pointers.end(), [&](const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % pack_bytes == 0;
-  });
+  if (!depthwise_fuses_bn_act(s, in.act) || s.c % kPack != 0) return false;
+  auto aligned = [](const void* p, size_t bytes) {
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  const size_t pack_bytes = kPack * dtype_size(dtype), stats_bytes = kPack * sizeof(float);
+  return std::all_of(pointers.begin(), pointers.end(),
+                     [&](const void* p) { return aligned(p, pack_bytes); }) &&
+         aligned(in.mean, stats_bytes) && aligned(in.invstd, stats_bytes) &&
+         aligned(in.gamma, stats_bytes) && aligned(in.beta, stats_bytes);
 }
 
 void depthwise_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
                        const void* w, const void* bias, void* y, const BnActInput* bn) {
   const char* op = "conv2d_forward (depthwise)";
   cudaStream_t stream = stream_of(ctx, op);
+  FRUGAL_CHECK(bn == nullptr || depthwise_reads_bn_act(dtype, s, *bn, {x, bias, y}), op,
+               ": no kernel normalizes its loads for ", s.str());
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     memory::DataPtr wt = transposed_weights<T>(ctx, stream, s, w);
     auto wtp = static_cast<const float*>(wt.get());
@@ -679,6 +684,8 @@ void depthwise_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
                                const BnActInput* bn) {
   const char* op = "conv2d_backward_weight (depthwise)";
   cudaStream_t stream = stream_of(ctx, op);
+  FRUGAL_CHECK(bn == nullptr || depthwise_reads_bn_act(dtype, s, *bn, {x, dy}), op,
+               ": no kernel normalizes its loads for ", s.str());
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     if (s.kh == 3)
       backward_weight_k<T, 3>(ctx, stream, s, x, dy, dw_dtype, dw, bn);

@@ -33,9 +33,9 @@
 namespace frugal::kernels::cuda {
 
 // Whether the kernels below take z for x = act(bn(z)) (Note [Batch norm inside the depthwise
-// convolution] in kernels/conv.h): depthwise_fuses_bn_act, and packs of 4 channels fit C and
-// every pointer of the call.
-bool depthwise_reads_bn_act(DType dtype, const Conv2dShape& s, Activation act,
+// convolution] in kernels/conv.h): depthwise_fuses_bn_act, and packs of 4 channels fit C, every
+// pointer of the call and the statistics.
+bool depthwise_reads_bn_act(DType dtype, const Conv2dShape& s, const BnActInput& in,
                             std::initializer_list<const void*> pointers);
 
 // With `bn` (where depthwise_reads_bn_act), x is that z: each loaded value becomes act(bn(z))

@@ -53,6 +53,32 @@ TEST(DeferredWrite, AnOverwriteIsNotClobberedByTheWriteLater) {
   EXPECT_EQ(t.to_vector(), std::vector<double>(4, 7.0));
 }
 
+namespace {
+
+class FailingWrite final : public DeferredWrite {
+ public:
+  explicit FailingWrite(int* runs) : runs_(runs) {}
+  void write(void*) const override {
+    ++*runs_;
+    FRUGAL_CHECK(false, "the write's inputs are gone");
+  }
+
+ private:
+  int* runs_;
+};
+
+}  // namespace
+
+TEST(DeferredWrite, AWriteThatFailsStaysOwedAndEveryReadFails) {
+  int runs = 0;
+  Tensor t = Tensor::empty({4});
+  t.defer_write(std::make_shared<FailingWrite>(&runs));
+  EXPECT_THROW(t.to_vector(), Error);
+  EXPECT_NE(t.deferred_write(), nullptr) << "no read may see the unwritten bytes";
+  EXPECT_THROW(t.to_vector(), Error);
+  EXPECT_EQ(runs, 2);
+}
+
 TEST(DeferredWrite, ASecondWriteOnTheSameBytesIsRefused) {
   int runs = 0;
   Tensor t = Tensor::empty({4});

@@ -1,7 +1,7 @@
-// Note [Weight gradients through batch norm] (kernels/conv.h): a depthwise conv whose input is a
-// batch norm's output gets its weight gradient from the batch norm's input and statistics; the
-// result is the one a kept input gives, bit for bit, for every activation batch norm fuses, in
-// f32 and bf16.
+// Note [Batch norm inside the depthwise convolution] (kernels/conv.h): a depthwise conv whose
+// input is a batch norm's output gets its weight gradient from the batch norm's input and
+// statistics (relu, relu6) or from its recipe (the other activations); either way the result is
+// the one a kept input gives, bit for bit, in f32 and bf16.
 #include <gtest/gtest.h>
 
 #include <utility>
@@ -64,9 +64,9 @@ TEST(BnInputWeightGrad, OnlyBatchNormRecipesAreRecognised) {
   EXPECT_FALSE(F::batch_norm_recipe_activation("batch_norm+gelu").has_value());
 }
 
-// The kernel entry against its definition: the weight gradient of x = act(bn(z)) recomputed
-// first, for a depthwise shape (CUDA's fused loads) and a dense one (recomputed into a
-// workspace on every device), with gamma and beta and without (null: 1 and 0).
+// The CPU kernel entry against its definition: the weight gradient of x = act(bn(z)) recomputed
+// first, for a depthwise shape and a dense one, with gamma and beta and without (null: 1 and 0).
+// CUDA's fused loads against the CPU: tests/gpu/bn_input_conv_gpu_test.cpp.
 TEST(BnInputWeightGrad, TheKernelEqualsRecomputingTheInputFirst) {
   Generator gen(9);
   const int64_t n = 2, h = 6, w = 5, c = 4;

@@ -46,6 +46,23 @@ TEST(GradCheckNN, Conv2dConfigurations) {
   }
 }
 
+// A frozen weight with a trained bias (fine-tuning the biases alone): the bias gradient comes from
+// the weight-gradient kernel, which reads x, so x is kept for it.
+TEST(GradCheckNN, Conv2dWithAFrozenWeight) {
+  const Tensor w = rand64({4, 3, 3, 2}, 11, /*requires_grad=*/false);
+  for (bool train_x : {true, false}) {
+    Tensor x = rand64({2, 5, 4, 2}, 12, train_x), b = rand64({4}, 13);
+    std::vector<Tensor> in = {b};
+    if (train_x) in.push_back(x);
+    double err = max_gradient_error(
+        [w, x, train_x](const std::vector<Tensor>& v) {
+          return F::conv2d(train_x ? v[1] : x, w, v[0], {.padding = 1});
+        },
+        in);
+    EXPECT_LT(err, kGradTolerance) << "x trained: " << train_x;
+  }
+}
+
 TEST(GradCheckNN, Linear) {
   Tensor x = rand64({4, 3}, 1), w = rand64({5, 3}, 2), b = rand64({5}, 3);
   EXPECT_LT(max_gradient_error([](auto& v) { return F::linear(v[0], v[1], v[2]); }, {x, w, b}),
