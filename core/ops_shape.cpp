@@ -67,7 +67,7 @@ void fill_(const Tensor& t, double value) {
   detail::check_defined("fill_", {&t});
   t.bump_version();
   if (t.device().is_meta()) return;
-  kernels::fill(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), value);
+  kernels::fill(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr_for_overwrite(), value);
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
@@ -81,7 +81,9 @@ void copy_(const Tensor& dst, const Tensor& src) {
   if (s.device() != dst.device()) s = s.to(dst.device());
   s = detail::cast_raw(s, dst.dtype());
   Device d = dst.device();
-  kernels::copy_bytes(kernels::Context::of(d), d, dst.data_ptr(), d, s.data_ptr(), dst.nbytes());
+  const void* from = s.data_ptr();  // first: s may share dst's bytes and their pending write
+  kernels::copy_bytes(kernels::Context::of(d), d, dst.data_ptr_for_overwrite(), d, from,
+                      dst.nbytes());
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {

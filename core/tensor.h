@@ -114,6 +114,12 @@ class Tensor {
   const DeferredWrite* deferred_write() const { return impl().storage->deferred.get(); }
   // Attaches `w` to this tensor's bytes, which it promises to write on their first read.
   void defer_write(std::shared_ptr<const DeferredWrite> w) const;
+  // The pointer for a write of every byte (fill_, copy_): a pending write is dropped, not run
+  // (a tensor spans its whole storage: reshape is the only view).
+  void* data_ptr_for_overwrite() const {
+    impl().storage->deferred = nullptr;
+    return impl().storage->data.get();
+  }
   // Typed pointer; checks that T matches the dtype (uint16_t for f16/bf16).
   template <typename T>
   T* data() const;

@@ -43,14 +43,27 @@ TEST(DeferredWrite, RunsOnceOnTheFirstReadOfAnyAlias) {
   EXPECT_EQ(runs, 1) << "written once";
 }
 
-TEST(DeferredWrite, AnOverwriteIsNotClobberedByTheWriteLater) {
+TEST(DeferredWrite, AFullOverwriteDropsThePendingWrite) {
   int runs = 0;
   Tensor t = Tensor::empty({4});
   t.defer_write(std::make_shared<FillWrite>(4, 1.0f, &runs));
-  copy_(t, full({4}, 7.0));  // its pointer runs the write first, then it overwrites
-  EXPECT_EQ(runs, 1);
+  copy_(t, full({4}, 7.0));
   EXPECT_EQ(t.deferred_write(), nullptr);
-  EXPECT_EQ(t.to_vector(), std::vector<double>(4, 7.0));
+  EXPECT_EQ(t.to_vector(), std::vector<double>(4, 7.0)) << "not clobbered by the write later";
+  Tensor u = Tensor::empty({4});
+  u.defer_write(std::make_shared<FillWrite>(4, 1.0f, &runs));
+  fill_(u, 5.0);
+  EXPECT_EQ(u.to_vector(), std::vector<double>(4, 5.0));
+  EXPECT_EQ(runs, 0) << "a write whose bytes are all overwritten is never run";
+}
+
+TEST(DeferredWrite, ACopyFromItsOwnBytesRunsTheWriteFirst) {
+  int runs = 0;
+  Tensor t = Tensor::empty({2, 2});
+  t.defer_write(std::make_shared<FillWrite>(4, 3.0f, &runs));
+  copy_(t, t.reshape({2, 2}));
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(t.to_vector(), std::vector<double>(4, 3.0));
 }
 
 namespace {
