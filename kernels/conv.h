@@ -68,7 +68,8 @@ FRUGAL_DECLARE_KERNEL(conv2d_backward_weight, (const Context& ctx, DType dtype, 
 // Note [Batch norm inside the depthwise convolution]
 // A convolution whose input is a batch norm's output, x = act((z - mean) * (invstd * gamma) +
 // beta) rounded to the dtype, need not have x written at all. In training the batch norm
-// computes its statistics and defers writing x (Note [Deferred writes] in core/tensor.h); a
+// computes its statistics and defers writing x (Note [Deferred writes] in core/tensor.h; relu
+// and relu6 outputs of a z that backward keeps, nn/functional_norm.cpp); a
 // depthwise convolution that reads it asks for z and the statistics instead, and CUDA's depthwise
 // kernels compute x in registers as they load z, with the normalize kernel's expression, so the
 // products are the same bit for bit. Backward keeps z and the statistics (the storages the batch
