@@ -14,6 +14,8 @@
 namespace frugal::detail {
 
 inline kernels::Context ctx_of(const Tensor& t) { return kernels::Context::of(t.device()); }
+// t's bytes, or null for an undefined tensor (an optional operand of a kernel entry).
+inline const void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 // Throws "op: expected tensors on one device, got cpu and cuda:0 ([..] f32 cpu, ...)".
 void check_same_device(const char* op, std::initializer_list<const Tensor*> ts);

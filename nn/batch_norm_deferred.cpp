@@ -10,7 +10,6 @@ namespace frugal::nn {
 namespace {
 
 uint64_t version_or_zero(const Tensor& t) { return t.defined() ? t.version() : 0; }
-const void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 }  // namespace
 
@@ -36,7 +35,8 @@ kernels::BnActInput DeferredBatchNormAct::input(const char* op) const {
   check(z_, z_version_, "input");
   check(gamma_, gamma_version_, "weight");
   check(beta_, beta_version_, "bias");
-  return {act_, mean_.data_ptr(), invstd_.data_ptr(), data_or_null(gamma_), data_or_null(beta_)};
+  return {act_, mean_.data_ptr(), invstd_.data_ptr(), detail::data_or_null(gamma_),
+          detail::data_or_null(beta_)};
 }
 
 void DeferredBatchNormAct::write(void* out) const {

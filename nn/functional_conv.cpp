@@ -86,9 +86,9 @@ std::vector<Tensor> conv_backward_raw(const Tensor& g, Tensor&& x, const Tensor&
     dw = Tensor::empty(Shape{s.k, s.kh, s.kw, s.cin_per_group()}, {dw_dt, g.device()});
     if (need_b) db = Tensor::empty(Shape{s.k}, {dw_dt, g.device()});
     if (!meta && bn != nullptr) {
-      auto ptr = [](const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; };
-      const kernels::BnActInput in{bn->act, ptr(bn->stats[2]), ptr(bn->stats[3]), ptr(bn->stats[0]),
-                                   ptr(bn->stats[1])};
+      const kernels::BnActInput in{bn->act, bn->stats[2].data_ptr(), bn->stats[3].data_ptr(),
+                                   detail::data_or_null(bn->stats[0]),
+                                   detail::data_or_null(bn->stats[1])};
       kernels::conv2d_backward_weight_bn_act(ctx, dt, dw_dt, s, in, xc.data_ptr(), gc.data_ptr(),
                                              dw.data_ptr(), need_b ? db.data_ptr() : nullptr);
     } else if (!meta) {

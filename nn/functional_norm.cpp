@@ -23,7 +23,7 @@ void check_param(const Tensor& p, const char* what, int64_t c, DType acc, const 
                " (expected [", c, "] ", acc, " ", x.device(), ")");
 }
 
-const void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+using detail::data_or_null;
 
 const char* recipe_name(Activation act) {
   switch (act) {
