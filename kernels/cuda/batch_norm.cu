@@ -53,15 +53,15 @@ struct BnOutputGrad {
   const float* beta = nullptr;   // nullable: 0
 };
 
-// BnOutputGrad for the V channels from c0, held in registers. u is the forward's expression,
-// (x - mean) * (invstd * gamma) + beta in float, so it equals the forward's u bit for bit.
-template <int V>
+// BnOutputGrad for the V channels from c0, held in registers, with g.act == A. u is the
+// forward's expression, (x - mean) * (invstd * gamma) + beta in float, so it equals the forward's
+// u bit for bit.
+template <int V, Activation A>
 struct OutputGradPack {
-  Activation act;
   float mean[V], scale[V], shift[V];
-  __device__ __forceinline__ OutputGradPack(const BnOutputGrad& g, int64_t c0) : act(g.act) {
+  __device__ __forceinline__ OutputGradPack(const BnOutputGrad& g, int64_t c0) {
     load_channels<V>(g.mean, c0, mean, 0.0f);
-    if (act == Activation::identity) return;
+    if constexpr (A == Activation::identity) return;
     float gm[V];
     load_channels<V>(g.invstd, c0, scale, 1.0f);
     load_channels<V>(g.gamma, c0, gm, 1.0f);
@@ -70,10 +70,24 @@ struct OutputGradPack {
     for (int v = 0; v < V; ++v) scale[v] *= gm[v];
   }
   __device__ __forceinline__ float operator()(int v, float x, float dy) const {
-    if (act == Activation::identity) return dy;
-    return ActBackwardFn{act}((x - mean[v]) * scale[v] + shift[v], dy);
+    if constexpr (A == Activation::identity) return dy;
+    return act_backward<A>((x - mean[v]) * scale[v] + shift[v], dy);
   }
 };
+
+// Note [Batch norm's activation at compile time]
+// The passes that apply the activation (normalize) or its derivative (the backward sums and dx)
+// take it as a template argument A (with_activation in activation.cuh). Chosen at run time, its
+// switch sat between the loads of the unrolled rows, which the compiler then could not issue
+// together; the same switch in the depthwise strips' loads cost 2.5x (Note [Batch norm inside the
+// depthwise convolution] in kernels/conv.h).
+
+// Note [Sums downward, elementwise upward]
+// The sums pass walks its rows from the last to the first, and the elementwise pass after it
+// (normalize, dx) from the first to the last: each pass starts on the rows its predecessor
+// touched last, which may still be in L2. The producers of x and dy (GEMMs, elementwise kernels)
+// write upward, so the sums pass meets their last rows first, and the elementwise pass meets the
+// sums pass's.
 
 // Channel packs (pack_width in cuda_common.cuh): 16-byte loads when C divides into them (every
 // MobileNet width does), else one channel per thread. 16-bit rows were load-latency bound with
@@ -84,7 +98,7 @@ struct OutputGradPack {
 //   forward:  a = x - x[0, c], b = (x - x[0, c])^2
 //   backward: a = dy,          b = dy * (x - mean[c])
 // and writes partial[(split * C + c) * 2 + {0, 1}].
-template <typename T, bool kBackward, int V>
+template <typename T, bool kBackward, int V, Activation A>
 __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const T* x, const T* dy,
                                        BnOutputGrad out_grad, float* partial) {
   const int64_t cvs = c / V;
@@ -100,7 +114,7 @@ __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const
     const int64_t c0 = cv * V;
     float center[V];
     // The channels of a thread are fixed: their numbers are loaded once, before the rows.
-    const OutputGradPack<V> grad_of(out_grad, c0);
+    const OutputGradPack<V, A> grad_of(out_grad, c0);
     if (kBackward) {
 #pragma unroll
       for (int v = 0; v < V; ++v) center[v] = grad_of.mean[v];
@@ -110,11 +124,14 @@ __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const
       for (int v = 0; v < V; ++v) center[v] = to_f(first.v[v]);
     }
     const int64_t step = static_cast<int64_t>(gridDim.y) * block_rows;
-    // unrolled so that the loads of several rows are in flight at once, as in the elementwise
-    // passes (the sums only add, so the loads need not wait for them)
+    // From the last of this thread's rows down (Note [Sums downward, elementwise upward]); the
+    // first row is below step, so the walk ends below 0. Unrolled so that the loads of several
+    // rows are in flight at once, as in the elementwise passes (the sums only add, so the loads
+    // need not wait for them).
+    const int64_t first = static_cast<int64_t>(blockIdx.y) * block_rows + r;
+    const int64_t last = first < rows ? first + (rows - 1 - first) / step * step : -1;
 #pragma unroll 4
-    for (int64_t row = static_cast<int64_t>(blockIdx.y) * block_rows + r; row < rows;
-         row += step) {
+    for (int64_t row = last; row >= 0; row -= step) {
       Pack<T, V> xv = load_pack<T, V>(x + row * c + c0);
       if (kBackward) {
         Pack<T, V> gv = load_pack<T, V>(dy + row * c + c0);
@@ -181,8 +198,7 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 template <typename T>
 __global__ void forward_finish_kernel(int64_t rows, int64_t c, int splits, const float* partial,
                                       const T* x, double eps, double momentum, float* save_mean,
-                                      float* save_invstd, float* running_mean,
-                                      float* running_var) {
+                                      float* save_invstd, float* running_mean, float* running_var) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (ch >= c) return;
@@ -217,13 +233,25 @@ struct RowGrid {
   dim3 grid, block;
 };
 
-RowGrid row_grid(const Context& ctx, int64_t rows, int64_t c, int v) {
+// Note [Grids by occupancy]
+// The row passes stride over rows, so a grid of exactly the blocks the device holds at once does
+// all the work in one wave. Their grids were sized for 2048 / 256 = 8 resident blocks a
+// multiprocessor (the partial sums for 4), while the backward passes' 72-88 registers a thread
+// let 2 or 3 fit: the backward sums ran 1.33 waves, the last a third full, and moved 2.1 TB/s on
+// MobileNetV1's largest layer where the forward sums moved 3.4 (H200, bf16). The grids now come
+// from the kernel's own occupancy (resident_blocks in handles.h).
+
+// Row-pass geometry for `kernel` (a normalize or dx instantiation).
+template <typename Kernel>
+RowGrid row_grid(const Context& ctx, Kernel* kernel, int64_t rows, int64_t c, int v) {
   const int64_t cvs = c / v;
   const int lanes = static_cast<int>(std::min<int64_t>(cvs, kThreads));
   const int block_rows = kThreads / lanes;
   const int threads = (lanes * block_rows + 31) / 32 * 32;  // no warp without work
   const int64_t blocks_x = (cvs + lanes - 1) / lanes;
-  const int64_t fill = int64_t{sm_count(ctx.device.index)} * (2048 / threads);  // resident blocks
+  const int64_t fill =
+      int64_t{sm_count(ctx.device.index)} *
+      resident_blocks(ctx.device.index, reinterpret_cast<const void*>(kernel), threads);
   const int64_t by_rows = (rows + block_rows - 1) / block_rows;
   const int64_t splits = std::max<int64_t>(
       1, std::min<int64_t>({by_rows, fill / std::max<int64_t>(blocks_x, 1), 65535}));
@@ -247,14 +275,13 @@ struct RowLane {
 
 // y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]; invstd comes from `var` + eps when
 // `var` is given (evaluation), else from `invstd`. gamma/beta may be null (1 and 0). C % V == 0.
-template <typename T, int V>
+template <typename T, int V, Activation A>
 __global__ void normalize_kernel(int64_t rows, int64_t c, int lanes, int block_rows,
                                  const T* __restrict__ x, const float* mean, const float* invstd,
-                                 const float* var, float eps, const float* gamma,
-                                 const float* beta, Activation act, T* __restrict__ y) {
+                                 const float* var, float eps, const float* gamma, const float* beta,
+                                 T* __restrict__ y) {
   const RowLane at(c, V, lanes, block_rows);
   if (!at.active) return;
-  const ActForwardFn f{act};
   const int64_t c0 = at.cv * V;
   float mu[V], scale[V], b[V], g[V];
   load_channels<V>(mean, c0, mu, 0.0f);
@@ -271,7 +298,8 @@ __global__ void normalize_kernel(int64_t rows, int64_t c, int lanes, int block_r
     const Pack<T, V> xv = load_pack<T, V>(x + row * c + c0);
     Pack<T, V> out;
 #pragma unroll
-    for (int v = 0; v < V; ++v) out.v[v] = from_f<T>(f((to_f(xv.v[v]) - mu[v]) * scale[v] + b[v]));
+    for (int v = 0; v < V; ++v)
+      out.v[v] = from_f<T>(act_forward<A>((to_f(xv.v[v]) - mu[v]) * scale[v] + b[v]));
     *reinterpret_cast<Pack<T, V>*>(y + row * c + c0) = out;
   }
 }
@@ -299,14 +327,14 @@ __global__ void backward_finish_kernel(int64_t rows, int64_t c, int splits, cons
 
 // dx = k1 * (g - k2 - (x - mean) * k3), g the gradient at bn's output (BnOutputGrad). Rows x
 // channel packs (Note [Row-major elementwise passes]).
-template <typename T, int V>
+template <typename T, int V, Activation A>
 __global__ void backward_dx_kernel(int64_t rows, int64_t c, int lanes, int block_rows,
                                    const T* __restrict__ x, const T* __restrict__ dy,
                                    BnOutputGrad out_grad, const float* coef, T* __restrict__ dx) {
   const RowLane at(c, V, lanes, block_rows);
   if (!at.active) return;
   const int64_t c0 = at.cv * V;
-  const OutputGradPack<V> grad_of(out_grad, c0);
+  const OutputGradPack<V, A> grad_of(out_grad, c0);
   float k1[V], k2[V], k3[V];
   load_channels<V>(coef, c0, k1, 0.0f);
   load_channels<V>(coef + c, c0, k2, 0.0f);
@@ -326,32 +354,36 @@ __global__ void backward_dx_kernel(int64_t rows, int64_t c, int lanes, int block
   }
 }
 
-// Splits of the row range so that the partial kernel fills the device a few times over while
-// each thread still sums a run of rows. With 32 rows a thread, a 32-channel f16 input of 65,536
-// rows got 32 blocks on 132 SMs, each thread waiting on its loads one after another.
+// Splits of the row range: as many as fill the device's resident blocks once (Note [Grids by
+// occupancy]), while each thread still sums a run of at least kRowsPerThread rows. With 32 rows a
+// thread, a 32-channel f16 input of 65,536 rows got 32 blocks on 132 SMs, each thread waiting on
+// its loads one after another.
 constexpr int64_t kRowsPerThread = 8;
 
-int row_splits(const Context& ctx, int64_t rows, int64_t blocks_x, int block_rows) {
-  int64_t target = int64_t{sm_count(ctx.device.index)} * 4;
-  int64_t by_rows = (rows + int64_t{block_rows} * kRowsPerThread - 1) /
-                    (int64_t{block_rows} * kRowsPerThread);
-  return static_cast<int>(std::max<int64_t>(
-      1, std::min<int64_t>({target / std::max<int64_t>(blocks_x, 1), by_rows, 1024})));
-}
-
-// Launch geometry of the partial kernel for C channels in packs of V.
+// Launch geometry of the partial kernel for C channels in packs of V. `fills`: the splits reach
+// the device's resident blocks (Note [Grids by occupancy]), not the rows' limit.
 struct PartialGrid {
   int lanes;
   int splits;
   dim3 grid;
+  bool fills;
 };
 
-PartialGrid partial_grid(const Context& ctx, int64_t rows, int64_t c, int v) {
-  const int64_t cvs = c / v;
+template <typename T, bool kBackward, int V, Activation A>
+PartialGrid partial_grid(const Context& ctx, int64_t rows, int64_t c) {
+  const int64_t cvs = c / V;
   const int lanes = static_cast<int>(std::min<int64_t>(cvs, kThreads));
-  const int64_t blocks_x = (cvs + lanes - 1) / lanes;
-  const int splits = row_splits(ctx, rows, blocks_x, kThreads / lanes);
-  return {lanes, splits, dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits))};
+  const int64_t blocks_x = std::max<int64_t>((cvs + lanes - 1) / lanes, 1);
+  const int block_rows = kThreads / lanes;
+  const auto kernel = reinterpret_cast<const void*>(&channel_partial_kernel<T, kBackward, V, A>);
+  const int64_t by_fill = int64_t{sm_count(ctx.device.index)} *
+                          resident_blocks(ctx.device.index, kernel, kThreads) / blocks_x;
+  const int64_t by_rows =
+      (rows + int64_t{block_rows} * kRowsPerThread - 1) / (int64_t{block_rows} * kRowsPerThread);
+  const int splits =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_fill, by_rows, 1024})));
+  return {lanes, splits, dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits)),
+          by_rows >= by_fill};
 }
 
 // Note [Narrow packs for small reductions]: with 16-bit packs of 8 channels a small input gives
@@ -363,13 +395,6 @@ PartialGrid partial_grid(const Context& ctx, int64_t rows, int64_t c, int v) {
 template <int V>
 constexpr int kNarrowPack = V > 4 ? 4 : V;
 
-template <int V>
-bool narrow_partials(const Context& ctx, int64_t rows, int64_t c) {
-  if (V <= 4) return false;
-  const PartialGrid wide = partial_grid(ctx, rows, c, V);
-  return int64_t{wide.grid.x} * wide.grid.y < int64_t{sm_count(ctx.device.index)} * 4;
-}
-
 // The partial-sum pass with its pack width chosen: its grid sizes the partial buffer before the
 // launch, hence two steps.
 struct PartialPlan {
@@ -377,22 +402,23 @@ struct PartialPlan {
   PartialGrid pg;
 };
 
-template <int V>
+template <typename T, bool kBackward, int V, Activation A>
 PartialPlan plan_partials(const Context& ctx, int64_t rows, int64_t c) {
-  const bool narrow = narrow_partials<V>(ctx, rows, c);
-  return {narrow, partial_grid(ctx, rows, c, narrow ? kNarrowPack<V> : V)};
+  const PartialGrid wide = partial_grid<T, kBackward, V, A>(ctx, rows, c);
+  if (V <= 4 || wide.fills) return {false, wide};
+  return {true, partial_grid<T, kBackward, kNarrowPack<V>, A>(ctx, rows, c)};
 }
 
-// dy and out_grad's pointers are null in the forward pass (kBackward false).
-template <typename T, bool kBackward, int V>
+// dy and out_grad's pointers are null in the forward pass (kBackward false, A identity).
+template <typename T, bool kBackward, int V, Activation A>
 void launch_partials(const PartialPlan& plan, cudaStream_t s, int64_t rows, int64_t c, const T* x,
                      const T* dy, const BnOutputGrad& out_grad, float* partial) {
   const PartialGrid& pg = plan.pg;
   if (plan.narrow) {
-    channel_partial_kernel<T, kBackward, kNarrowPack<V>>
+    channel_partial_kernel<T, kBackward, kNarrowPack<V>, A>
         <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, out_grad, partial);
   } else {
-    channel_partial_kernel<T, kBackward, V>
+    channel_partial_kernel<T, kBackward, V, A>
         <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, out_grad, partial);
   }
   FRUGAL_LAUNCH_CHECK();
@@ -405,8 +431,8 @@ unsigned finish_blocks(int64_t c) {
 void check_common(const Context& ctx, DType dtype, int64_t rows, int64_t c, const char* op) {
   stream_of(ctx, op);
   FRUGAL_CHECK(dtype != DType::f64, op, ": f64 is CPU-only");
-  FRUGAL_CHECK(rows >= 0 && c >= 0 && (c + 31) / 32 <= INT32_MAX, op, ": bad shape [", rows,
-               ", ", c, "]");
+  FRUGAL_CHECK(rows >= 0 && c >= 0 && (c + 31) / 32 <= INT32_MAX, op, ": bad shape [", rows, ", ",
+               c, "]");
 }
 
 // The elementwise pass alone, from given statistics: mean and invstd (a recompute) or mean and
@@ -421,13 +447,15 @@ void launch_normalize(const Context& ctx, DType dtype, const char* op, int64_t r
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     with_pack_width<T>(c, {x, y}, [&](auto pack) {
       constexpr int V = decltype(pack)::value;
-      const RowGrid rg = row_grid(ctx, rows, c, V);
-      normalize_kernel<T, V><<<rg.grid, rg.block, 0, s>>>(
-          rows, c, rg.lanes, rg.block_rows, static_cast<const T*>(x),
-          static_cast<const float*>(mean),
-          static_cast<const float*>(invstd), static_cast<const float*>(var),
-          static_cast<float>(eps), static_cast<const float*>(gamma),
-          static_cast<const float*>(beta), act, static_cast<T*>(y));
+      with_activation(act, [&](auto a) {
+        const auto kernel = normalize_kernel<T, V, decltype(a)::value>;
+        const RowGrid rg = row_grid(ctx, kernel, rows, c, V);
+        kernel<<<rg.grid, rg.block, 0, s>>>(
+            rows, c, rg.lanes, rg.block_rows, static_cast<const T*>(x),
+            static_cast<const float*>(mean), static_cast<const float*>(invstd),
+            static_cast<const float*>(var), static_cast<float>(eps),
+            static_cast<const float*>(gamma), static_cast<const float*>(beta), static_cast<T*>(y));
+      });
       FRUGAL_LAUNCH_CHECK();
     });
   });
@@ -450,7 +478,7 @@ void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation ac
     auto xt = static_cast<const T*>(x);
     with_pack_width<T>(c, {x, y}, [&](auto pack) {
       constexpr int V = decltype(pack)::value;
-      const PartialPlan plan = plan_partials<V>(ctx, rows, c);
+      const PartialPlan plan = plan_partials<T, false, V, Activation::identity>(ctx, rows, c);
       const PartialGrid& pg = plan.pg;
       // partial sums [splits, C, 2], then room for mean and invstd [2, C] when the caller saves
       // none
@@ -460,17 +488,20 @@ void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation ac
       float* scratch = partial + static_cast<int64_t>(pg.splits) * c * 2;
       auto mean = save_mean != nullptr ? static_cast<float*>(save_mean) : scratch;
       auto invstd = save_invstd != nullptr ? static_cast<float*>(save_invstd) : scratch + c;
-      launch_partials<T, false, V>(plan, s, rows, c, xt, nullptr, BnOutputGrad{}, partial);
+      launch_partials<T, false, V, Activation::identity>(plan, s, rows, c, xt, nullptr,
+                                                         BnOutputGrad{}, partial);
       forward_finish_kernel<T><<<finish_blocks(c), kThreads, 0, s>>>(
           rows, c, pg.splits, partial, xt, eps, momentum, mean, invstd,
           static_cast<float*>(running_mean), static_cast<float*>(running_var));
       FRUGAL_LAUNCH_CHECK();
       if (y == nullptr) return;  // statistics only: batch_norm_act_apply writes y later
-      const RowGrid rg = row_grid(ctx, rows, c, V);
-      normalize_kernel<T, V><<<rg.grid, rg.block, 0, s>>>(
-          rows, c, rg.lanes, rg.block_rows, xt, mean, invstd, nullptr, 0.0f,
-          static_cast<const float*>(gamma), static_cast<const float*>(beta), act,
-          static_cast<T*>(y));
+      with_activation(act, [&](auto a) {
+        const auto kernel = normalize_kernel<T, V, decltype(a)::value>;
+        const RowGrid rg = row_grid(ctx, kernel, rows, c, V);
+        kernel<<<rg.grid, rg.block, 0, s>>>(rows, c, rg.lanes, rg.block_rows, xt, mean, invstd,
+                                            nullptr, 0.0f, static_cast<const float*>(gamma),
+                                            static_cast<const float*>(beta), static_cast<T*>(y));
+      });
       FRUGAL_LAUNCH_CHECK();
     });
   });
@@ -516,25 +547,29 @@ void batch_norm_act_backward(const Context& ctx, DType dtype, Activation act, in
     auto xt = static_cast<const T*>(x);
     auto dyt = static_cast<const T*>(dy);
     with_pack_width<T>(c, {x, dy, dx}, [&](auto pack) {
-      constexpr int V = decltype(pack)::value;
-      const PartialPlan plan = plan_partials<V>(ctx, rows, c);
-      const PartialGrid& pg = plan.pg;
-      memory::DataPtr ws = ctx.workspace(
-          (static_cast<size_t>(pg.splits) * c * 2 + 3 * static_cast<size_t>(c)) * sizeof(float));
-      auto partial = static_cast<float*>(ws.get());
-      float* coef = partial + static_cast<int64_t>(pg.splits) * c * 2;  // [3, C]
-      launch_partials<T, true, V>(plan, s, rows, c, xt, dyt, out_grad, partial);
-      backward_finish_kernel<<<finish_blocks(c), kThreads, 0, s>>>(
-          rows, c, pg.splits, partial, static_cast<const float*>(gamma),
-          static_cast<const float*>(save_invstd), static_cast<float*>(dgamma),
-          static_cast<float*>(dbeta), coef);
-      FRUGAL_LAUNCH_CHECK();
-      if (dx != nullptr && rows > 0) {
-        const RowGrid rg = row_grid(ctx, rows, c, V);
-        backward_dx_kernel<T, V><<<rg.grid, rg.block, 0, s>>>(
-            rows, c, rg.lanes, rg.block_rows, xt, dyt, out_grad, coef, static_cast<T*>(dx));
+      with_activation(act, [&](auto a) {
+        constexpr int V = decltype(pack)::value;
+        constexpr Activation A = decltype(a)::value;
+        const PartialPlan plan = plan_partials<T, true, V, A>(ctx, rows, c);
+        const PartialGrid& pg = plan.pg;
+        memory::DataPtr ws = ctx.workspace(
+            (static_cast<size_t>(pg.splits) * c * 2 + 3 * static_cast<size_t>(c)) * sizeof(float));
+        auto partial = static_cast<float*>(ws.get());
+        float* coef = partial + static_cast<int64_t>(pg.splits) * c * 2;  // [3, C]
+        launch_partials<T, true, V, A>(plan, s, rows, c, xt, dyt, out_grad, partial);
+        backward_finish_kernel<<<finish_blocks(c), kThreads, 0, s>>>(
+            rows, c, pg.splits, partial, static_cast<const float*>(gamma),
+            static_cast<const float*>(save_invstd), static_cast<float*>(dgamma),
+            static_cast<float*>(dbeta), coef);
         FRUGAL_LAUNCH_CHECK();
-      }
+        if (dx != nullptr && rows > 0) {
+          const auto kernel = backward_dx_kernel<T, V, A>;
+          const RowGrid rg = row_grid(ctx, kernel, rows, c, V);
+          kernel<<<rg.grid, rg.block, 0, s>>>(rows, c, rg.lanes, rg.block_rows, xt, dyt, out_grad,
+                                              coef, static_cast<T*>(dx));
+          FRUGAL_LAUNCH_CHECK();
+        }
+      });
     });
   });
 }

@@ -96,8 +96,11 @@ TEST(GpuBatchNorm, FusedActivationMatchesCpuAndRecomputesExactly) {
   for (int a = 0; a < kernels::kNumActivations; ++a) {
     const auto act = static_cast<Activation>(a);
     for (DType t : kDTypes) {
+      // {200003, 64}: wide 16-bit packs, the passes' grids filling the device with each
+      // activation's own kernel (Note [Grids by occupancy] in kernels/cuda/batch_norm.cu) and
+      // several rows a thread walked down and up (Note [Sums downward, elementwise upward])
       for (Size sz : {Size{70, 13}, Size{3001, 37}, Size{2, 5}, Size{4099, 32}, Size{517, 12},
-                      Size{300, 2056}}) {
+                      Size{300, 2056}, Size{200003, 64}}) {
         SCOPED_TRACE(
             detail::str("activation ", a, " ", dtype_name(t), " rows ", sz.rows, " c ", sz.c));
         const int64_t n = sz.rows * sz.c;
