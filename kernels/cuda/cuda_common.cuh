@@ -18,27 +18,27 @@ namespace frugal::kernels::cuda {
 
 // Runs `body` with T bound to the CUDA storage type of `dtype`; f64 and non-floating dtypes throw
 // naming `op`.
-#define FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, ...)                               \
-  switch (dtype) {                                                             \
-    case ::frugal::DType::f32: {                                               \
-      using T = float;                                                         \
-      __VA_ARGS__;                                                             \
-      break;                                                                   \
-    }                                                                          \
-    case ::frugal::DType::f16: {                                               \
-      using T = __half;                                                        \
-      __VA_ARGS__;                                                             \
-      break;                                                                   \
-    }                                                                          \
-    case ::frugal::DType::bf16: {                                              \
-      using T = __nv_bfloat16;                                                 \
-      __VA_ARGS__;                                                             \
-      break;                                                                   \
-    }                                                                          \
-    case ::frugal::DType::f64:                                                 \
-      FRUGAL_FAIL(op, ": f64 is CPU-only (CUDA kernels take f32, f16, bf16)"); \
-    default:                                                                   \
-      FRUGAL_FAIL(op, ": dtype ", dtype, " is not a floating type");           \
+#define FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, ...)                                             \
+  switch (dtype) {                                                                           \
+    case ::frugal::DType::f32: {                                                             \
+      using T = float;                                                                       \
+      __VA_ARGS__;                                                                           \
+      break;                                                                                 \
+    }                                                                                        \
+    case ::frugal::DType::f16: {                                                             \
+      using T = __half;                                                                      \
+      __VA_ARGS__;                                                                           \
+      break;                                                                                 \
+    }                                                                                        \
+    case ::frugal::DType::bf16: {                                                            \
+      using T = __nv_bfloat16;                                                               \
+      __VA_ARGS__;                                                                           \
+      break;                                                                                 \
+    }                                                                                        \
+    case ::frugal::DType::f64:                                                               \
+      FRUGAL_FAIL(op, ": f64 is CPU-only (CUDA kernels take f32, f16, bf16)");               \
+    default:                                                                                 \
+      FRUGAL_FAIL(op, ": dtype ", dtype, " is not a floating type");                         \
   }
 
 // Parameters, statistics, losses and optimizer state are f32 on CUDA; f64 is CPU-only.
@@ -50,13 +50,9 @@ inline void check_f32(DType dtype, const char* what, const char* op) {
 template <typename T>
 __device__ __forceinline__ float to_f(T v);
 template <>
-__device__ __forceinline__ float to_f<float>(float v) {
-  return v;
-}
+__device__ __forceinline__ float to_f<float>(float v) { return v; }
 template <>
-__device__ __forceinline__ float to_f<__half>(__half v) {
-  return __half2float(v);
-}
+__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
 template <>
 __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
@@ -65,13 +61,9 @@ __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
 template <typename T>
 __device__ __forceinline__ T from_f(float v);
 template <>
-__device__ __forceinline__ float from_f<float>(float v) {
-  return v;
-}
+__device__ __forceinline__ float from_f<float>(float v) { return v; }
 template <>
-__device__ __forceinline__ __half from_f<__half>(float v) {
-  return __float2half_rn(v);
-}
+__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -148,30 +140,6 @@ inline unsigned grid_for(const Context& ctx, int64_t work, int threads = kThread
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
 
-// Note [Grids by occupancy]
-// A grid-stride kernel does all its work in one wave when its grid is exactly the blocks the
-// device holds at once; a grid sized for more runs a partial last wave. The batch norm passes were
-// sized for 2048 / 256 = 8 resident blocks a multiprocessor (their partial sums for 4) while the
-// backward passes' 72-88 registers a thread let 2 or 3 fit: the backward sums ran 1.33 waves, the
-// last a third full, and moved 2.1 TB/s on MobileNetV1's largest layer where the forward sums
-// moved 3.4 (H200, bf16). The depthwise weight gradient's 74 registers likewise fit 3 of the 4
-// blocks its splits assumed. Such grids now come from the kernel's own occupancy.
-
-// Blocks of `kernel` at `threads` a block that the whole device holds at once.
-template <typename Kernel>
-int64_t resident_fill(const Context& ctx, Kernel* kernel, int threads) {
-  return int64_t{sm_count(ctx.device.index)} *
-         resident_blocks(ctx.device.index, reinterpret_cast<const void*>(kernel), threads);
-}
-
-// grid_for for a grid-stride `kernel`: at most one wave (Note [Grids by occupancy]).
-template <typename Kernel>
-unsigned resident_grid(const Context& ctx, Kernel* kernel, int64_t work, int threads) {
-  const int64_t blocks = (work + threads - 1) / threads;
-  return static_cast<unsigned>(
-      std::max<int64_t>(1, std::min(blocks, resident_fill(ctx, kernel, threads))));
-}
-
 // Note [Multi-tensor lists]
 // The *_many entries (unscale_and_check_many, lower_many, sgd_step_many) launch once per list of
 // up to kListMax tensors, the list passed by value in the kernel's parameters (a struct of
@@ -206,8 +174,8 @@ __device__ __forceinline__ ListSlice list_slice(const ListBlocks& blocks) {
 // tensor t's pointers in slot `slot` (list.n and list.blocks are set here); launch(list, blocks)
 // launches a full list on a 1-D grid of `blocks` blocks, about eight a multiprocessor.
 template <typename List, typename Fill, typename Launch>
-void for_each_tensor_list(const Context& ctx, const char* op, int64_t count, const int64_t* sizes,
-                          Fill fill, Launch launch) {
+void for_each_tensor_list(const Context& ctx, const char* op, int64_t count,
+                          const int64_t* sizes, Fill fill, Launch launch) {
   FRUGAL_CHECK(count >= 0, op, ": negative count ", count);
   const int64_t target = int64_t{sm_count(ctx.device.index)} * 8;
   for (int64_t first = 0; first < count;) {
