@@ -35,27 +35,6 @@ __device__ __forceinline__ float act_forward(float x) {
   }
 }
 
-struct ActForwardFn {
-  Activation act;
-  __device__ float operator()(float x) const {
-    switch (act) {
-      case Activation::relu:
-        return act_forward<Activation::relu>(x);
-      case Activation::relu6:
-        return act_forward<Activation::relu6>(x);
-      case Activation::hardswish:
-        return act_forward<Activation::hardswish>(x);
-      case Activation::silu:
-        return act_forward<Activation::silu>(x);
-      case Activation::sigmoid:
-        return act_forward<Activation::sigmoid>(x);
-      case Activation::identity:
-        return act_forward<Activation::identity>(x);
-    }
-    return 0.0f;
-  }
-};
-
 // dx = f'(x) * dy; the kinks follow PyTorch (relu/relu6 pass where 0 < x (< 6), hardswish is
 // x/3 + 1/2 on [-3, 3]). The activation fixed at compile time, as act_forward.
 template <Activation A>
@@ -77,45 +56,43 @@ __device__ __forceinline__ float act_backward(float x, float dy) {
   }
 }
 
-// Runs launch(std::integral_constant<Activation, A>{}) with A = act: one kernel per activation,
-// for kernels whose loop applies it to every element (Note [Batch norm's activation at compile
-// time] in kernels/cuda/batch_norm.cu).
-template <typename Launch>
-void with_activation(Activation act, Launch launch) {
+// Returns f(std::integral_constant<Activation, A>{}) with A = act: the one switch from the run-time
+// activation to a compile-time one, for host launches (one kernel per activation, for kernels
+// whose loop applies it to every element: Note [Batch norm's activation at compile time] in
+// kernels/cuda/batch_norm.cu) and the device functors below alike. Host lambdas pass through this
+// __host__ __device__ template, hence the exec check's pragma, as in Thrust and Eigen.
+#pragma nv_exec_check_disable
+template <typename F>
+__host__ __device__ __forceinline__ decltype(auto) with_activation(Activation act, F&& f) {
+  using A = Activation;
   switch (act) {
-    case Activation::relu:
-      return launch(std::integral_constant<Activation, Activation::relu>{});
-    case Activation::relu6:
-      return launch(std::integral_constant<Activation, Activation::relu6>{});
-    case Activation::hardswish:
-      return launch(std::integral_constant<Activation, Activation::hardswish>{});
-    case Activation::silu:
-      return launch(std::integral_constant<Activation, Activation::silu>{});
-    case Activation::sigmoid:
-      return launch(std::integral_constant<Activation, Activation::sigmoid>{});
-    case Activation::identity:
-      return launch(std::integral_constant<Activation, Activation::identity>{});
+    case A::relu:
+      return f(std::integral_constant<A, A::relu>{});
+    case A::relu6:
+      return f(std::integral_constant<A, A::relu6>{});
+    case A::hardswish:
+      return f(std::integral_constant<A, A::hardswish>{});
+    case A::silu:
+      return f(std::integral_constant<A, A::silu>{});
+    case A::sigmoid:
+      return f(std::integral_constant<A, A::sigmoid>{});
+    case A::identity:
+      break;
   }
+  return f(std::integral_constant<A, A::identity>{});
 }
+
+struct ActForwardFn {
+  Activation act;
+  __device__ float operator()(float x) const {
+    return with_activation(act, [&](auto a) { return act_forward<decltype(a)::value>(x); });
+  }
+};
 
 struct ActBackwardFn {
   Activation act;
   __device__ float operator()(float x, float dy) const {
-    switch (act) {
-      case Activation::relu:
-        return act_backward<Activation::relu>(x, dy);
-      case Activation::relu6:
-        return act_backward<Activation::relu6>(x, dy);
-      case Activation::hardswish:
-        return act_backward<Activation::hardswish>(x, dy);
-      case Activation::silu:
-        return act_backward<Activation::silu>(x, dy);
-      case Activation::sigmoid:
-        return act_backward<Activation::sigmoid>(x, dy);
-      case Activation::identity:
-        return act_backward<Activation::identity>(x, dy);
-    }
-    return 0.0f;
+    return with_activation(act, [&](auto a) { return act_backward<decltype(a)::value>(x, dy); });
   }
 };
 

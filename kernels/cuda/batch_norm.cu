@@ -198,7 +198,8 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 template <typename T>
 __global__ void forward_finish_kernel(int64_t rows, int64_t c, int splits, const float* partial,
                                       const T* x, double eps, double momentum, float* save_mean,
-                                      float* save_invstd, float* running_mean, float* running_var) {
+                                      float* save_invstd, float* running_mean,
+                                      float* running_var) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (ch >= c) return;
