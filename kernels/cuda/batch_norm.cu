@@ -234,14 +234,6 @@ struct RowGrid {
   dim3 grid, block;
 };
 
-// Note [Grids by occupancy]
-// The row passes stride over rows, so a grid of exactly the blocks the device holds at once does
-// all the work in one wave. Their grids were sized for 2048 / 256 = 8 resident blocks a
-// multiprocessor (the partial sums for 4), while the backward passes' 72-88 registers a thread
-// let 2 or 3 fit: the backward sums ran 1.33 waves, the last a third full, and moved 2.1 TB/s on
-// MobileNetV1's largest layer where the forward sums moved 3.4 (H200, bf16). The grids now come
-// from the kernel's own occupancy (resident_blocks in handles.h).
-
 // Row-pass geometry for `kernel` (a normalize or dx instantiation).
 template <typename Kernel>
 RowGrid row_grid(const Context& ctx, Kernel* kernel, int64_t rows, int64_t c, int v) {
@@ -250,9 +242,8 @@ RowGrid row_grid(const Context& ctx, Kernel* kernel, int64_t rows, int64_t c, in
   const int block_rows = kThreads / lanes;
   const int threads = (lanes * block_rows + 31) / 32 * 32;  // no warp without work
   const int64_t blocks_x = (cvs + lanes - 1) / lanes;
-  const int64_t fill =
-      int64_t{sm_count(ctx.device.index)} *
-      resident_blocks(ctx.device.index, reinterpret_cast<const void*>(kernel), threads);
+  // one wave (Note [Grids by occupancy] in cuda_common.cuh)
+  const int64_t fill = resident_fill(ctx, kernel, threads);
   const int64_t by_rows = (rows + block_rows - 1) / block_rows;
   const int64_t splits = std::max<int64_t>(
       1, std::min<int64_t>({by_rows, fill / std::max<int64_t>(blocks_x, 1), 65535}));
@@ -362,7 +353,8 @@ __global__ void backward_dx_kernel(int64_t rows, int64_t c, int lanes, int block
 constexpr int64_t kRowsPerThread = 8;
 
 // Launch geometry of the partial kernel for C channels in packs of V. `fills`: the splits reach
-// the device's resident blocks (Note [Grids by occupancy]), not the rows' limit.
+// the device's resident blocks (Note [Grids by occupancy] in cuda_common.cuh), not the rows'
+// limit.
 struct PartialGrid {
   int lanes;
   int splits;
@@ -376,9 +368,8 @@ PartialGrid partial_grid(const Context& ctx, int64_t rows, int64_t c) {
   const int lanes = static_cast<int>(std::min<int64_t>(cvs, kThreads));
   const int64_t blocks_x = std::max<int64_t>((cvs + lanes - 1) / lanes, 1);
   const int block_rows = kThreads / lanes;
-  const auto kernel = reinterpret_cast<const void*>(&channel_partial_kernel<T, kBackward, V, A>);
-  const int64_t by_fill = int64_t{sm_count(ctx.device.index)} *
-                          resident_blocks(ctx.device.index, kernel, kThreads) / blocks_x;
+  const auto kernel = channel_partial_kernel<T, kBackward, V, A>;
+  const int64_t by_fill = resident_fill(ctx, kernel, kThreads) / blocks_x;
   const int64_t by_rows =
       (rows + int64_t{block_rows} * kRowsPerThread - 1) / (int64_t{block_rows} * kRowsPerThread);
   const int splits =

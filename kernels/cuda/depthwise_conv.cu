@@ -505,14 +505,11 @@ void forward_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, c
   const Geom g = geom_of(s);
   if (uses_strips(s)) {
     const int64_t work = s.n * s.oh() * ((s.ow() + kStrip - 1) / kStrip) * (s.c / V);
-    const unsigned blocks = grid_for(ctx, work, kGatherThreads);
-    if (s.stride_w == 1) {
-      forward_strip_kernel<T, K, V, 1, In>
-          <<<blocks, kGatherThreads, 0, stream>>>(g, bn, x, wt, bias, y);
-    } else {
-      forward_strip_kernel<T, K, V, 2, In>
-          <<<blocks, kGatherThreads, 0, stream>>>(g, bn, x, wt, bias, y);
-    }
+    const auto kernel = s.stride_w == 1 ? forward_strip_kernel<T, K, V, 1, In>
+                                        : forward_strip_kernel<T, K, V, 2, In>;
+    // one wave (Note [Grids by occupancy] in cuda_common.cuh)
+    kernel<<<resident_grid(ctx, kernel, work, kGatherThreads), kGatherThreads, 0, stream>>>(
+        g, bn, x, wt, bias, y);
   } else if constexpr (std::is_same_v<In, PlainInput>) {
     const int64_t work = s.n * s.oh() * s.ow() * (s.c / V);
     forward_pixel_kernel<T, K, V><<<grid_for(ctx, work), kThreads, 0, stream>>>(g, x, wt, bias, y);
@@ -526,12 +523,11 @@ void backward_input_kv(const Context& ctx, cudaStream_t stream, const Conv2dShap
   const Geom g = geom_of(s);
   if (uses_strips(s)) {
     const int64_t strips = (s.w + s.pad_w % s.stride_w + kStrip - 1) / kStrip;
-    const unsigned blocks = grid_for(ctx, s.n * s.h * strips * (s.c / V), kGatherThreads);
-    if (s.stride_w == 1) {
-      backward_input_strip_kernel<T, K, V, 1><<<blocks, kGatherThreads, 0, stream>>>(g, dy, wt, dx);
-    } else {
-      backward_input_strip_kernel<T, K, V, 2><<<blocks, kGatherThreads, 0, stream>>>(g, dy, wt, dx);
-    }
+    const auto kernel = s.stride_w == 1 ? backward_input_strip_kernel<T, K, V, 1>
+                                        : backward_input_strip_kernel<T, K, V, 2>;
+    const int64_t work = s.n * s.h * strips * (s.c / V);
+    kernel<<<resident_grid(ctx, kernel, work, kGatherThreads), kGatherThreads, 0, stream>>>(g, dy,
+                                                                                            wt, dx);
   } else {
     const int64_t work = s.n * s.h * s.w * (s.c / V);
     backward_input_pixel_kernel<T, K, V>
@@ -540,23 +536,25 @@ void backward_input_kv(const Context& ctx, cudaStream_t stream, const Conv2dShap
   FRUGAL_LAUNCH_CHECK();
 }
 
-// Row splits of the weight gradient: about four blocks a multiprocessor, each thread still
-// summing at least 2 strips (or 8 single outputs), and the partial sums (written, then read by
-// the finish) at most an eighth of the traffic of x and dy, which caps the splits of layers with
-// few positions and many channels (7x7 x 1152 at 5x5: 31 splits).
-template <int K>
-int weight_row_splits(const Context& ctx, const Conv2dShape& s, int64_t blocks_x, int rows,
-                      size_t elem_bytes) {
+// Row splits of the weight gradient: the blocks of `kernel` the device holds at once (Note [Grids
+// by occupancy] in cuda_common.cuh), each thread still summing at least 2 strips (or 8 single
+// outputs), and the partial sums (written, then read by the finish) at most an eighth of the
+// traffic of x and dy, which caps the splits of layers with few positions and many channels
+// (7x7 x 1152 at 5x5: 31 splits).
+template <int K, typename Kernel>
+int weight_row_splits(const Context& ctx, const Conv2dShape& s, Kernel* kernel, int64_t blocks_x,
+                      int rows, size_t elem_bytes) {
   const bool strips = uses_strips(s);
   const int64_t items = s.n * s.oh() * (strips ? (s.ow() + kStrip - 1) / kStrip : s.ow());
   const int64_t per_thread = strips ? 2 : 8;
-  const int64_t target = int64_t{sm_count(ctx.device.index)} * 4;
+  const int64_t target = resident_fill(ctx, kernel, kThreads);
   const int64_t activations =
       (s.n * s.h * s.w + s.n * s.oh() * s.ow()) * s.c * static_cast<int64_t>(elem_bytes);
   const int64_t per_split = s.c * K * K * static_cast<int64_t>(sizeof(float));
-  const int64_t splits = std::min<int64_t>(
-      {(target + blocks_x - 1) / blocks_x, (items + rows * per_thread - 1) / (rows * per_thread),
-       activations / 8 / std::max<int64_t>(per_split, 1), 1024});
+  const int64_t splits =
+      std::min<int64_t>({target / std::max<int64_t>(blocks_x, 1),
+                         (items + rows * per_thread - 1) / (rows * per_thread),
+                         activations / 8 / std::max<int64_t>(per_split, 1), 1024});
   return static_cast<int>(std::max<int64_t>(1, splits));
 }
 
@@ -568,25 +566,25 @@ void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dSha
   const int lanes = static_cast<int>(std::min<int64_t>(cvs, kWeightLanes));
   const int rows = kThreads / (lanes * K);
   const int64_t blocks_x = (cvs + lanes - 1) / lanes;
-  const int splits = weight_row_splits<K>(ctx, s, blocks_x, rows, sizeof(T));
   const int64_t n = s.c * K * K;
-  memory::DataPtr ws = ctx.workspace(static_cast<size_t>(splits * n) * sizeof(float));
-  auto partial = static_cast<float*>(ws.get());
-  dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits));
+  auto launch = [&](auto* kernel) {
+    const int splits = weight_row_splits<K>(ctx, s, kernel, blocks_x, rows, sizeof(T));
+    memory::DataPtr ws = ctx.workspace(static_cast<size_t>(splits * n) * sizeof(float));
+    auto partial = static_cast<float*>(ws.get());
+    dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(splits));
+    kernel<<<grid, kThreads, 0, stream>>>(g, lanes, bn, x, dy, partial);
+    FRUGAL_LAUNCH_CHECK();
+    finish_weight_gradient<T>(ctx, stream, n, splits, partial, dw_dtype, dw);
+  };
   if (!uses_strips(s)) {
     if constexpr (std::is_same_v<In, PlainInput>) {  // depthwise_fuses_bn_act: strips only
-      backward_weight_partial_kernel<T, K, V, 0, In>
-          <<<grid, kThreads, 0, stream>>>(g, lanes, bn, x, dy, partial);
+      launch(backward_weight_partial_kernel<T, K, V, 0, In>);
     }
   } else if (s.stride_w == 1) {
-    backward_weight_partial_kernel<T, K, V, 1, In>
-        <<<grid, kThreads, 0, stream>>>(g, lanes, bn, x, dy, partial);
+    launch(backward_weight_partial_kernel<T, K, V, 1, In>);
   } else {
-    backward_weight_partial_kernel<T, K, V, 2, In>
-        <<<grid, kThreads, 0, stream>>>(g, lanes, bn, x, dy, partial);
+    launch(backward_weight_partial_kernel<T, K, V, 2, In>);
   }
-  FRUGAL_LAUNCH_CHECK();
-  finish_weight_gradient<T>(ctx, stream, n, splits, partial, dw_dtype, dw);
 }
 
 // With bn, packs fit and the strips take the shape (depthwise_reads_bn_act).

@@ -33,7 +33,7 @@ int compute_major(int device);  // its compute capability's major number (9 on t
 // `device` holds at once, given its registers and static shared memory; at least 1, read once
 // per (device, kernel, threads). Grid-stride kernels size their grids by it: a grid sized for
 // more resident blocks than fit runs a partial last wave (Note [Grids by occupancy] in
-// kernels/cuda/batch_norm.cu).
+// kernels/cuda/cuda_common.cuh).
 int resident_blocks(int device, const void* kernel, int threads);
 
 // Handles of the calling thread for ctx.device, bound to stream_of(ctx). cuBLAS gets its
