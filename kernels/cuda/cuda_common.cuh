@@ -149,13 +149,11 @@ inline unsigned grid_for(const Context& ctx, int64_t work, int threads = kThread
 // moved 3.4 (H200, bf16). The depthwise weight gradient's 74 registers likewise fit 3 of the 4
 // blocks its splits assumed. Such grids now come from the kernel's own occupancy.
 
-// Blocks of `kernel` at `threads` a block (and `dynamic_shared` bytes) that the whole device
-// holds at once.
+// Blocks of `kernel` at `threads` a block that the whole device holds at once.
 template <typename Kernel>
-int64_t resident_fill(const Context& ctx, Kernel* kernel, int threads, size_t dynamic_shared = 0) {
+int64_t resident_fill(const Context& ctx, Kernel* kernel, int threads) {
   return int64_t{sm_count(ctx.device.index)} *
-         resident_blocks(ctx.device.index, reinterpret_cast<const void*>(kernel), threads,
-                         dynamic_shared);
+         resident_blocks(ctx.device.index, reinterpret_cast<const void*>(kernel), threads);
 }
 
 // grid_for for a grid-stride `kernel`: at most one wave (Note [Grids by occupancy]).

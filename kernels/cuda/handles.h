@@ -29,12 +29,12 @@ class DeviceGuard {
 cudaStream_t stream_of(const Context& ctx, const char* op);
 int sm_count(int device);       // multiprocessors of `device`, read once
 int compute_major(int device);  // its compute capability's major number (9 on the H200), likewise
-// Blocks of `kernel` (a __global__ function) at `threads` a block and `dynamic_shared` bytes of
-// dynamic shared memory that one multiprocessor of `device` holds at once, given also its
-// registers and static shared memory; at least 1, read once per (device, kernel, threads, bytes). Grid-stride kernels size their grids by it: a grid sized for
+// Blocks of `kernel` (a __global__ function) at `threads` a block that one multiprocessor of
+// `device` holds at once, given its registers and static shared memory; at least 1, read once
+// per (device, kernel, threads). Grid-stride kernels size their grids by it: a grid sized for
 // more resident blocks than fit runs a partial last wave (Note [Grids by occupancy] in
 // kernels/cuda/cuda_common.cuh).
-int resident_blocks(int device, const void* kernel, int threads, size_t dynamic_shared = 0);
+int resident_blocks(int device, const void* kernel, int threads);
 
 // Handles of the calling thread for ctx.device, bound to stream_of(ctx). cuBLAS gets its
 // workspace from the device allocator (kCublasWorkspaceBytes), never from cudaMalloc.

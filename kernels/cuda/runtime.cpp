@@ -165,15 +165,15 @@ int compute_major(int device) {
   return cached_attribute<cudaDevAttrComputeCapabilityMajor>(device, "compute_major");
 }
 
-int resident_blocks(int device, const void* kernel, int threads, size_t dynamic_shared) {
+int resident_blocks(int device, const void* kernel, int threads) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, const void*, int, size_t>, int> cache;
-  const auto key = std::make_tuple(device, kernel, threads, dynamic_shared);
+  static std::map<std::tuple<int, const void*, int>, int> cache;
+  const auto key = std::make_tuple(device, kernel, threads);
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   DeviceGuard guard(Device::cuda(device));
   int blocks = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, dynamic_shared));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
   return cache[key] = std::max(blocks, 1);
 }
 
