@@ -7,6 +7,11 @@
 # timed steps (FRUGAL_HOST_PROFILE=1, kernels/host_profile.h) to profile-host-<precision>.txt.
 #   PROFILE_PRECISIONS="f32 bf16" PROFILE_CASE="128 3x224x224 1000" scripts/gpu-profile.sh
 # PROFILE_DRAM=1 also sums each kernel's HBM bytes (bench/ncu_summary.py: the traffic bound).
+# PROFILE_KERNEL=REGEX instead takes ncu's detailed sections (speed of light, occupancy, warp
+# stall reasons, pipe utilization, memory workload) for the first PROFILE_COUNT (default 3)
+# launches of the step's kernels whose names match REGEX, after PROFILE_SKIP (default 0) of them,
+# into profile-kernel-<precision>.txt: why a kernel that moves few bytes a second is slow.
+#   PROFILE_KERNEL=forward_strip PROFILE_SKIP=4 PROFILE_PRECISIONS=f16 scripts/gpu-profile.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD_DIR:-build-gpu}"
@@ -18,6 +23,20 @@ for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
   args=(--device cuda --model "${PROFILE_MODEL:-mobilenet_v2}" --batch "$batch" --input "$input"
         --classes "$classes" --precision "$p"
         --warmup 3 --steps 2)
+  if [ -n "${PROFILE_KERNEL:-}" ]; then
+    out="$OUTDIR/profile-kernel-$p.txt"
+    ncu --clock-control none --profile-from-start off -k "regex:$PROFILE_KERNEL" \
+      --launch-skip "${PROFILE_SKIP:-0}" --launch-count "${PROFILE_COUNT:-3}" \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section ComputeWorkloadAnalysis --section InstructionStats \
+      --section MemoryWorkloadAnalysis --section SchedulerStats \
+      "$BUILD/train_step_bench" "${args[@]}" --profile > "$out" 2>&1 ||
+      { echo "ncu failed for $p"; status=1; continue; }
+    # each launch's name line, then the lines that say where its time goes
+    grep -E "^  [^ ].*\(|Duration|Throughput|Registers Per|Occupancy|Stall|Issued Warp|Eligible|Pipe|Ipc|Hit Rate|Bank" \
+      "$out" | cut -c1-150 | head -150
+    continue
+  fi
   if [[ " ${PROFILE_KINDS:-ncu host} " == *" host "* ]]; then
     FRUGAL_HOST_PROFILE=1 "$BUILD/train_step_bench" "${args[@]}" --steps 30 --warmup 10 \
       2> "$OUTDIR/profile-host-$p.txt" | grep -o '"median_ms":[0-9.]*' >> "$OUTDIR/profile-host-$p.txt"
