@@ -33,8 +33,8 @@ for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
       "$BUILD/train_step_bench" "${args[@]}" --profile > "$out" 2>&1 ||
       { echo "ncu failed for $p"; status=1; continue; }
     # each launch's name line, then the lines that say where its time goes
-    grep -E "^  [^ ].*\(|Duration|Throughput|Registers Per|Occupancy|Stall|Issued Warp|Eligible|Pipe|Ipc|Hit Rate|Bank" \
-      "$out" | cut -c1-150 | head -150
+    grep -E "^  [^ ].*\(|Duration|Throughput|Registers Per|Occupancy|[Ss]tall|Issued Warp|Eligible|[Pp]ipe|Ipc|Hit Rate|Bank|Issue Slots|WRN|OPT" \
+      "$out" | cut -c1-150 | head -200
     continue
   fi
   if [[ " ${PROFILE_KINDS:-ncu host} " == *" host "* ]]; then
