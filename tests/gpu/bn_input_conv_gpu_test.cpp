@@ -93,60 +93,65 @@ struct BnConvCase {
   }
 };
 
-}  // namespace
-
-TEST(GpuBnInputConv, ForwardMatchesCpu) {
-  SKIP_WITHOUT_GPU();
-  Tf32Scope exact(false);
+// Runs fn(c) for every case: dtype x shape x activation x with and without gamma and beta, each
+// traced by its name.
+template <typename Fn>
+void for_each_case(Fn fn) {
   for (DType t : kDTypes) {
     for (const kernels::Conv2dShape& s : kShapes) {
       for (Activation act : kActs) {
         for (bool affine : {true, false}) {
           BnConvCase c(t, s, affine, act);
           SCOPED_TRACE(c.name());
-          const std::vector<float> bias = random_values(static_cast<size_t>(s.k), 58, t);
-          std::vector<float> ref(c.dy.size());
-          kernels::cpu::conv2d_forward(cpu(), DType::f32, s, c.x().data(), c.w.data(), bias.data(),
-                                       ref.data());
-          DeviceBuffer dbias = to_device(t, bias), y(t, static_cast<int64_t>(ref.size()));
-          y.poison();
-          kernels::cuda::conv2d_forward_bn_act(gpu(), t, s, c.device_input(), c.dz.get(),
-                                               c.dw.get(), dbias.get(), y.get());
-          EXPECT_CLOSE(y.download(), ref, tolerance(t));
+          fn(c);
         }
       }
     }
   }
 }
 
+}  // namespace
+
+TEST(GpuBnInputConv, ForwardMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Tf32Scope exact(false);
+  for_each_case([](BnConvCase& c) {
+    const DType t = c.t;
+    const kernels::Conv2dShape& s = c.s;
+    const std::vector<float> bias = random_values(static_cast<size_t>(s.k), 58, t);
+    std::vector<float> ref(c.dy.size());
+    kernels::cpu::conv2d_forward(cpu(), DType::f32, s, c.x().data(), c.w.data(), bias.data(),
+                                 ref.data());
+    DeviceBuffer dbias = to_device(t, bias), y(t, static_cast<int64_t>(ref.size()));
+    y.poison();
+    kernels::cuda::conv2d_forward_bn_act(gpu(), t, s, c.device_input(), c.dz.get(), c.dw.get(),
+                                         dbias.get(), y.get());
+    EXPECT_CLOSE(y.download(), ref, tolerance(t));
+  });
+}
+
 TEST(GpuBnInputConv, WeightGradientMatchesCpu) {
   SKIP_WITHOUT_GPU();
   Tf32Scope exact(false);
-  for (DType t : kDTypes) {
-    for (const kernels::Conv2dShape& s : kShapes) {
-      for (Activation act : kActs) {
-        for (bool affine : {true, false}) {
-          BnConvCase c(t, s, affine, act);
-          SCOPED_TRACE(c.name());
-          const int64_t nw = static_cast<int64_t>(c.w.size());
-          std::vector<float> ref_w(c.w.size()), ref_b(static_cast<size_t>(s.k));
-          kernels::cpu::conv2d_backward_weight(cpu(), DType::f32, DType::f32, s, c.x().data(),
-                                               c.dy.data(), ref_w.data(), ref_b.data());
-          std::vector<DType> dw_types{t};
-          if (t != DType::f32) dw_types.push_back(DType::f32);
-          for (DType dw_t : dw_types) {
-            DeviceBuffer dw(dw_t, nw), db(dw_t, s.k);
-            dw.poison();
-            db.poison();
-            kernels::cuda::conv2d_backward_weight_bn_act(
-                gpu(), t, dw_t, s, c.device_input(), c.dz.get(), c.ddy.get(), dw.get(), db.get());
-            EXPECT_CLOSE(dw.download(), ref_w, tolerance(t));
-            EXPECT_CLOSE(db.download(), ref_b, tolerance(t));
-          }
-        }
-      }
+  for_each_case([](BnConvCase& c) {
+    const DType t = c.t;
+    const kernels::Conv2dShape& s = c.s;
+    const int64_t nw = static_cast<int64_t>(c.w.size());
+    std::vector<float> ref_w(c.w.size()), ref_b(static_cast<size_t>(s.k));
+    kernels::cpu::conv2d_backward_weight(cpu(), DType::f32, DType::f32, s, c.x().data(),
+                                         c.dy.data(), ref_w.data(), ref_b.data());
+    std::vector<DType> dw_types{t};
+    if (t != DType::f32) dw_types.push_back(DType::f32);
+    for (DType dw_t : dw_types) {
+      DeviceBuffer dw(dw_t, nw), db(dw_t, s.k);
+      dw.poison();
+      db.poison();
+      kernels::cuda::conv2d_backward_weight_bn_act(gpu(), t, dw_t, s, c.device_input(), c.dz.get(),
+                                                   c.ddy.get(), dw.get(), db.get());
+      EXPECT_CLOSE(dw.download(), ref_w, tolerance(t));
+      EXPECT_CLOSE(db.download(), ref_b, tolerance(t));
     }
-  }
+  });
 }
 
 namespace {
