@@ -256,8 +256,8 @@ __device__ __forceinline__ float warp_max(float v) {
 // packs: 72 values x 64 rows for a 32-channel f16 depthwise weight gradient.
 // Calls write(lane, m, sum) exactly once for every lane < lanes and m < M; every thread of the
 // block must call it (it synchronises), and the block must have exactly kThreads threads: its
-// loops stride by kThreads, so a smaller block leaves sums unwritten (the depthwise tiles of
-// session 21, 240 threads a block, lost columns 240-255 that way).
+// loops stride by kThreads, so a smaller block leaves sums unwritten (a 240-thread block lost
+// columns 240-255 that way).
 template <int M, typename Write>
 __device__ __forceinline__ void sum_block_rows(const float (&vals)[M], int lanes, int rows,
                                                Write write) {
