@@ -84,13 +84,37 @@ __device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
   return *reinterpret_cast<const Pack<T, N>*>(p);
 }
 
+// N floats rounded to T (to nearest even), a pair at a time for the 16-bit types: one conversion
+// instruction of an f32 pair (cvt.rn.f16x2.f32) where the scalar form takes one a value, with the
+// same results.
+template <typename T, int N>
+__device__ __forceinline__ Pack<T, N> round_pack(const float* v) {
+  Pack<T, N> out;
+  if constexpr (N % 2 == 0 && std::is_same_v<T, __half>) {
+#pragma unroll
+    for (int i = 0; i < N; i += 2) {
+      const __half2 h = __floats2half2_rn(v[i], v[i + 1]);
+      out.v[i] = __low2half(h);
+      out.v[i + 1] = __high2half(h);
+    }
+  } else if constexpr (N % 2 == 0 && std::is_same_v<T, __nv_bfloat16>) {
+#pragma unroll
+    for (int i = 0; i < N; i += 2) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(v[i], v[i + 1]);
+      out.v[i] = __low2bfloat16(h);
+      out.v[i + 1] = __high2bfloat16(h);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out.v[i] = from_f<T>(v[i]);
+  }
+  return out;
+}
+
 // Rounds N floats to T and stores them as one aligned access.
 template <typename T, int N>
 __device__ __forceinline__ void store_pack(T* p, const float* v) {
-  Pack<T, N> out;
-#pragma unroll
-  for (int i = 0; i < N; ++i) out.v[i] = from_f<T>(v[i]);
-  *reinterpret_cast<Pack<T, N>*>(p) = out;
+  *reinterpret_cast<Pack<T, N>*>(p) = round_pack<T, N>(v);
 }
 
 // Channels per thread for NHWC kernels that load 16-byte packs along C: kVec<T> when `channels`

@@ -139,9 +139,10 @@ struct BnActLoad {
   }
   __device__ __forceinline__ void operator()(float (&x)[V]) const {
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      x[v] = to_f(from_f<T>(act_forward<A>((x[v] - mean[v]) * scale[v] + shift[v])));
-    }
+    for (int v = 0; v < V; ++v) x[v] = act_forward<A>((x[v] - mean[v]) * scale[v] + shift[v]);
+    const Pack<T, V> rounded = round_pack<T, V>(x);  // as the normalize kernel's store_pack
+#pragma unroll
+    for (int v = 0; v < V; ++v) x[v] = to_f(rounded.v[v]);
   }
 };
 
