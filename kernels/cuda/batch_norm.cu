@@ -164,24 +164,29 @@ __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const
   });
 }
 
+// Loads a lane of the finishes issues before it adds them. With one in flight the finishes of
+// MobileNetV1's bf16 step waited on L2 once per split a lane walked, 9.5 us a launch (54
+// launches, 0.51 ms of a 9.5 ms step, H200); with split_sums.cuh's 4, a partial grid of 1,024
+// splits still cost a lane 8 round trips, and each finish about 8 us (104 launches, 0.81 ms of
+// MobileNetV2's f16 step). 16 make those 2; the loads are of pairs, 32 registers.
+constexpr int kChannelSplitLoads = 16;
+
 // The two sums of channel `ch` over the splits, in double; one warp per channel, every lane gets
-// the result. A lane issues kSplitLoads loads before it adds them (kSplitLoads in
-// split_sums.cuh): with one in flight, the finishes of MobileNetV1's bf16 step waited on L2 once
-// per split a lane walked, 9.5 us a launch (54 launches, 0.51 ms of a 9.5 ms step, H200).
+// the result. A lane issues kChannelSplitLoads loads before it adds them.
 __device__ __forceinline__ void sum_channel_splits(int64_t c, int splits, const float* partial,
                                                    int64_t ch, int lane, double* a, double* b) {
   double sa = 0.0, sb = 0.0;
-  for (int g0 = lane; g0 < splits; g0 += 32 * kSplitLoads) {
-    float2 v[kSplitLoads];
+  for (int g0 = lane; g0 < splits; g0 += 32 * kChannelSplitLoads) {
+    float2 v[kChannelSplitLoads];
 #pragma unroll
-    for (int u = 0; u < kSplitLoads; ++u) {
+    for (int u = 0; u < kChannelSplitLoads; ++u) {
       const int64_t g = g0 + 32 * u;
       // (sum, moment) pairs: 8-byte aligned as the workspace is
       v[u] = g < splits ? *reinterpret_cast<const float2*>(partial + (g * c + ch) * 2)
                         : make_float2(0.0f, 0.0f);
     }
 #pragma unroll
-    for (int u = 0; u < kSplitLoads; ++u) sa += v[u].x, sb += v[u].y;
+    for (int u = 0; u < kChannelSplitLoads; ++u) sa += v[u].x, sb += v[u].y;
   }
   for (int o = 16; o > 0; o >>= 1) {
     sa += __shfl_xor_sync(0xffffffffu, sa, o);
