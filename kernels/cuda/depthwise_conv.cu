@@ -185,12 +185,12 @@ __device__ __forceinline__ int row_offset(int64_t row, int n, int h, int w, int 
 }
 
 // One strip of a gather: out[r] = init + the sum over rows a, columns j and taps b with
-// Cols::target(j, b) == r of src[rows[a] + (col0 + j) * c] * wt[(a*K + b) * c] (wt: the
-// transposed weights at the pack's first channel). Rows with rows[a] < 0 and columns outside
+// Cols::target(j, b) == r of src[row_of(a) + (col0 + j) * c] * wt[(a*K + b) * c] (wt: the
+// transposed weights at the pack's first channel). Rows with row_of(a) < 0 and columns outside
 // [0, col_end) add nothing; out[r] goes to dst[out0 + r * c] for r in [r_begin, r_end). A kernel
 // row at a time: 8 x V accumulators and K x V weights live.
-template <typename T, int V, class Cols, class In = PlainInput>
-__device__ __forceinline__ void gather_strip(const T* __restrict__ src, const int (&rows)[Cols::kK],
+template <typename T, int V, class Cols, class RowOf, class In = PlainInput>
+__device__ __forceinline__ void gather_strip(const T* __restrict__ src, RowOf row_of,
                                              int col0, int col_end, int width, int c,
                                              const float* __restrict__ wt, const float (&init)[V],
                                              T* __restrict__ dst, int out0, int r_begin, int r_end,
@@ -208,9 +208,15 @@ __device__ __forceinline__ void gather_strip(const T* __restrict__ src, const in
   // 745 integer and select instructions of 1,758, beside 408 FMAs, 444 conversions, 65 loads).
   // Only the strips at a row's two ends take the general path; the values are the same.
   const bool interior = col0 >= 0 && col0 + Cols::kCols <= col_end;
-#pragma unroll
+  // Note [Strip code size]: the kernel rows run as a loop, not unrolled. Unrolled, the f16 3x3
+  // forward that reads batch norm through was 48.6 KB of SASS (71.5 KB at stride 2), past what
+  // a multiprocessor's instruction caches keep close, and ncu put 50-63% of its warps' stalls on
+  // instruction fetch (MobileNetV2 f16, H200). A row a pass keeps one row's loads in flight
+  // together and the code at 19.8 KB (27.6 KB).
+#pragma unroll 1
   for (int a = 0; a < K; ++a) {
-    if (rows[a] < 0) continue;  // the same for the threads of a warp but at image edges
+    const int row = row_of(a);
+    if (row < 0) continue;  // the same for the threads of a warp but at image edges
     float wr[K][V];
 #pragma unroll
     for (int b = 0; b < K; ++b) load_floats<float, V>(wt + (a * K + b) * c, wr[b]);
@@ -225,7 +231,7 @@ __device__ __forceinline__ void gather_strip(const T* __restrict__ src, const in
       }
     };
     if (interior) {
-      const T* line = src + rows[a] + col0 * c;
+      const T* line = src + row + col0 * c;
 #pragma unroll
       for (int j = 0; j < Cols::kCols; ++j) {
         float xv[V];
@@ -237,7 +243,7 @@ __device__ __forceinline__ void gather_strip(const T* __restrict__ src, const in
 #pragma unroll
       for (int j = 0; j < Cols::kCols; ++j) {
         float xv[V];
-        load_column<T, V>(src, rows[a], col0 + j, col_end, width, c, xv, in);
+        load_column<T, V>(src, row, col0 + j, col_end, width, c, xv, in);
         add_column(j, xv);
       }
     }
@@ -279,16 +285,14 @@ __global__ void __launch_bounds__(kGatherThreads)
     const int oh = p % g.oh, n = p / g.oh, c0 = cv * V;
     float init[V] = {};
     if (bias != nullptr) load_floats<T, V>(bias + c0, init);
-    int rows[K];
-#pragma unroll
-    for (int a = 0; a < K; ++a) {
-      rows[a] = row_offset(int64_t{oh} * g.sh - g.ph + int64_t{a} * g.dh, n, g.h, g.w, g.c, c0);
-    }
+    auto row_of = [&](int a) {
+      return row_offset(int64_t{oh} * g.sh - g.ph + int64_t{a} * g.dh, n, g.h, g.w, g.c, c0);
+    };
     const int count = min(kStrip, g.ow - ow0);
     // Past the row's end every column reads nothing, clamped or not.
     const int col0 = static_cast<int>(std::min<int64_t>(int64_t{ow0} * S - g.pw, g.w));
     const int col_end = min(g.w, col0 + (count - 1) * S + K);  // after the last output's columns
-    gather_strip<T, V, ReadCols<K, S>>(x, rows, col0, col_end, g.w, g.c, wt + c0, init, y,
+    gather_strip<T, V, ReadCols<K, S>>(x, row_of, col0, col_end, g.w, g.c, wt + c0, init, y,
                                        ((n * g.oh + oh) * g.ow + ow0) * g.c + c0, 0, count,
                                        In(bn, c0));
   }
@@ -314,19 +318,17 @@ __global__ void __launch_bounds__(kGatherThreads)
     p /= strips;
     const int ih = p % g.h, n = p / g.h, c0 = cv * V;
     const float init[V] = {};
-    int rows[K];
-#pragma unroll
-    for (int a = 0; a < K; ++a) {
+    auto row_of = [&](int a) {
       const int64_t th = int64_t{ih} + g.ph - int64_t{a} * g.dh;  // oh * sh for a tap that reads ih
-      rows[a] = th >= 0 && th % g.sh == 0 ? row_offset(th / g.sh, n, g.oh, g.ow, g.c, c0) : -1;
-    }
+      return th >= 0 && th % g.sh == 0 ? row_offset(th / g.sh, n, g.oh, g.ow, g.c, c0) : -1;
+    };
     const int r_begin = max(0, -iw0), r_end = min(kStrip, g.w - iw0);
     // (iw0 + pw) / S - M, clamped: past the row's end every column reads nothing either way.
     const int col0 =
         static_cast<int>(std::min<int64_t>((int64_t{iw0} + g.pw) / S - Cols::kM, g.ow));
     // After the last column that feeds a pixel before r_end.
     const int col_end = min(g.ow, col0 + (r_end - 1 + Cols::kM * S) / S + 1);
-    gather_strip<T, V, Cols>(dy, rows, col0, col_end, g.ow, g.c, wt + c0, init, dx,
+    gather_strip<T, V, Cols>(dy, row_of, col0, col_end, g.ow, g.c, wt + c0, init, dx,
                              ((n * g.h + ih) * g.w + iw0) * g.c + c0, r_begin, r_end);
   }
 }
