@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/cuda_common.cuh"
 #include "kernels/elementwise.h"
 
 namespace frugal::kernels::cuda {
@@ -32,6 +33,46 @@ __device__ __forceinline__ float act_forward(float x) {
     return sigmoidf(x);
   } else {
     return x;
+  }
+}
+
+// Note [Clamps after rounding]: relu and relu6 commute with rounding to nearest, which is monotone
+// and keeps 0 and 6; so rounding z and then clamping the 16-bit values gives the values that
+// clamping in f32 and then rounding gives, and a pair of 16-bit values clamps in one instruction
+// (max/min.f16x2, .bf16x2) where f32 takes one a value a bound. NaN becomes 0 either way (the
+// max without _nan returns the number). Only a zero's sign may differ (-0 where f32 gives +0),
+// which changes no sum that starts from +0 or holds a nonzero term.
+template <Activation A, typename T, int N>
+constexpr bool clamps_after_rounding =
+    (A == Activation::relu || A == Activation::relu6) && N % 2 == 0 &&
+    (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>);
+
+// x = float(clamp(round_to_T(x))) for A = relu or relu6, a pair of values at a time: the pair
+// stays packed from the rounding to the conversion back.
+template <Activation A, typename T, int N>
+__device__ __forceinline__ void round_and_clamp(float (&x)[N]) {
+  static_assert(clamps_after_rounding<A, T, N>);
+  constexpr bool half = std::is_same_v<T, __half>;
+  using Pair = std::conditional_t<half, __half2, __nv_bfloat162>;
+  const Pair zero(from_f<T>(0.0f), from_f<T>(0.0f)), six(from_f<T>(6.0f), from_f<T>(6.0f));
+#pragma unroll
+  for (int i = 0; i < N; i += 2) {
+    Pair p;
+    if constexpr (half) {
+      p = __floats2half2_rn(x[i], x[i + 1]);
+    } else {
+      p = __floats2bfloat162_rn(x[i], x[i + 1]);
+    }
+    p = __hmax2(p, zero);
+    if constexpr (A == Activation::relu6) p = __hmin2(p, six);
+    float2 f;
+    if constexpr (half) {
+      f = __half22float2(p);
+    } else {
+      f = __bfloat1622float2(p);
+    }
+    x[i] = f.x;
+    x[i + 1] = f.y;
   }
 }
 

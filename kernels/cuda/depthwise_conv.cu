@@ -110,7 +110,7 @@ __device__ __forceinline__ void load_floats(const T* p, float (&out)[V]) {
 // depthwise convolution] in kernels/conv.h): PlainInput leaves it; BnActLoad<T, V, A> takes it
 // for z and computes x = A((z - mean) * (invstd * gamma) + beta) for the V channels from c0,
 // rounded to T, with the expression of batch_norm.cu's normalize kernel, so x equals the
-// normalize kernel's bit for bit. The activation is a template argument: a run-time switch
+// normalize kernel's bit for bit (but for a zero's sign: Note [Clamps after rounding]). The activation is a template argument: a run-time switch
 // between the loads of a strip kept them from issuing together (the first form of this ran the
 // weight gradient at 2.4x the time of the plain kernel).
 struct PlainInput {
@@ -138,11 +138,21 @@ struct BnActLoad {
     }
   }
   __device__ __forceinline__ void operator()(float (&x)[V]) const {
+    // 16-bit relu and relu6 clamp the rounded pairs (Note [Clamps after rounding] in
+    // activation.cuh): these loads are ALU bound, and f32 clamps were 8 of a pack's instructions.
+    constexpr bool after = clamps_after_rounding<A, T, V>;
 #pragma unroll
-    for (int v = 0; v < V; ++v) x[v] = act_forward<A>((x[v] - mean[v]) * scale[v] + shift[v]);
-    const Pack<T, V> rounded = round_pack<T, V>(x);  // as the normalize kernel's store_pack
+    for (int v = 0; v < V; ++v) {
+      const float affine = (x[v] - mean[v]) * scale[v] + shift[v];
+      x[v] = after ? affine : act_forward<A>(affine);
+    }
+    if constexpr (after) {
+      round_and_clamp<A, T>(x);
+    } else {
+      const Pack<T, V> rounded = round_pack<T, V>(x);  // as the normalize kernel's store_pack
 #pragma unroll
-    for (int v = 0; v < V; ++v) x[v] = to_f(rounded.v[v]);
+      for (int v = 0; v < V; ++v) x[v] = to_f(rounded.v[v]);
+    }
   }
 };
 
@@ -499,20 +509,36 @@ __global__ void __launch_bounds__(kThreads)
     const int per_row = S > 0 ? (g.ow + kStrip - 1) / kStrip : g.ow;
     const int items = g.n * g.oh * per_row;  // <= N * OH * OW: fits
     const int step = static_cast<int>(gridDim.y) * rows;
-    for (int item = static_cast<int>(blockIdx.y) * rows + r; item < items; item += step) {
-      const int q = item / per_row, oh = q % g.oh, n = q / g.oh;
+    // The item's image n, output row oh and place s in the row, stepped along with the item
+    // instead of divided out of it: the divisions cost about as many integer instructions as
+    // an item's taps, and the ALU pipe bounds these kernels.
+    int item = static_cast<int>(blockIdx.y) * rows + r;
+    const int step_s = step % per_row, step_q = step / per_row;
+    const int step_oh = step_q % g.oh, step_n = step_q / g.oh;
+    int s = item % per_row, oh = item / per_row % g.oh, n = item / per_row / g.oh;
+    auto next = [&] {
+      item += step;
+      s += step_s;
+      const int carry = s >= per_row ? 1 : 0;
+      s -= carry * per_row;
+      oh += step_oh + carry;  // < 2 * g.oh
+      const int wrap = oh >= g.oh ? 1 : 0;
+      oh -= wrap * g.oh;
+      n += step_n + wrap;
+    };
+    for (; item < items; next()) {
       if constexpr (S > 0) {
         const int row =
             row_offset(int64_t{oh} * g.sh - g.ph + int64_t{a} * g.dh, n, g.h, g.w, g.c, c0);
         if (row < 0) continue;
-        const int ow0 = item % per_row * kStrip;
+        const int ow0 = s * kStrip;
         const int count = min(kStrip, g.ow - ow0);
         const int col0 = static_cast<int>(std::min<int64_t>(int64_t{ow0} * S - g.pw, g.w));
         const int col_end = min(g.w, col0 + (count - 1) * S + K);
         weight_strip<T, K, V, S>(x, dy, row, col0, col_end, g.w, g.c,
                                  ((n * g.oh + oh) * g.ow + ow0) * g.c + c0, count, in, acc);
       } else {
-        weight_pixel<T, K, V>(g, x, dy, n, oh, item % per_row, a, c0, in, acc);
+        weight_pixel<T, K, V>(g, x, dy, n, oh, s, a, c0, in, acc);
       }
     }
   }
