@@ -54,7 +54,17 @@ __device__ __forceinline__ void round_and_clamp(float (&x)[N]) {
   static_assert(clamps_after_rounding<A, T, N>);
   constexpr bool half = std::is_same_v<T, __half>;
   using Pair = std::conditional_t<half, __half2, __nv_bfloat162>;
-  const Pair zero(from_f<T>(0.0f), from_f<T>(0.0f)), six(from_f<T>(6.0f), from_f<T>(6.0f));
+  // The bounds from their bits: a conversion is inline assembly, which the compiler does not
+  // fold, and each clamp would convert them again.
+  T zero1, six1;
+  if constexpr (half) {
+    zero1 = __ushort_as_half(0x0000);
+    six1 = __ushort_as_half(0x4600);
+  } else {
+    zero1 = __ushort_as_bfloat16(0x0000);
+    six1 = __ushort_as_bfloat16(0x40c0);
+  }
+  const Pair zero(zero1, zero1), six(six1, six1);
 #pragma unroll
   for (int i = 0; i < N; i += 2) {
     Pair p;

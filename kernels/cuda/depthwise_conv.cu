@@ -308,6 +308,115 @@ __global__ void __launch_bounds__(kGatherThreads)
   }
 }
 
+// Note [Row windows]: the 3x3 forward at stride 1 without dilation (most depthwise layers of
+// the MobileNets) walks a thread down `rows` output rows of its strip of kStrip outputs and
+// kWindowPack channels. It keeps the three input rows that the current output row reads in
+// registers, made over by In and converted to f32, and each step down loads and makes over only
+// the one new row. The strips load and normalize every input pixel 3 x 10/8 = 3.75 times for
+// 3x3; a window of R rows does (R + 2)/R x 10/8 times (1.4 at R = 16). Making the input over
+// (load, convert, normalize, activate, round, convert back) costs more instructions than its
+// taps' FMAs, and the strips were issue bound on it. Two channels a thread keep the window
+// (3 x 10 x 2 floats), the accumulators (8 x 2) and the 9 x 2 weights within 96 registers.
+constexpr int kWindowPack = 2;
+
+template <typename T, class In>
+__global__ void __launch_bounds__(kGatherThreads)
+    forward_window_kernel(Geom g, int rows, BnActInput bn, const T* __restrict__ x,
+                          const float* __restrict__ wt, const T* __restrict__ bias,
+                          T* __restrict__ y) {
+  constexpr int K = 3, V = kWindowPack;
+  using Cols = ReadCols<K, 1>;
+  constexpr int kCols = Cols::kCols;
+  const int cvs = g.c / V, strips = (g.ow + kStrip - 1) / kStrip;
+  const int groups = (g.oh + rows - 1) / rows;
+  const int total = g.n * groups * strips * cvs;  // <= N * OH * OW * C / 2: fits
+  const int stride = static_cast<int>(gridDim.x * blockDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
+    const int cv = i % cvs;
+    int p = i / cvs;
+    const int ow0 = p % strips * kStrip;
+    p /= strips;
+    const int oh_begin = p % groups * rows, n = p / groups, c0 = cv * V;
+    const int oh_end = min(g.oh, oh_begin + rows);
+    const In in(bn, c0);
+    float init[V] = {};
+    if (bias != nullptr) load_floats<T, V>(bias + c0, init);
+    float wr[K][K][V];
+#pragma unroll
+    for (int a = 0; a < K; ++a) {
+#pragma unroll
+      for (int b = 0; b < K; ++b) load_floats<float, V>(wt + (a * K + b) * g.c + c0, wr[a][b]);
+    }
+    const int count = min(kStrip, g.ow - ow0);
+    const int col0 = static_cast<int>(std::min<int64_t>(int64_t{ow0} - g.pw, g.w));
+    const int col_end = min(g.w, col0 + (count - 1) + K);
+    const bool interior = col0 >= 0 && col0 + kCols <= col_end;
+    // window[a]: input row oh - ph + a of the current output row oh, zeros outside the image
+    float window[K][kCols][V];
+    auto load_row = [&](float(&dst)[kCols][V], int ih) {
+      const int row = row_offset(ih, n, g.h, g.w, g.c, c0);
+      if (row < 0) {
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) dst[j][v] = 0.0f;
+        }
+      } else if (interior) {  // Note [Interior strips]
+        const T* line = x + row + col0 * g.c;
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) {
+          load_floats<T, V>(line + j * g.c, dst[j]);
+          in(dst[j]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) {
+          load_column<T, V>(x, row, col0 + j, col_end, g.w, g.c, dst[j], in);
+        }
+      }
+    };
+#pragma unroll
+    for (int a = 0; a < K - 1; ++a) load_row(window[a + 1], oh_begin - g.ph + a);
+#pragma unroll 1
+    for (int oh = oh_begin; oh < oh_end; ++oh) {
+      // slide down one row: the rows a = 1, 2 of the last output row are this one's 0, 1
+#pragma unroll
+      for (int a = 0; a < K - 1; ++a) {
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) window[a][j][v] = window[a + 1][j][v];
+        }
+      }
+      load_row(window[K - 1], oh - g.ph + K - 1);
+      float acc[kStrip][V];
+#pragma unroll
+      for (int r = 0; r < kStrip; ++r) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[r][v] = init[v];
+      }
+#pragma unroll
+      for (int a = 0; a < K; ++a) {
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) {
+#pragma unroll
+          for (int b = 0; b < K; ++b) {
+            const int r = Cols::target(j, b);
+            if (r < 0) continue;
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[r][v] = fmaf(window[a][j][v], wr[a][b][v], acc[r][v]);
+          }
+        }
+      }
+      const int out0 = ((n * g.oh + oh) * g.ow + ow0) * g.c + c0;
+#pragma unroll
+      for (int r = 0; r < kStrip; ++r) {
+        if (r < count) store_pack<T, V>(y + (out0 + r * g.c), acc[r]);
+      }
+    }
+  }
+}
+
 // dx[n, ih, iw, c] = sum over the taps (a, b) and outputs (oh, ow) that read (ih, iw) of
 // dy[n, oh, ow, c] * w[c, a, b], for a strip of kStrip input columns (S = stride_w, dilation_w
 // 1; GatherCols) and a pack of V channels. Strips start at column -(pw % S) so that every strip
@@ -655,13 +764,47 @@ void backward_weight_kv(const Context& ctx, cudaStream_t stream, const Conv2dSha
   }
 }
 
+// Whether the forward takes row windows (Note [Row windows]).
+bool uses_row_windows(const Conv2dShape& s) {
+  return s.kh == 3 && s.kw == 3 && s.stride_h == 1 && s.stride_w == 1 && s.dil_h == 1 &&
+         s.dil_w == 1;
+}
+
+// Output rows a window walks: as many as keep one wave of threads busy (Note [Grids by
+// occupancy] in cuda_common.cuh), at least 2 and at most 16.
+template <typename Kernel>
+int window_rows(const Context& ctx, const Conv2dShape& s, Kernel* kernel) {
+  const int64_t row_items = s.n * s.oh() * ((s.ow() + kStrip - 1) / kStrip) * (s.c / kWindowPack);
+  const int64_t resident = resident_fill(ctx, kernel, kGatherThreads) * kGatherThreads;
+  return static_cast<int>(
+      std::clamp<int64_t>(row_items / std::max<int64_t>(resident, 1), 2, 16));
+}
+
+template <typename T, class In>
+void forward_window(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
+                    const BnActInput& bn, const T* x, const float* wt, const T* bias, T* y) {
+  const auto kernel = forward_window_kernel<T, In>;
+  const int rows = window_rows(ctx, s, kernel);
+  const int64_t work = s.n * ((s.oh() + rows - 1) / rows) * ((s.ow() + kStrip - 1) / kStrip) *
+                       (s.c / kWindowPack);
+  kernel<<<resident_grid(ctx, kernel, work, kGatherThreads), kGatherThreads, 0, stream>>>(
+      geom_of(s), rows, bn, x, wt, bias, y);
+  FRUGAL_LAUNCH_CHECK();
+}
+
 // With bn, packs fit and the strips take the shape (depthwise_reads_bn_act).
 template <typename T, int K>
 void forward_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* x,
                const float* wt, const void* bias, void* y, const BnActInput* bn) {
   auto xt = static_cast<const T*>(x), bt = static_cast<const T*>(bias);
   auto yt = static_cast<T*>(y);
-  if (bn != nullptr || packs_fit<T, kPack>(s.c, {x, bias, y})) {
+  if (K == 3 && uses_row_windows(s) &&
+      (bn != nullptr || packs_fit<T, kWindowPack>(s.c, {x, bias, y}))) {
+    with_input<T, kWindowPack>(bn, [&](auto in) {
+      using In = typename decltype(in)::type;
+      forward_window<T, In>(ctx, stream, s, bn != nullptr ? *bn : BnActInput{}, xt, wt, bt, yt);
+    });
+  } else if (bn != nullptr || packs_fit<T, kPack>(s.c, {x, bias, y})) {
     with_input<T, kPack>(bn, [&](auto in) {
       using In = typename decltype(in)::type;
       forward_kv<T, K, kPack, In>(ctx, stream, s, bn != nullptr ? *bn : BnActInput{}, xt, wt, bt,

@@ -1,7 +1,7 @@
 // CUDA vs CPU: a convolution over x = act(bn(z)) computed from z and the statistics (Note [Batch
 // norm inside the depthwise convolution] in kernels/conv.h), forward and weight gradient.
-// Depthwise shapes with packs of 4 channels and strips (stride 1 and 2, 3x3 and 5x5) normalize z
-// in the kernels' loads, one kernel per activation (relu, relu6); the padding must stay zero
+// Depthwise shapes with packs of channels (3x3 stride 1 in row windows; strips for stride 2 and
+// 5x5) normalize z in the kernels' loads, one kernel per activation (relu, relu6); the padding must stay zero
 // whatever act(beta) is. Odd channel counts, stride 3, silu, hardswish and a dense shape write x
 // into a workspace first. f32, f16, bf16, with and without gamma and beta. Then the whole path
 // through nn::functional on the GPU: a batch norm's output read by a depthwise conv is not
@@ -34,7 +34,8 @@ kernels::Conv2dShape shape(int64_t n, int64_t hw, int64_t c, int64_t k, int64_t 
 }
 
 const kernels::Conv2dShape kShapes[] = {
-    shape(2, 11, 16, 16, 3, 1, 16),  // depthwise strips, stride 1, packs of 4
+    shape(2, 11, 16, 16, 3, 1, 16),  // depthwise row windows (3x3 stride 1), strips at edges
+    shape(2, 20, 8, 8, 3, 1, 8),     // row windows with a strip inside the row
     shape(3, 12, 24, 24, 3, 2, 24),  // stride 2
     shape(2, 13, 40, 40, 5, 1, 40),  // 5x5
     shape(2, 9, 7, 7, 3, 1, 7),      // odd channels: x written into a workspace
