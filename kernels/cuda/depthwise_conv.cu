@@ -776,8 +776,7 @@ template <typename Kernel>
 int window_rows(const Context& ctx, const Conv2dShape& s, Kernel* kernel) {
   const int64_t row_items = s.n * s.oh() * ((s.ow() + kStrip - 1) / kStrip) * (s.c / kWindowPack);
   const int64_t resident = resident_fill(ctx, kernel, kGatherThreads) * kGatherThreads;
-  return static_cast<int>(
-      std::clamp<int64_t>(row_items / std::max<int64_t>(resident, 1), 2, 16));
+  return static_cast<int>(std::clamp<int64_t>(row_items / std::max<int64_t>(resident, 1), 2, 16));
 }
 
 template <typename T, class In>
@@ -785,8 +784,8 @@ void forward_window(const Context& ctx, cudaStream_t stream, const Conv2dShape& 
                     const BnActInput& bn, const T* x, const float* wt, const T* bias, T* y) {
   const auto kernel = forward_window_kernel<T, In>;
   const int rows = window_rows(ctx, s, kernel);
-  const int64_t work = s.n * ((s.oh() + rows - 1) / rows) * ((s.ow() + kStrip - 1) / kStrip) *
-                       (s.c / kWindowPack);
+  const int64_t work =
+      s.n * ((s.oh() + rows - 1) / rows) * ((s.ow() + kStrip - 1) / kStrip) * (s.c / kWindowPack);
   kernel<<<resident_grid(ctx, kernel, work, kGatherThreads), kGatherThreads, 0, stream>>>(
       geom_of(s), rows, bn, x, wt, bias, y);
   FRUGAL_LAUNCH_CHECK();

@@ -1,10 +1,10 @@
 // CUDA vs CPU: a convolution over x = act(bn(z)) computed from z and the statistics (Note [Batch
 // norm inside the depthwise convolution] in kernels/conv.h), forward and weight gradient.
 // Depthwise shapes with packs of channels (3x3 stride 1 in row windows; strips for stride 2 and
-// 5x5) normalize z in the kernels' loads, one kernel per activation (relu, relu6); the padding must stay zero
-// whatever act(beta) is. Odd channel counts, stride 3, silu, hardswish and a dense shape write x
-// into a workspace first. f32, f16, bf16, with and without gamma and beta. Then the whole path
-// through nn::functional on the GPU: a batch norm's output read by a depthwise conv is not
+// 5x5) normalize z in the kernels' loads, one kernel per activation (relu, relu6); the padding must
+// stay zero whatever act(beta) is. Odd channel counts, stride 3, silu, hardswish and a dense shape
+// write x into a workspace first. f32, f16, bf16, with and without gamma and beta. Then the whole
+// path through nn::functional on the GPU: a batch norm's output read by a depthwise conv is not
 // written in forward, the step's outputs and gradients equal those of a written copy read by the
 // plain kernels bit for bit, and an output still held is written by backward, before a step
 // changes gamma.
