@@ -316,7 +316,8 @@ __global__ void __launch_bounds__(kGatherThreads)
 // 3x3; a window of R rows does (R + 2)/R x 10/8 times (1.4 at R = 16). Making the input over
 // (load, convert, normalize, activate, round, convert back) costs more instructions than its
 // taps' FMAs, and the strips were issue bound on it. Two channels a thread keep the window
-// (3 x 10 x 2 floats), the accumulators (8 x 2) and the 9 x 2 weights within 96 registers.
+// (3 x 10 x 2 floats), the accumulators (8 x 2) and the 9 x 2 weights in 125 registers (sm_90).
+// MobileNetV2 f16 on an H200: 0.565 ms a step for the stride-1 forward against the strips' 0.726.
 constexpr int kWindowPack = 2;
 
 template <typename T, class In>
