@@ -2,7 +2,8 @@
 // owns a pack of 4 channels and a strip of kStrip neighbouring pixels of one row and slides along
 // the strip, so each input column is loaded once a strip and each weight once a strip. The weight
 // gradient sums strips into an f32 workspace per row split, then adds the splits in a fixed
-// order. Strides over 2 and dilation along W take one pixel a thread instead.
+// order. Strides over 2 and dilation along W take one pixel a thread instead; the 3x3 forward at
+// stride 1 walks its strips down rows (Note [Row windows]).
 #include <algorithm>
 #include <climits>
 #include <cstdint>
