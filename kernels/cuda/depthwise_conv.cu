@@ -111,9 +111,10 @@ __device__ __forceinline__ void load_floats(const T* p, float (&out)[V]) {
 // depthwise convolution] in kernels/conv.h): PlainInput leaves it; BnActLoad<T, V, A> takes it
 // for z and computes x = A((z - mean) * (invstd * gamma) + beta) for the V channels from c0,
 // rounded to T, with the expression of batch_norm.cu's normalize kernel, so x equals the
-// normalize kernel's bit for bit (but for a zero's sign: Note [Clamps after rounding]). The activation is a template argument: a run-time switch
-// between the loads of a strip kept them from issuing together (the first form of this ran the
-// weight gradient at 2.4x the time of the plain kernel).
+// normalize kernel's bit for bit (but for a zero's sign: Note [Clamps after rounding]). The
+// activation is a template argument: a run-time switch between the loads of a strip kept them
+// from issuing together (the first form of this ran the weight gradient at 2.4x the time of the
+// plain kernel).
 struct PlainInput {
   __device__ __forceinline__ PlainInput(const BnActInput&, int) {}
   __host__ __device__ PlainInput() {}
