@@ -46,6 +46,7 @@ std::vector<kernels::Conv2dShape> configs() {
       conv(2, 11, 9, 40, 40, 5, 5, 2, 2, 2, 1, 40),    // depthwise 5x5 stride 2
       conv(2, 9, 8, 7, 7, 3, 3, 1, 2, 2, 2, 7),        // depthwise dilation 2, odd channels
       conv(2, 7, 7, 16, 16, 3, 3, 2, 0, 0, 1, 16),     // depthwise stride 2, no padding
+      conv(2, 9, 12, 16, 16, 3, 3, 1, 0, 2, 1, 16),    // depthwise stride 1, pads 0 and 2
       conv(6, 29, 31, 32, 32, 3, 3, 1, 1, 1, 1, 32),   // depthwise, many weight-gradient splits
       conv(64, 66, 66, 32, 32, 3, 3, 1, 1, 1, 1, 32),  // depthwise, a batch that fills the device
       conv(2, 9, 13, 5, 5, 3, 3, 2, 1, 0, 1, 5),       // depthwise strips of odd channels, pad_w 0
