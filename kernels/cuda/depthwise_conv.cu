@@ -196,6 +196,32 @@ __device__ __forceinline__ int row_offset(int64_t row, int n, int h, int w, int 
   return row >= 0 && row < h ? ((n * h + static_cast<int>(row)) * w) * c + c0 : -1;
 }
 
+// Calls visit(j, xv) for the columns j < kCols of a strip's row: xv the pack of column col0 + j
+// made over by `in` (load_column), straight from one row pointer where the strip lies inside the
+// row (Note [Interior strips]).
+template <typename T, int V, int kCols, class In, class Visit>
+__device__ __forceinline__ void for_each_column(const T* __restrict__ src, int row, int col0,
+                                                int col_end, int width, int c, bool interior,
+                                                const In& in, Visit visit) {
+  if (interior) {
+    const T* line = src + row + col0 * c;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      float xv[V];
+      load_floats<T, V>(line + j * c, xv);
+      in(xv);
+      visit(j, xv);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      float xv[V];
+      load_column<T, V>(src, row, col0 + j, col_end, width, c, xv, in);
+      visit(j, xv);
+    }
+  }
+}
+
 // One strip of a gather: out[r] = init + the sum over rows a, columns j and taps b with
 // Cols::target(j, b) == r of src[row_of(a) + (col0 + j) * c] * wt[(a*K + b) * c] (wt: the
 // transposed weights at the pack's first channel). Rows with row_of(a) < 0 and columns outside
@@ -242,23 +268,8 @@ __device__ __forceinline__ void gather_strip(const T* __restrict__ src, RowOf ro
         for (int v = 0; v < V; ++v) acc[r][v] = fmaf(xv[v], wr[b][v], acc[r][v]);
       }
     };
-    if (interior) {
-      const T* line = src + row + col0 * c;
-#pragma unroll
-      for (int j = 0; j < Cols::kCols; ++j) {
-        float xv[V];
-        load_floats<T, V>(line + j * c, xv);
-        in(xv);
-        add_column(j, xv);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < Cols::kCols; ++j) {
-        float xv[V];
-        load_column<T, V>(src, row, col0 + j, col_end, width, c, xv, in);
-        add_column(j, xv);
-      }
-    }
+    for_each_column<T, V, Cols::kCols>(src, row, col0, col_end, width, c, interior, in,
+                                       add_column);
   }
 #pragma unroll
   for (int r = 0; r < kStrip; ++r) {
@@ -369,18 +380,12 @@ __global__ void __launch_bounds__(kGatherThreads)
 #pragma unroll
           for (int v = 0; v < V; ++v) dst[j][v] = 0.0f;
         }
-      } else if (interior) {  // Note [Interior strips]
-        const T* line = x + row + col0 * g.c;
-#pragma unroll
-        for (int j = 0; j < kCols; ++j) {
-          load_floats<T, V>(line + j * g.c, dst[j]);
-          in(dst[j]);
-        }
       } else {
+        for_each_column<T, V, kCols>(x, row, col0, col_end, g.w, g.c, interior, in,
+                                     [&](int j, const float(&xv)[V]) {
 #pragma unroll
-        for (int j = 0; j < kCols; ++j) {
-          load_column<T, V>(x, row, col0 + j, col_end, g.w, g.c, dst[j], in);
-        }
+                                       for (int v = 0; v < V; ++v) dst[j][v] = xv[v];
+                                     });
       }
     };
 #pragma unroll
@@ -556,27 +561,15 @@ __device__ __forceinline__ void weight_strip(const T* __restrict__ x, const T* _
     }
   };
   // a whole strip inside the row: straight loads (Note [Interior strips])
-  if (count == kStrip && col0 >= 0 && col0 + Cols::kCols <= col_end) {
+  const bool interior = count == kStrip && col0 >= 0 && col0 + Cols::kCols <= col_end;
+  if (interior) {
 #pragma unroll
     for (int r = 0; r < kStrip; ++r) load_floats<T, V>(dy + dy0 + r * c, gv[r]);
-    const T* line = x + row + col0 * c;
+  } else {
 #pragma unroll
-    for (int j = 0; j < Cols::kCols; ++j) {
-      float xv[V];
-      load_floats<T, V>(line + j * c, xv);
-      in(xv);
-      add_column(j, xv);
-    }
-    return;
+    for (int r = 0; r < kStrip; ++r) load_column<T, V>(dy, dy0, r, count, count, c, gv[r]);
   }
-#pragma unroll
-  for (int r = 0; r < kStrip; ++r) load_column<T, V>(dy, dy0, r, count, count, c, gv[r]);
-#pragma unroll
-  for (int j = 0; j < Cols::kCols; ++j) {
-    float xv[V];
-    load_column<T, V>(x, row, col0 + j, col_end, width, c, xv, in);
-    add_column(j, xv);
-  }
+  for_each_column<T, V, Cols::kCols>(x, row, col0, col_end, width, c, interior, in, add_column);
 }
 
 // acc[b][v] += dy[n, oh, ow, c0 + v] * x[the input of (oh, ow) through tap (a, b), c0 + v] for
