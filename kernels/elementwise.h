@@ -56,8 +56,9 @@ FRUGAL_DECLARE_KERNEL(cast, (const Context& ctx, DType from, DType to, int64_t n
                              void* y),
                       (ctx, from, to, n, x, y))
 
-// y[i] += delta for i < n: i64 counters (BatchNorm's num_batches_tracked) kept on the device, so
-// counting needs no host copy and a captured graph advances them on every replay.
+// y[i] += delta for i < n: i64 counters (a synchronized BatchNorm's num_batches_tracked, the
+// captured step's random-number offset) kept on the device, so counting needs no host copy and a
+// captured graph advances them on every replay.
 FRUGAL_DECLARE_KERNEL(add_i64, (const Context& ctx, int64_t n, int64_t* y, int64_t delta),
                       (ctx, n, y, delta))
 

@@ -51,9 +51,12 @@ struct BatchNormOptions {
 std::optional<Activation> batch_norm_recipe_activation(const std::string& recipe_name);
 
 // x [N, H, W, C] (or [N, C]); weight, bias, running_mean, running_var [C] in acc_dtype(x).
-// In training the running statistics are updated in place (when defined).
+// In training the running statistics are updated in place (when defined), and
+// num_batches_tracked, an i64 scalar on x's device (BatchNorm2d's), when defined is counted up
+// by one with them (not in a checkpointed recompute) in the statistics' own kernel.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                  const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt = {});
+                  const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt = {},
+                  const Tensor& num_batches_tracked = Tensor());
 
 // Sums a tensor over the replicas of a data-parallel job, differentiably (its backward sums the
 // gradient the same way): what makes batch statistics global (dist/sync_batch_norm.h).

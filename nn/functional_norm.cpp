@@ -126,7 +126,8 @@ Tensor eval_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
-                  const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt) {
+                  const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt,
+                  const Tensor& num_batches_tracked) {
   memory::OpScope op_scope("batch_norm");  // Note [Allocation events]
   detail::check_defined("batch_norm", {&x, &w_in, &b_in});
   // Autocast's f32 policy reaches the parameters only: x keeps its (low-precision) dtype.
@@ -140,6 +141,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
   check_param(bias, "bias", c, acc, x);
   check_param(running_mean, "running_mean", c, acc, x);
   check_param(running_var, "running_var", c, acc, x);
+  const Tensor& nbt = num_batches_tracked;
+  FRUGAL_CHECK(!nbt.defined() ||
+                   (nbt.dtype() == DType::i64 && nbt.numel() == 1 && nbt.device() == x.device()),
+               "batch_norm: num_batches_tracked ", describe(nbt),
+               " is not an i64 scalar on the input's device ", x.device());
   FRUGAL_CHECK(opt.training || (running_mean.defined() && running_var.defined()),
                "batch_norm: evaluation mode needs running statistics");
   FRUGAL_CHECK(!opt.training || rows > 1, "batch_norm: expected more than 1 value per channel ",
@@ -158,6 +164,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
          rv = update_running ? running_var : Tensor();
   if (rm.defined()) rm.bump_version();
   if (rv.defined()) rv.bump_version();
+  const Tensor counter = update_running ? num_batches_tracked : Tensor();
+  if (counter.defined()) counter.bump_version();
   const Activation act = opt.activation;
   // Note [Deferred writes] (core/tensor.h): y is written on its first read, or never when a
   // depthwise conv normalizes x as it loads it (Note [Batch norm inside the depthwise
@@ -173,7 +181,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
         detail::ctx_of(x), x.dtype(), act, rows, c, x.data_ptr(), data_or_null(weight),
         data_or_null(bias), opt.eps, opt.momentum, defer ? nullptr : y.data_ptr(), mean.data_ptr(),
         invstd.data_ptr(), rm.defined() ? rm.data_ptr() : nullptr,
-        rv.defined() ? rv.data_ptr() : nullptr);
+        rv.defined() ? rv.data_ptr() : nullptr,
+        counter.defined() ? counter.data<int64_t>() : nullptr);
   }
   if (defer) {
     auto detached = [](const Tensor& t) { return t.defined() ? t.detach() : t; };

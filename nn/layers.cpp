@@ -83,22 +83,20 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
 }
 
 Tensor BatchNorm2d::forward_with_activation(const Tensor& x, Activation act) {
-  // Counted once per step: not again when a checkpointed segment recomputes (Note
-  // [Checkpointing]).
-  if (is_training() && !autograd::recomputing()) {
-    // Counted on the device: no host read, and a captured graph counts on every replay.
-    if (!num_batches_tracked.device().is_meta()) {
+  // Counted once per step (not again when a checkpointed segment recomputes: Note
+  // [Checkpointing]), on the device: no host read, and a captured graph counts on every replay.
+  // batch_norm counts in its statistics kernel; the synchronized path counts here.
+  if (is_training() && cross_replica_sum) {
+    if (!autograd::recomputing() && !num_batches_tracked.device().is_meta()) {
       kernels::add_i64(detail::ctx_of(num_batches_tracked), 1,
                        num_batches_tracked.data<int64_t>(), 1);
     }
-  }
-  if (is_training() && cross_replica_sum) {
     Tensor y = functional::sync_batch_norm(x, weight, bias, running_mean, running_var,
                                            cross_replica_sum, momentum_, eps_);
     return act == Activation::identity ? y : functional::activation(act, y);
   }
   return functional::batch_norm(x, weight, bias, running_mean, running_var,
-                                {is_training(), momentum_, eps_, act});
+                                {is_training(), momentum_, eps_, act}, num_batches_tracked);
 }
 
 std::string pool_repr(const functional::Pool2dOptions& o, bool average) {

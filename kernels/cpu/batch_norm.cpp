@@ -310,7 +310,8 @@ void backward(const Context& ctx, Activation act, int64_t rows, int64_t c, const
 void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation act, int64_t rows,
                                   int64_t c, const void* x, const void* gamma, const void* beta,
                                   double eps, double momentum, void* y, void* save_mean,
-                                  void* save_invstd, void* running_mean, void* running_var) {
+                                  void* save_invstd, void* running_mean, void* running_var,
+                                  int64_t* batches_tracked) {
   check_bn("batch_norm_forward_train", rows, c);
   if (rows == 0) return;
   FRUGAL_CHECK(rows > 1,
@@ -324,6 +325,7 @@ void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation ac
                      static_cast<T*>(save_mean), static_cast<T*>(save_invstd),
                      static_cast<T*>(running_mean), static_cast<T*>(running_var));
   });
+  if (batches_tracked != nullptr) ++*batches_tracked;
 }
 
 void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int64_t c,
@@ -331,7 +333,8 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
                               double momentum, void* y, void* save_mean, void* save_invstd,
                               void* running_mean, void* running_var) {
   cpu::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta, eps,
-                                    momentum, y, save_mean, save_invstd, running_mean, running_var);
+                                    momentum, y, save_mean, save_invstd, running_mean, running_var,
+                                    nullptr);
 }
 
 void batch_norm_act_apply(const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,

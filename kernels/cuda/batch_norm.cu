@@ -199,12 +199,13 @@ __device__ __forceinline__ void sum_channel_splits(int64_t c, int splits, const 
 constexpr int kWarpsPerBlock = kThreads / 32;
 
 // Per channel (one warp each): batch statistics, saved statistics and running statistics
-// (PyTorch's momentum rule, unbiased variance for the running estimate).
+// (PyTorch's momentum rule, unbiased variance for the running estimate); channel 0's warp also
+// counts the batch in batches_tracked (nullable).
 template <typename T>
 __global__ void forward_finish_kernel(int64_t rows, int64_t c, int splits, const float* partial,
                                       const T* x, double eps, double momentum, float* save_mean,
-                                      float* save_invstd, float* running_mean,
-                                      float* running_var) {
+                                      float* save_invstd, float* running_mean, float* running_var,
+                                      int64_t* batches_tracked) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (ch >= c) return;
@@ -217,6 +218,7 @@ __global__ void forward_finish_kernel(int64_t rows, int64_t c, int splits, const
   double a, b;
   sum_channel_splits(c, splits, partial, ch, lane, &a, &b);
   if (lane != 0) return;
+  if (ch == 0 && batches_tracked != nullptr) *batches_tracked += 1;
   double m = static_cast<double>(rows);
   double shifted_mean = a / m;
   double var = fmax(b / m - shifted_mean * shifted_mean, 0.0);  // biased
@@ -469,7 +471,8 @@ void launch_normalize(const Context& ctx, DType dtype, const char* op, int64_t r
 void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation act, int64_t rows,
                                   int64_t c, const void* x, const void* gamma, const void* beta,
                                   double eps, double momentum, void* y, void* save_mean,
-                                  void* save_invstd, void* running_mean, void* running_var) {
+                                  void* save_invstd, void* running_mean, void* running_var,
+                                  int64_t* batches_tracked) {
   const char* op = "batch_norm_forward_train";
   check_common(ctx, dtype, rows, c, op);
   if (c == 0) return;
@@ -495,7 +498,7 @@ void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation ac
                                                          BnOutputGrad{}, partial);
       forward_finish_kernel<T><<<finish_blocks(c), kThreads, 0, s>>>(
           rows, c, pg.splits, partial, xt, eps, momentum, mean, invstd,
-          static_cast<float*>(running_mean), static_cast<float*>(running_var));
+          static_cast<float*>(running_mean), static_cast<float*>(running_var), batches_tracked);
       FRUGAL_LAUNCH_CHECK();
       if (y == nullptr) return;  // statistics only: batch_norm_act_apply writes y later
       with_activation(act, [&](auto a) {
@@ -515,8 +518,8 @@ void batch_norm_forward_train(const Context& ctx, DType dtype, int64_t rows, int
                               double momentum, void* y, void* save_mean, void* save_invstd,
                               void* running_mean, void* running_var) {
   cuda::batch_norm_act_forward_train(ctx, dtype, Activation::identity, rows, c, x, gamma, beta, eps,
-                                     momentum, y, save_mean, save_invstd, running_mean,
-                                     running_var);
+                                     momentum, y, save_mean, save_invstd, running_mean, running_var,
+                                     nullptr);
 }
 
 void batch_norm_act_apply(const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,

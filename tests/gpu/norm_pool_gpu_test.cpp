@@ -113,9 +113,15 @@ TEST(GpuBatchNorm, FusedActivationMatchesCpuAndRecomputesExactly) {
         DeviceBuffer dg = to_device(DType::f32, gamma), db = to_device(DType::f32, beta);
         DeviceBuffer dy_out(t, n), dmean(DType::f32, sz.c), dinv(DType::f32, sz.c);
         dy_out.poison();
-        kernels::cuda::batch_norm_act_forward_train(gpu(), t, act, sz.rows, sz.c, dx.get(),
-                                                    dg.get(), db.get(), eps, momentum, dy_out.get(),
-                                                    dmean.get(), dinv.get(), nullptr, nullptr);
+        DeviceBuffer batches(DType::i64, 1);  // num_batches_tracked, counted in the finish
+        const int64_t batches_before = 41;
+        batches.upload_raw(&batches_before);
+        kernels::cuda::batch_norm_act_forward_train(
+            gpu(), t, act, sz.rows, sz.c, dx.get(), dg.get(), db.get(), eps, momentum, dy_out.get(),
+            dmean.get(), dinv.get(), nullptr, nullptr, batches.as<int64_t>());
+        int64_t batches_after = 0;
+        batches.download_raw(&batches_after);
+        EXPECT_EQ(batches_after, 42) << "one batch counted, once";
         std::vector<float> mean = dmean.download(), invstd = dinv.download();
         std::vector<float> y(n);
         kernels::cpu::batch_norm_act_apply(cpu(), DType::f32, act, sz.rows, sz.c, x.data(),

@@ -244,12 +244,14 @@ TEST(NarrowStorageBatchNorm, EveryKernelIsItsF32ResultRoundedOnce) {
       std::vector<float> mean32(c), inv32(c), mean16(c), inv16(c);
       std::vector<float> y32(static_cast<size_t>(rows * c));
       Half y(dt, rows * c);
-      kernels::batch_norm_act_forward_train(cpu_ctx(), DType::f32, act, rows, c, x.f32.data(),
-                                            gamma.data(), beta.data(), 1e-5, 0.1, y32.data(),
-                                            mean32.data(), inv32.data(), rm32.data(), rv32.data());
+      kernels::batch_norm_act_forward_train(
+          cpu_ctx(), DType::f32, act, rows, c, x.f32.data(), gamma.data(), beta.data(), 1e-5, 0.1,
+          y32.data(), mean32.data(), inv32.data(), rm32.data(), rv32.data(), nullptr);
+      int64_t batches = 6;  // num_batches_tracked
       kernels::batch_norm_act_forward_train(cpu_ctx(), dt, act, rows, c, x.data(), gamma.data(),
                                             beta.data(), 1e-5, 0.1, y.data(), mean16.data(),
-                                            inv16.data(), rm16.data(), rv16.data());
+                                            inv16.data(), rm16.data(), rv16.data(), &batches);
+      EXPECT_EQ(batches, 7) << what;
       expect_rounded(y, y32, what + " training forward");
       EXPECT_EQ(mean16, mean32) << what;
       EXPECT_EQ(inv16, inv32) << what;

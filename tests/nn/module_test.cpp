@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/ops.h"
+#include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 
@@ -77,6 +78,27 @@ TEST(BatchNorm, TrainingNormalisesWithBatchStatsAndUpdatesRunningStats) {
   EXPECT_NEAR(ye.to_vector()[0], (1 - rm0) / std::sqrt(rv0 + 1e-5), 1e-5);
   EXPECT_EQ(bn.running_mean.to_vector(), before);
   EXPECT_EQ(bn.num_batches_tracked.item(), 2.0);
+}
+
+TEST(BatchNorm, FunctionalCountsBatchesWithItsStatisticsAndRejectsABadCounter) {
+  Generator gen(2);
+  Tensor x = randn({4, 2, 2, 3}, gen);
+  Tensor w = ones(Shape{3}), b = zeros(Shape{3});
+  Tensor count = zeros(Shape{}, {.dtype = DType::i64});
+  nn::functional::batch_norm(x, w, b, Tensor(), Tensor(), {}, count);
+  nn::functional::batch_norm(x, w, b, Tensor(), Tensor(), {}, count);
+  EXPECT_EQ(count.item(), 2.0);
+  nn::functional::batch_norm(x, w, b, Tensor(), Tensor(), {});  // no counter: nothing counted
+  EXPECT_EQ(count.item(), 2.0);
+  Tensor f32_count = zeros(Shape{});
+  try {
+    nn::functional::batch_norm(x, w, b, Tensor(), Tensor(), {}, f32_count);
+    ADD_FAILURE() << "an f32 counter was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("num_batches_tracked"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("i64"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(f32_count.item(), 0.0);
 }
 
 TEST(Layers, ShapesThroughAStack) {
