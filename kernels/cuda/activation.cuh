@@ -39,9 +39,9 @@ __device__ __forceinline__ float act_forward(float x) {
 // Note [Clamps after rounding]: relu and relu6 commute with rounding to nearest, which is monotone
 // and keeps 0 and 6; so rounding batch norm's f32 output and then clamping the 16-bit values
 // gives the values that clamping in f32 and then rounding gives, and a pair of 16-bit values
-// clamps in one instruction (max/min.f16x2, .bf16x2) where f32 takes one a value a bound. NaN becomes 0 either way (the
-// max without _nan returns the number). Only a zero's sign may differ (-0 where f32 gives +0),
-// which changes no sum that starts from +0 or holds a nonzero term.
+// clamps in one instruction (max/min.f16x2, .bf16x2) where f32 takes one a value a bound. NaN
+// becomes 0 either way (the max without _nan returns the number). Only a zero's sign may differ
+// (-0 where f32 gives +0), which changes no sum that starts from +0 or holds a nonzero term.
 template <Activation A, typename T, int N>
 constexpr bool clamps_after_rounding =
     (A == Activation::relu || A == Activation::relu6) && N % 2 == 0 &&
