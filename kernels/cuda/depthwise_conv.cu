@@ -333,13 +333,17 @@ __global__ void __launch_bounds__(kGatherThreads)
 // MobileNetV2 f16 on an H200: 0.565 ms a step for the stride-1 forward against the strips' 0.726.
 constexpr int kWindowPack = 2;
 
-// Mirror: the taps read in reverse order, (a, b) from wt's (K-1-a, K-1-b), for the input gradient
+// Mirror: the taps read in reverse order, (a, b) from w's (K-1-a, K-1-b), for the input gradient
 // (Note [Input gradients as mirrored forwards]).
+//
+// Note [Windows read the weights as they are]: w [C, 3, 3, 1] is read in place, not transposed
+// to [taps, C] f32 first as the strips take it: a thread's two channels are 18 consecutive
+// values, so a warp reads 576 consecutive ones, and it reads them once an item. The transpose
+// was a launch of its own before each window (26 of a MobileNetV2 step's 34 transposes).
 template <typename T, class In, bool Mirror = false>
 __global__ void __launch_bounds__(kGatherThreads)
     forward_window_kernel(Geom g, int rows, BnActInput bn, const T* __restrict__ x,
-                          const float* __restrict__ wt, const T* __restrict__ bias,
-                          T* __restrict__ y) {
+                          const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y) {
   constexpr int K = 3, V = kWindowPack;
   using Cols = ReadCols<K, 1>;
   constexpr int kCols = Cols::kCols;
@@ -363,7 +367,8 @@ __global__ void __launch_bounds__(kGatherThreads)
 #pragma unroll
       for (int b = 0; b < K; ++b) {
         const int tap = Mirror ? K * K - 1 - (a * K + b) : a * K + b;
-        load_floats<float, V>(wt + tap * g.c + c0, wr[a][b]);
+#pragma unroll
+        for (int v = 0; v < V; ++v) wr[a][b][v] = to_f(w[(c0 + v) * (K * K) + tap]);
       }
     }
     const int count = min(kStrip, g.ow - ow0);
@@ -776,6 +781,28 @@ memory::DataPtr transposed_weights(const Context& ctx, cudaStream_t stream, cons
   return wt;
 }
 
+// A call's weights as its kernel takes them: w as it is (the row windows: Note [Windows read the
+// weights as they are]) or transposed (the strips and the per-pixel kernels), made on first ask
+// and kept for the call.
+template <typename T>
+class CallWeights {
+ public:
+  CallWeights(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* w)
+      : ctx_(ctx), stream_(stream), s_(s), w_(static_cast<const T*>(w)) {}
+  const T* plain() const { return w_; }
+  const float* transposed() {
+    if (wt_.get() == nullptr) wt_ = transposed_weights<T>(ctx_, stream_, s_, w_);
+    return static_cast<const float*>(wt_.get());
+  }
+
+ private:
+  const Context& ctx_;
+  cudaStream_t stream_;
+  const Conv2dShape& s_;
+  const T* w_;
+  memory::DataPtr wt_;
+};
+
 // With In other than PlainInput only where uses_strips (depthwise_fuses_bn_act).
 template <typename T, int K, int V, class In>
 void forward_kv(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const BnActInput& bn,
@@ -882,13 +909,13 @@ int window_rows(const Context& ctx, const Conv2dShape& s, Kernel* kernel) {
 
 template <typename T, class In, bool Mirror = false>
 void forward_window(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                    const BnActInput& bn, const T* x, const float* wt, const T* bias, T* y) {
+                    const BnActInput& bn, const T* x, const T* w, const T* bias, T* y) {
   const auto kernel = forward_window_kernel<T, In, Mirror>;
   const int rows = window_rows(ctx, s, kernel);
   const int64_t work =
       s.n * ((s.oh() + rows - 1) / rows) * ((s.ow() + kStrip - 1) / kStrip) * (s.c / kWindowPack);
   kernel<<<resident_grid(ctx, kernel, work, kGatherThreads), kGatherThreads, 0, stream>>>(
-      geom_of(s), rows, bn, x, wt, bias, y);
+      geom_of(s), rows, bn, x, w, bias, y);
   FRUGAL_LAUNCH_CHECK();
 }
 
@@ -927,23 +954,24 @@ void backward_weight_rows(const Context& ctx, cudaStream_t stream, const Conv2dS
 // With bn, packs fit and the strips take the shape (depthwise_reads_bn_act).
 template <typename T, int K>
 void forward_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* x,
-               const float* wt, const void* bias, void* y, const BnActInput* bn) {
+               CallWeights<T>& w, const void* bias, void* y, const BnActInput* bn) {
   auto xt = static_cast<const T*>(x), bt = static_cast<const T*>(bias);
   auto yt = static_cast<T*>(y);
   if (K == 3 && uses_row_windows(s) &&
       (bn != nullptr || packs_fit<T, kWindowPack>(s.c, {x, bias, y}))) {
     with_input<T, kWindowPack>(bn, [&](auto in) {
       using In = typename decltype(in)::type;
-      forward_window<T, In>(ctx, stream, s, bn != nullptr ? *bn : BnActInput{}, xt, wt, bt, yt);
+      forward_window<T, In>(ctx, stream, s, bn != nullptr ? *bn : BnActInput{}, xt, w.plain(), bt,
+                            yt);
     });
   } else if (bn != nullptr || packs_fit<T, kPack>(s.c, {x, bias, y})) {
     with_input<T, kPack>(bn, [&](auto in) {
       using In = typename decltype(in)::type;
-      forward_kv<T, K, kPack, In>(ctx, stream, s, bn != nullptr ? *bn : BnActInput{}, xt, wt, bt,
-                                  yt);
+      forward_kv<T, K, kPack, In>(ctx, stream, s, bn != nullptr ? *bn : BnActInput{}, xt,
+                                  w.transposed(), bt, yt);
     });
   } else {
-    forward_kv<T, K, 1, PlainInput>(ctx, stream, s, BnActInput{}, xt, wt, bt, yt);
+    forward_kv<T, K, 1, PlainInput>(ctx, stream, s, BnActInput{}, xt, w.transposed(), bt, yt);
   }
 }
 
@@ -961,17 +989,17 @@ Conv2dShape mirrored_shape(const Conv2dShape& s) {
 
 template <typename T, int K>
 void backward_input_k(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* dy,
-                      const float* wt, void* dx) {
+                      CallWeights<T>& w, void* dx) {
   auto dyt = static_cast<const T*>(dy);
   auto dxt = static_cast<T*>(dx);
   if (K == 3 && uses_row_windows(s) && s.pad_h < K && s.pad_w < K &&
       packs_fit<T, kWindowPack>(s.c, {dy, dx})) {
-    forward_window<T, PlainInput, true>(ctx, stream, mirrored_shape(s), BnActInput{}, dyt, wt,
-                                        nullptr, dxt);
+    forward_window<T, PlainInput, true>(ctx, stream, mirrored_shape(s), BnActInput{}, dyt,
+                                        w.plain(), nullptr, dxt);
   } else if (packs_fit<T, kPack>(s.c, {dy, dx})) {
-    backward_input_kv<T, K, kPack>(ctx, stream, s, dyt, wt, dxt);
+    backward_input_kv<T, K, kPack>(ctx, stream, s, dyt, w.transposed(), dxt);
   } else {
-    backward_input_kv<T, K, 1>(ctx, stream, s, dyt, wt, dxt);
+    backward_input_kv<T, K, 1>(ctx, stream, s, dyt, w.transposed(), dxt);
   }
 }
 
@@ -1019,12 +1047,11 @@ void depthwise_forward(const Context& ctx, DType dtype, const Conv2dShape& s, co
   FRUGAL_CHECK(bn == nullptr || depthwise_reads_bn_act(dtype, s, *bn, {x, bias, y}), op,
                ": no kernel normalizes its loads for ", s.str());
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
-    memory::DataPtr wt = transposed_weights<T>(ctx, stream, s, w);
-    auto wtp = static_cast<const float*>(wt.get());
+    CallWeights<T> weights(ctx, stream, s, w);
     if (s.kh == 3)
-      forward_k<T, 3>(ctx, stream, s, x, wtp, bias, y, bn);
+      forward_k<T, 3>(ctx, stream, s, x, weights, bias, y, bn);
     else
-      forward_k<T, 5>(ctx, stream, s, x, wtp, bias, y, bn);
+      forward_k<T, 5>(ctx, stream, s, x, weights, bias, y, bn);
   });
 }
 
@@ -1033,12 +1060,11 @@ void depthwise_backward_input(const Context& ctx, DType dtype, const Conv2dShape
   const char* op = "conv2d_backward_input (depthwise)";
   cudaStream_t stream = stream_of(ctx, op);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
-    memory::DataPtr wt = transposed_weights<T>(ctx, stream, s, w);
-    auto wtp = static_cast<const float*>(wt.get());
+    CallWeights<T> weights(ctx, stream, s, w);
     if (s.kh == 3)
-      backward_input_k<T, 3>(ctx, stream, s, dy, wtp, dx);
+      backward_input_k<T, 3>(ctx, stream, s, dy, weights, dx);
     else
-      backward_input_k<T, 5>(ctx, stream, s, dy, wtp, dx);
+      backward_input_k<T, 5>(ctx, stream, s, dy, weights, dx);
   });
 }
 
