@@ -714,19 +714,11 @@ __global__ void __launch_bounds__(kThreads, 3)
       for (int ih = ih_begin; ih < ih_end; ++ih) {
         const int row = ((n * g.h + ih) * g.w) * g.c + c0;
         float xr[kCols][V];
-        if (interior) {  // Note [Interior strips]
-          const T* line = x + row + col0 * g.c;
+        for_each_column<T, V, kCols>(x, row, col0, col_end, g.w, g.c, interior, in,
+                                     [&](int j, const float(&xv)[V]) {
 #pragma unroll
-          for (int j = 0; j < kCols; ++j) {
-            load_floats<T, V>(line + j * g.c, xr[j]);
-            in(xr[j]);
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < kCols; ++j) {
-            load_column<T, V>(x, row, col0 + j, col_end, g.w, g.c, xr[j], in);
-          }
-        }
+                                       for (int v = 0; v < V; ++v) xr[j][v] = xv[v];
+                                     });
 #pragma unroll
         for (int a = 0; a < K; ++a) {
           const int oh = ih + g.ph - a;  // the output row that reads ih through kernel row a
