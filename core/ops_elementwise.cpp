@@ -30,6 +30,12 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor ac = detail::cast_raw(a, dt), bc = detail::cast_raw(b, dt);
   Tensor out = Tensor::empty(out_shape, {dt, a.device()});
   if (a.device().is_meta()) return out;
+  // Note [Residual sums of deferred batch norms] (nn/batch_norm_deferred.h): an operand still
+  // owed its write (bn(z)) sums with the other in the write's own pass, never written itself.
+  if (op == BinaryOp::add && a.shape() == b.shape() && a.dtype() == b.dtype() &&
+      (b.write_sum_of_deferred(a, out.data_ptr()) || a.write_sum_of_deferred(b, out.data_ptr()))) {
+    return out;
+  }
   kernels::binary(detail::ctx_of(a), op, dt,
                   kernels::make_broadcast(out_shape, ac.shape(), bc.shape()), ac.data_ptr(),
                   bc.data_ptr(), out.data_ptr());

@@ -35,6 +35,12 @@ void Storage::run_deferred() const {
   }
 }
 
+bool Tensor::write_sum_of_deferred(const Tensor& other, void* out) const {
+  // Held here: reading other may run this very write (x + x) and release the storage's handle.
+  std::shared_ptr<const DeferredWrite> w = impl().storage->deferred;
+  return w != nullptr && w->write_sum(other, out);
+}
+
 void Tensor::defer_write(std::shared_ptr<const DeferredWrite> w) const {
   FRUGAL_CHECK(impl().storage->deferred == nullptr, "defer_write: the bytes of ", describe(*this),
                " already owe a write");

@@ -41,11 +41,21 @@ struct TensorOptions {
 // [Batch norm inside the depthwise convolution] in kernels/conv.h), so that pass and its traffic
 // are gone. The write must not depend on anything written in place since; it checks. Like the
 // rest of a tensor's metadata the pending write is not synchronised: one thread runs a step.
+class Tensor;
+
 class DeferredWrite {
  public:
   virtual ~DeferredWrite() = default;
   // Writes the storage's bytes at `out`.
   virtual void write(void* out) const = 0;
+  // Writes other + the promised values at `out` (another tensor's bytes, shaped and typed like
+  // other) in one pass and leaves this write owed; false, writing nothing, where the write has no
+  // such pass or other does not fit it. A residual add calls it (Note [Residual sums of deferred
+  // batch norms] in nn/batch_norm_deferred.h).
+  virtual bool write_sum(const Tensor& other, void* out) const {
+    (void)other, (void)out;
+    return false;
+  }
 };
 
 // The bytes behind one or more tensors (a tensor and its reshapes share one Storage).
@@ -66,8 +76,6 @@ struct Storage {
   // too instead of reading unwritten bytes.
   void run_deferred() const;
 };
-
-class Tensor;
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
@@ -114,6 +122,9 @@ class Tensor {
   const DeferredWrite* deferred_write() const { return impl().storage->deferred.get(); }
   // Attaches `w` to this tensor's bytes, which it promises to write on their first read.
   void defer_write(std::shared_ptr<const DeferredWrite> w) const;
+  // other + this tensor at `out` through the owed write's write_sum, these bytes left unwritten;
+  // false when nothing is owed or the write cannot.
+  bool write_sum_of_deferred(const Tensor& other, void* out) const;
   // The pointer for a write of every byte (fill_, copy_): a pending write is dropped, not run
   // (a tensor spans its whole storage: reshape is the only view).
   void* data_ptr_for_overwrite() const {

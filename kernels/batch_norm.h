@@ -64,6 +64,16 @@ FRUGAL_DECLARE_KERNEL(batch_norm_act_apply,
                        const void* invstd, void* y),
                       (ctx, dtype, act, rows, c, x, gamma, beta, mean, invstd, y))
 
+// y = residual + act((x - mean) * invstd * gamma + beta), the normalized value rounded to dtype
+// before the add: bit for bit batch_norm_act_apply followed by an add, without writing (and
+// reading back) the batch norm's output (Note [Residual sums of deferred batch norms] in
+// nn/batch_norm_deferred.h). residual has x's shape and dtype; y overlaps neither x nor residual.
+FRUGAL_DECLARE_KERNEL(batch_norm_act_apply_add,
+                      (const Context& ctx, DType dtype, Activation act, int64_t rows, int64_t c,
+                       const void* x, const void* gamma, const void* beta, const void* mean,
+                       const void* invstd, const void* residual, void* y),
+                      (ctx, dtype, act, rows, c, x, gamma, beta, mean, invstd, residual, y))
+
 // Backward of act(bn(x)) from x and the saved statistics: the activation's derivative is taken
 // at the recomputed pre-activation u = bn(x), never stored. dx (nullable), dgamma and dbeta
 // (nullable) are overwritten; beta may be null (0). dx may be dy itself (written in place).

@@ -39,6 +39,17 @@ kernels::BnActInput DeferredBatchNormAct::input(const char* op) const {
           detail::data_or_null(beta_)};
 }
 
+bool DeferredBatchNormAct::write_sum(const Tensor& other, void* out) const {
+  if (other.shape() != z_.shape() || other.dtype() != z_.dtype() || other.device() != z_.device()) {
+    return false;
+  }
+  const kernels::BnActInput in = input("add (summing a batch norm output never written)");
+  const int64_t c = z_.size(-1), rows = z_.numel() / std::max<int64_t>(c, 1);
+  kernels::batch_norm_act_apply_add(detail::ctx_of(z_), z_.dtype(), act_, rows, c, z_.data_ptr(),
+                                    in.gamma, in.beta, in.mean, in.invstd, other.data_ptr(), out);
+  return true;
+}
+
 void DeferredBatchNormAct::write(void* out) const {
   const kernels::BnActInput in = input("batch_norm (writing its output on first read)");
   const int64_t c = z_.size(-1), rows = z_.numel() / std::max<int64_t>(c, 1);

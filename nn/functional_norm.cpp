@@ -56,12 +56,16 @@ std::optional<Activation> batch_norm_recipe_activation(const std::string& name) 
 namespace {
 
 // act(bn(x)) from saved statistics: the recompute of a training forward's output, bit for bit
-// (Note [Batch norm with its activation]).
+// (Note [Batch norm with its activation]). Without an activation the write is deferred, as the
+// forward's is, so that a recomputed residual sum reads x instead (Note [Residual sums of
+// deferred batch norms] in nn/batch_norm_deferred.h).
 Tensor apply_saved_statistics(Activation act, const Tensor& x, const Tensor& weight,
                               const Tensor& bias, const Tensor& mean, const Tensor& invstd) {
   Tensor y = Tensor::empty(x.shape(), x.options());
   const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
-  if (!x.device().is_meta()) {
+  if (act == Activation::identity && !x.device().is_meta()) {
+    y.defer_write(std::make_shared<DeferredBatchNormAct>(act, x, weight, bias, mean, invstd));
+  } else if (!x.device().is_meta()) {
     kernels::batch_norm_act_apply(detail::ctx_of(x), x.dtype(), act, rows, c, x.data_ptr(),
                                   data_or_null(weight), data_or_null(bias), mean.data_ptr(),
                                   invstd.data_ptr(), y.data_ptr());
@@ -171,11 +175,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
   // depthwise conv normalizes x as it loads it (Note [Batch norm inside the depthwise
   // convolution] in kernels/conv.h). Only where backward keeps x's bytes anyway (gradients on, x
   // no recipe of its own: the write holds x until it runs, and the meta device, which defers
-  // nothing, must see x freed when it is) and for an activation such a conv takes. The CPU
-  // defers too, so its tests run the deferred path; only CUDA's convs fuse.
-  const bool defer = !x.device().is_meta() && autograd::any_requires_grad({x, weight, bias}) &&
-                     autograd::grad_enabled() && !autograd::has_recipe(x) &&
-                     kernels::cuda::depthwise_fuses_activation(act);
+  // nothing, must see x freed when it is) and for an activation such a conv takes, or none: a
+  // residual add sums it unwritten (Note [Residual sums of deferred batch norms] in
+  // nn/batch_norm_deferred.h). The CPU defers too, so its tests run the deferred paths; only
+  // CUDA's convs fuse.
+  const bool defer =
+      !x.device().is_meta() && autograd::any_requires_grad({x, weight, bias}) &&
+      autograd::grad_enabled() && !autograd::has_recipe(x) &&
+      (act == Activation::identity || kernels::cuda::depthwise_fuses_activation(act));
   if (!x.device().is_meta()) {
     kernels::batch_norm_act_forward_train(
         detail::ctx_of(x), x.dtype(), act, rows, c, x.data_ptr(), data_or_null(weight),

@@ -350,6 +350,19 @@ void batch_norm_act_apply(const Context& ctx, DType dtype, Activation act, int64
   });
 }
 
+void batch_norm_act_apply_add(const Context& ctx, DType dtype, Activation act, int64_t rows,
+                              int64_t c, const void* x, const void* gamma, const void* beta,
+                              const void* mean, const void* invstd, const void* residual, void* y) {
+  // The two passes the fused CUDA kernel replaces, in their order: y is rounded to dtype before
+  // the add, as the unfused forward's stored output was.
+  cpu::batch_norm_act_apply(ctx, dtype, act, rows, c, x, gamma, beta, mean, invstd, y);
+  Broadcast same;
+  same.ndim = 1;
+  same.numel = same.out_dims[0] = rows * c;
+  same.a_strides[0] = same.b_strides[0] = 1;
+  cpu::binary(ctx, BinaryOp::add, dtype, same, residual, y, y);
+}
+
 void batch_norm_forward_eval(const Context& ctx, DType dtype, int64_t rows, int64_t c,
                              const void* x, const void* gamma, const void* beta,
                              const void* running_mean, const void* running_var, double eps,

@@ -280,11 +280,13 @@ struct RowLane {
 
 // y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]; invstd comes from `var` + eps when
 // `var` is given (evaluation), else from `invstd`. gamma/beta may be null (1 and 0). C % V == 0.
-template <typename T, int V, Activation A>
+// kResidual: y = residual + that value rounded to T (Note [Residual sums of deferred batch norms]
+// in nn/batch_norm_deferred.h), the sum an add of the stored output would give.
+template <typename T, int V, Activation A, bool kResidual = false>
 __global__ void normalize_kernel(int64_t rows, int64_t c, int lanes, int block_rows,
                                  const T* __restrict__ x, const float* mean, const float* invstd,
                                  const float* var, float eps, const float* gamma, const float* beta,
-                                 T* __restrict__ y) {
+                                 const T* __restrict__ residual, T* __restrict__ y) {
   const RowLane at(c, V, lanes, block_rows);
   if (!at.active) return;
   const int64_t c0 = at.cv * V;
@@ -305,6 +307,11 @@ __global__ void normalize_kernel(int64_t rows, int64_t c, int lanes, int block_r
 #pragma unroll
     for (int v = 0; v < V; ++v)
       out.v[v] = from_f<T>(act_forward<A>((to_f(xv.v[v]) - mu[v]) * scale[v] + b[v]));
+    if constexpr (kResidual) {
+      const Pack<T, V> rv = load_pack<T, V>(residual + row * c + c0);
+#pragma unroll
+      for (int v = 0; v < V; ++v) out.v[v] = from_f<T>(to_f(rv.v[v]) + to_f(out.v[v]));
+    }
     *reinterpret_cast<Pack<T, V>*>(y + row * c + c0) = out;
   }
 }
@@ -442,24 +449,33 @@ void check_common(const Context& ctx, DType dtype, int64_t rows, int64_t c, cons
 
 // The elementwise pass alone, from given statistics: mean and invstd (a recompute) or mean and
 // var + eps (evaluation).
+// residual (nullable): y = residual + the normalized value (normalize_kernel's kResidual).
 void launch_normalize(const Context& ctx, DType dtype, const char* op, int64_t rows, int64_t c,
                       const void* x, const void* mean, const void* invstd, const void* var,
-                      double eps, const void* gamma, const void* beta, Activation act, void* y) {
+                      double eps, const void* gamma, const void* beta, Activation act,
+                      const void* residual, void* y) {
   check_common(ctx, dtype, rows, c, op);
   if (rows == 0 || c == 0) return;
   DeviceGuard guard(ctx.device);
   cudaStream_t s = stream_of(ctx, op);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
-    with_pack_width<T>(c, {x, y}, [&](auto pack) {
+    with_pack_width<T>(c, {x, y, residual}, [&](auto pack) {
       constexpr int V = decltype(pack)::value;
       with_activation(act, [&](auto a) {
-        const auto kernel = normalize_kernel<T, V, decltype(a)::value>;
-        const RowGrid rg = row_grid(ctx, kernel, rows, c, V);
-        kernel<<<rg.grid, rg.block, 0, s>>>(
-            rows, c, rg.lanes, rg.block_rows, static_cast<const T*>(x),
-            static_cast<const float*>(mean), static_cast<const float*>(invstd),
-            static_cast<const float*>(var), static_cast<float>(eps),
-            static_cast<const float*>(gamma), static_cast<const float*>(beta), static_cast<T*>(y));
+        auto launch = [&](auto kernel) {
+          const RowGrid rg = row_grid(ctx, kernel, rows, c, V);
+          kernel<<<rg.grid, rg.block, 0, s>>>(
+              rows, c, rg.lanes, rg.block_rows, static_cast<const T*>(x),
+              static_cast<const float*>(mean), static_cast<const float*>(invstd),
+              static_cast<const float*>(var), static_cast<float>(eps),
+              static_cast<const float*>(gamma), static_cast<const float*>(beta),
+              static_cast<const T*>(residual), static_cast<T*>(y));
+        };
+        if (residual != nullptr) {
+          launch(normalize_kernel<T, V, decltype(a)::value, true>);
+        } else {
+          launch(normalize_kernel<T, V, decltype(a)::value>);
+        }
       });
       FRUGAL_LAUNCH_CHECK();
     });
@@ -506,7 +522,8 @@ void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation ac
         const RowGrid rg = row_grid(ctx, kernel, rows, c, V);
         kernel<<<rg.grid, rg.block, 0, s>>>(rows, c, rg.lanes, rg.block_rows, xt, mean, invstd,
                                             nullptr, 0.0f, static_cast<const float*>(gamma),
-                                            static_cast<const float*>(beta), static_cast<T*>(y));
+                                            static_cast<const float*>(beta), nullptr,
+                                            static_cast<T*>(y));
       });
       FRUGAL_LAUNCH_CHECK();
     });
@@ -526,7 +543,14 @@ void batch_norm_act_apply(const Context& ctx, DType dtype, Activation act, int64
                           const void* x, const void* gamma, const void* beta, const void* mean,
                           const void* invstd, void* y) {
   launch_normalize(ctx, dtype, "batch_norm_act_apply", rows, c, x, mean, invstd, nullptr, 0.0,
-                   gamma, beta, act, y);
+                   gamma, beta, act, nullptr, y);
+}
+
+void batch_norm_act_apply_add(const Context& ctx, DType dtype, Activation act, int64_t rows,
+                              int64_t c, const void* x, const void* gamma, const void* beta,
+                              const void* mean, const void* invstd, const void* residual, void* y) {
+  launch_normalize(ctx, dtype, "batch_norm_act_apply_add", rows, c, x, mean, invstd, nullptr, 0.0,
+                   gamma, beta, act, residual, y);
 }
 
 void batch_norm_forward_eval(const Context& ctx, DType dtype, int64_t rows, int64_t c,
@@ -534,7 +558,7 @@ void batch_norm_forward_eval(const Context& ctx, DType dtype, int64_t rows, int6
                              const void* running_mean, const void* running_var, double eps,
                              void* y) {
   launch_normalize(ctx, dtype, "batch_norm_forward_eval", rows, c, x, running_mean, nullptr,
-                   running_var, eps, gamma, beta, Activation::identity, y);
+                   running_var, eps, gamma, beta, Activation::identity, nullptr, y);
 }
 
 void batch_norm_act_backward(const Context& ctx, DType dtype, Activation act, int64_t rows,

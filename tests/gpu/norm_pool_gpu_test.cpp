@@ -1,5 +1,6 @@
-// CUDA vs CPU: batch norm (training forward with running statistics, evaluation, backward) and
-// max/average/global-average pooling in both directions, on odd NHWC sizes.
+// CUDA vs CPU: batch norm (training forward with running statistics, evaluation, backward, the
+// residual sum of an unwritten output) and max/average/global-average pooling in both
+// directions, on odd NHWC sizes.
 #include <cmath>
 
 #include "gpu_test_util.h"
@@ -135,6 +136,24 @@ TEST(GpuBatchNorm, FusedActivationMatchesCpuAndRecomputesExactly) {
         kernels::cuda::batch_norm_act_apply(gpu(), t, act, sz.rows, sz.c, dx.get(), dg.get(),
                                             db.get(), dmean.get(), dinv.get(), again.get());
         EXPECT_EQ(again.download(), y_gpu) << "the recompute must equal the forward exactly";
+
+        // A residual add of the unwritten output (Note [Residual sums of deferred batch norms]):
+        // bit for bit the add of the written one, and the CPU's sum within rounding.
+        auto residual = random_values(static_cast<size_t>(n), 45, t, -2, 2);
+        DeviceBuffer dres = to_device(t, residual), sum(t, n), sum_of_written(t, n);
+        sum.poison();
+        kernels::cuda::batch_norm_act_apply_add(gpu(), t, act, sz.rows, sz.c, dx.get(), dg.get(),
+                                                db.get(), dmean.get(), dinv.get(), dres.get(),
+                                                sum.get());
+        kernels::cuda::binary(gpu(), kernels::BinaryOp::add, t,
+                              kernels::make_broadcast(Shape{n}, Shape{n}, Shape{n}), dres.get(),
+                              again.get(), sum_of_written.get());
+        EXPECT_EQ(sum.download(), sum_of_written.download());
+        std::vector<float> sum_cpu(n);
+        kernels::cpu::batch_norm_act_apply_add(cpu(), DType::f32, act, sz.rows, sz.c, x.data(),
+                                               gamma.data(), beta.data(), mean.data(),
+                                               invstd.data(), residual.data(), sum_cpu.data());
+        EXPECT_CLOSE(sum.download(), sum_cpu, 2 * tolerance(t));
 
         std::vector<float> gx(n), ggamma(c), gbeta(c);
         kernels::cpu::batch_norm_act_backward(

@@ -1,9 +1,11 @@
 // A training batch norm defers writing its output (Note [Deferred writes] in core/tensor.h, Note
 // [Batch norm inside the depthwise convolution] in kernels/conv.h): the output read later holds
-// the values an immediate write gives, bit for bit; only relu and relu6 outputs of inputs without
-// a recipe are deferred, and nothing without gradients; a deferred output whose inputs were
-// changed in place refuses to be read. (Backward writing an
-// output still held, unread, is in tests/gpu/bn_input_conv_gpu_test.cpp: only a CUDA depthwise
+// the values an immediate write gives, bit for bit; only relu, relu6 and identity outputs of
+// inputs without a recipe are deferred, and nothing without gradients; a deferred output whose
+// inputs were changed in place refuses to be read; a residual add sums a deferred output without
+// writing it (Note [Residual sums of deferred batch norms] in nn/batch_norm_deferred.h), giving
+// the sum of the written output bit for bit, in the forward and in its recompute. (Backward writing
+// an output still held, unread, is in tests/gpu/bn_input_conv_gpu_test.cpp: only a CUDA depthwise
 // conv leaves it unwritten.)
 #include <gtest/gtest.h>
 
@@ -32,7 +34,7 @@ Inputs inputs(bool requires_grad) {
 }  // namespace
 
 TEST(BatchNormDeferred, TheOutputReadLaterIsTheImmediateOneBitForBit) {
-  for (Activation act : {Activation::relu, Activation::relu6}) {
+  for (Activation act : {Activation::relu, Activation::relu6, Activation::identity}) {
     Inputs a = inputs(true), b = inputs(false);
     Tensor deferred = F::batch_norm(a.z, a.gamma, a.beta, Tensor(), Tensor(), {.activation = act});
     Tensor immediate = F::batch_norm(b.z, b.gamma, b.beta, Tensor(), Tensor(), {.activation = act});
@@ -42,9 +44,9 @@ TEST(BatchNormDeferred, TheOutputReadLaterIsTheImmediateOneBitForBit) {
   }
 }
 
-TEST(BatchNormDeferred, OnlyWhatADepthwiseConvCouldReadIsDeferred) {
+TEST(BatchNormDeferred, OnlyWhatADepthwiseConvOrAnAddCouldReadIsDeferred) {
   // Activations no depthwise kernel applies in its loads: the reader writes it anyway.
-  for (Activation act : {Activation::silu, Activation::hardswish, Activation::identity}) {
+  for (Activation act : {Activation::silu, Activation::hardswish}) {
     Inputs a = inputs(true);
     Tensor y = F::batch_norm(a.z, a.gamma, a.beta, Tensor(), Tensor(), {.activation = act});
     EXPECT_EQ(y.deferred_write(), nullptr) << static_cast<int>(act);
@@ -81,6 +83,61 @@ TEST(BatchNormDeferred, AnOutputWhoseWeightChangedRefusesToBeRead) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("batch_norm"), std::string::npos) << msg;
     EXPECT_NE(msg.find("weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("modified in place"), std::string::npos) << msg;
+  }
+}
+
+TEST(BatchNormDeferred, AResidualAddSumsAnUnwrittenOutputAsTheWrittenOneBitForBit) {
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (Activation act : {Activation::identity, Activation::relu6}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " act " << static_cast<int>(act));
+      Inputs a = inputs(true), b = inputs(false);
+      // The residual: another batch norm's output, so that the sum has a recipe to recompute.
+      Tensor r = F::batch_norm(a.z.to(dtype) * 2.0, a.gamma, a.beta, Tensor(), Tensor(),
+                               {.activation = Activation::relu});
+      Tensor y =
+          F::batch_norm(a.z.to(dtype), a.gamma, a.beta, Tensor(), Tensor(), {.activation = act});
+      ASSERT_NE(y.deferred_write(), nullptr);
+      Tensor sum = add(r, y), swapped = add(y, r);
+      EXPECT_NE(y.deferred_write(), nullptr) << "the add read z, not y";
+      Tensor written =
+          F::batch_norm(b.z.to(dtype), b.gamma, b.beta, Tensor(), Tensor(), {.activation = act});
+      ASSERT_EQ(written.deferred_write(), nullptr);
+      const std::vector<double> expected = add(r.detach(), written).to_vector();
+      EXPECT_EQ(sum.to_vector(), expected);
+      EXPECT_EQ(swapped.to_vector(), expected);
+      // Backward's recompute of the sum (Note [Recomputed residual sums]) sums the same way.
+      autograd::SavedTensor saved(sum);
+      ASSERT_TRUE(saved.is_recipe());
+      EXPECT_EQ(saved.unpack("test").to_vector(), expected);
+      EXPECT_EQ(y.to_vector(), written.to_vector()) << "y itself, read at last";
+    }
+  }
+}
+
+TEST(BatchNormDeferred, AnAddOfAnOutputWithItselfReadsItOnce) {
+  // The sum's other operand is the deferred output: reading it runs the very write the add
+  // asked for the sum (the add holds it meanwhile).
+  Inputs a = inputs(true), b = inputs(false);
+  Tensor y = F::batch_norm(a.z, a.gamma, a.beta, Tensor(), Tensor(), {});
+  Tensor written = F::batch_norm(b.z, b.gamma, b.beta, Tensor(), Tensor(), {});
+  EXPECT_EQ(add(y, y).to_vector(), add(written, written).to_vector());
+}
+
+TEST(BatchNormDeferred, AnAddRefusesAnOutputWhoseInputChanged) {
+  Inputs a = inputs(true);
+  Tensor y = F::batch_norm(a.z, a.gamma, a.beta, Tensor(), Tensor(), {});
+  {
+    autograd::NoGradGuard no_grad;
+    copy_(a.beta, full({6}, 2.0));
+  }
+  try {
+    add(a.z.detach(), y);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("add"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("bias"), std::string::npos) << msg;
     EXPECT_NE(msg.find("modified in place"), std::string::npos) << msg;
   }
 }
