@@ -309,8 +309,10 @@ __global__ void normalize_kernel(int64_t rows, int64_t c, int lanes, int block_r
       out.v[v] = from_f<T>(act_forward<A>((to_f(xv.v[v]) - mu[v]) * scale[v] + b[v]));
     if constexpr (kResidual) {
       const Pack<T, V> rv = load_pack<T, V>(residual + row * c + c0);
+      // __fadd_rn: in f32 a plain + let the compiler fold the activation's last multiply into an
+      // FMA with the add (SiLU's sums differed from the unfused ones in the last bit).
 #pragma unroll
-      for (int v = 0; v < V; ++v) out.v[v] = from_f<T>(to_f(rv.v[v]) + to_f(out.v[v]));
+      for (int v = 0; v < V; ++v) out.v[v] = from_f<T>(__fadd_rn(to_f(rv.v[v]), to_f(out.v[v])));
     }
     *reinterpret_cast<Pack<T, V>*>(y + row * c + c0) = out;
   }
