@@ -71,8 +71,8 @@ bool cuda_conv_uses_cudnn(ConvPass pass, DType dtype, const Conv2dShape& s) {
   if (cuda::depthwise_handles(s) || cuda::pointwise(s)) return false;
   // the early returns of kernels/cuda/conv.cu: nothing to compute
   switch (pass) {
-    case ConvPass::forward:
-      return s.n > 0 && s.k > 0;
+    case ConvPass::forward:  // 16-bit 3x3 stems: frugal's kernel (Note [Few-channel forwards])
+      return s.n > 0 && s.k > 0 && (dtype == DType::f32 || !cuda::few_channel_handles(s));
     case ConvPass::backward_input:
       return s.n > 0 && s.c > 0;
     case ConvPass::backward_weight:

@@ -452,6 +452,10 @@ void forward(const Context& ctx, DType dtype, const Conv2dShape& s, const BnActI
     return;
   }
   FRUGAL_CHECK(bn == nullptr, "conv2d_forward_bn_act: no kernel reads z for ", s.str());
+  if (dtype != DType::f32 && few_channel_handles(s)) {  // Note [Few-channel forwards]
+    few_channel_forward(ctx, dtype, s, x, w, bias, y);
+    return;
+  }
   if (pointwise(s)) {  // y[M, K] = x[M, C] w[K, C]^T
     gemm_tf32(ctx, dtype, false, true, s.n * s.h * s.w, s.k, s.c, x, w, 0.0, y,
               conv_allow_tf32());

@@ -1,6 +1,7 @@
-// The weight gradient of a convolution with few input channels (a network's stem: 1 or 3
-// channels in, 3x3, stride 2) with frugal's own kernel, used by kernels/cuda/conv.cu instead of
-// cuDNN for 16-bit shapes that few_channel_handles() accepts.
+// The forward and the weight gradient of a convolution with few input channels (a network's
+// stem: 1 or 3 channels in, 3x3, stride 2) with frugal's own kernels, used by kernels/cuda/conv.cu
+// instead of cuDNN for 16-bit shapes that few_channel_handles() accepts (Note [Few-channel
+// forwards] in few_channel_conv.cu).
 //
 // Note [Few-channel weight gradients]: cuDNN's 16-bit weight-gradient kernels want channel
 // counts in multiples of 8; with one input channel its benchmark picked an implicit-GEMM kernel
@@ -24,6 +25,10 @@
 #include "kernels/conv_workspace.h"  // few_channel_handles: which shapes come here
 
 namespace frugal::kernels::cuda {
+
+// y = conv(x, w) + bias (nullable), all in dtype.
+void few_channel_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
+                         const void* w, const void* bias, void* y);
 
 // dw only, in dw_dtype (dtype or f32); the caller sums the bias gradient.
 void few_channel_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,

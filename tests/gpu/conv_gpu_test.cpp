@@ -2,7 +2,8 @@
 // gradients, for 1x1 (cuBLAS GEMMs; with stride 2 on cuDNN), 3x3 pad 1, stride 2, dilation 2,
 // groups 2, a non-square odd case (cuDNN), depthwise 3x3/5x5 with strides, dilation, packed
 // and odd channel counts and a batch big enough for many weight-gradient splits, and 16-bit 3x3
-// weight gradients with 1-4 input channels (frugal's own kernels), f32 weight gradients of 5x5
+// forwards and weight gradients with 1-4 input channels (frugal's own kernels: K in one block,
+// over a block, not in packs of 8; dilation, padding 0-2), f32 weight gradients of 5x5
 // and 7x7 stems (frugal's TF32 kernel where TF32 is allowed, cuDNN otherwise), in f32 (TF32 off,
 // so 1e-5 holds), f16 and bf16; then f32 with TF32 allowed (PyTorch's default) within TF32's
 // rounding.

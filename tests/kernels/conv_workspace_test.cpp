@@ -40,13 +40,16 @@ TEST(ConvWorkspace, PassesCudaRoutesAwayFromCudnnGetNone) {
     // A 1x1 with stride 2 is not a plain GEMM: cuDNN.
     EXPECT_GT(cuda_conv_workspace_bytes(ConvPass::forward, t, conv(8, 56, 32, 64, 1, 2)), 0u);
   }
-  // A stem's 16-bit weight gradient runs frugal's few-channel kernel; f32's stays on cuDNN, and
-  // the forward always does.
+  // A stem's 16-bit forward and weight gradient run frugal's few-channel kernels; f32's stay on
+  // cuDNN, and so does the input gradient.
   const kernels::Conv2dShape stem = conv(8, 224, 3, 32, 3, 2);
   EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f16, stem), 0u);
   EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::bf16, stem), 0u);
   EXPECT_GT(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f32, stem), 0u);
-  EXPECT_GT(cuda_conv_workspace_bytes(ConvPass::forward, DType::f16, stem), 0u);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, DType::f16, stem), 0u);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, DType::bf16, stem), 0u);
+  EXPECT_GT(cuda_conv_workspace_bytes(ConvPass::forward, DType::f32, stem), 0u);
+  EXPECT_GT(cuda_conv_workspace_bytes(ConvPass::backward_input, DType::f16, stem), 0u);
   // A 7x7 stem's f32 weight gradient leaves cuDNN for frugal's TF32 implicit GEMM, which takes
   // the same bound (Note [Stem weight gradients as GEMMs]); 16-bit ones, its other passes, 8
   // input channels and f32 without TF32 stay on cuDNN.
