@@ -44,8 +44,7 @@ __device__ __forceinline__ float act_forward(float x) {
 // (-0 where f32 gives +0), which changes no sum that starts from +0 or holds a nonzero term.
 template <Activation A, typename T, int N>
 constexpr bool clamps_after_rounding =
-    (A == Activation::relu || A == Activation::relu6) && N % 2 == 0 &&
-    (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>);
+    (A == Activation::relu || A == Activation::relu6) && N % 2 == 0 && is_16bit<T>;
 
 // x = float(clamp(round_to_T(x))) for A = relu or relu6, a pair of values at a time: the pair
 // stays packed from the rounding to the conversion back.
@@ -53,7 +52,6 @@ template <Activation A, typename T, int N>
 __device__ __forceinline__ void round_and_clamp(float (&x)[N]) {
   static_assert(clamps_after_rounding<A, T, N>);
   constexpr bool half = std::is_same_v<T, __half>;
-  using Pair = std::conditional_t<half, __half2, __nv_bfloat162>;
   // The bounds from their bits: a conversion is inline assembly, which the compiler does not
   // fold, and each clamp would convert them again.
   T zero1, six1;
@@ -64,23 +62,12 @@ __device__ __forceinline__ void round_and_clamp(float (&x)[N]) {
     zero1 = __ushort_as_bfloat16(0x0000);
     six1 = __ushort_as_bfloat16(0x40c0);
   }
-  const Pair zero(zero1, zero1), six(six1, six1);
+  const PairOf<T> zero(zero1, zero1), six(six1, six1);
 #pragma unroll
   for (int i = 0; i < N; i += 2) {
-    Pair p;
-    if constexpr (half) {
-      p = __floats2half2_rn(x[i], x[i + 1]);
-    } else {
-      p = __floats2bfloat162_rn(x[i], x[i + 1]);
-    }
-    p = __hmax2(p, zero);
+    PairOf<T> p = __hmax2(round_pair<T>(x[i], x[i + 1]), zero);
     if constexpr (A == Activation::relu6) p = __hmin2(p, six);
-    float2 f;
-    if constexpr (half) {
-      f = __half22float2(p);
-    } else {
-      f = __bfloat1622float2(p);
-    }
+    const float2 f = widen_pair<T>(p);
     x[i] = f.x;
     x[i + 1] = f.y;
   }

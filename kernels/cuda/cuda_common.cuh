@@ -84,25 +84,49 @@ __device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
   return *reinterpret_cast<const Pack<T, N>*>(p);
 }
 
-// N floats rounded to T (to nearest even), a pair at a time for the 16-bit types: one conversion
-// instruction of an f32 pair (cvt.rn.f16x2.f32) where the scalar form takes one a value, with the
-// same results.
+template <typename T>
+constexpr bool is_16bit = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+// The packed pair of a 16-bit T: __half2 or __nv_bfloat162.
+template <typename T>
+using PairOf = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+
+// a and b rounded to a 16-bit T (to nearest even) in one conversion instruction of an f32 pair
+// (cvt.rn.f16x2.f32), with the results of two scalar ones.
+template <typename T>
+__device__ __forceinline__ PairOf<T> round_pair(float a, float b) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __floats2half2_rn(a, b);
+  } else {
+    return __floats2bfloat162_rn(a, b);
+  }
+}
+
+// A pair of a 16-bit T back to floats, exactly.
+template <typename T>
+__device__ __forceinline__ float2 widen_pair(PairOf<T> p) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half22float2(p);
+  } else {
+    return __bfloat1622float2(p);
+  }
+}
+
+// N floats rounded to T (to nearest even), a pair at a time for the 16-bit types (round_pair).
 template <typename T, int N>
 __device__ __forceinline__ Pack<T, N> round_pack(const float* v) {
   Pack<T, N> out;
-  if constexpr (N % 2 == 0 && std::is_same_v<T, __half>) {
+  if constexpr (N % 2 == 0 && is_16bit<T>) {
 #pragma unroll
     for (int i = 0; i < N; i += 2) {
-      const __half2 h = __floats2half2_rn(v[i], v[i + 1]);
-      out.v[i] = __low2half(h);
-      out.v[i + 1] = __high2half(h);
-    }
-  } else if constexpr (N % 2 == 0 && std::is_same_v<T, __nv_bfloat16>) {
-#pragma unroll
-    for (int i = 0; i < N; i += 2) {
-      const __nv_bfloat162 h = __floats2bfloat162_rn(v[i], v[i + 1]);
-      out.v[i] = __low2bfloat16(h);
-      out.v[i + 1] = __high2bfloat16(h);
+      const PairOf<T> h = round_pair<T>(v[i], v[i + 1]);
+      if constexpr (std::is_same_v<T, __half>) {
+        out.v[i] = __low2half(h);
+        out.v[i + 1] = __high2half(h);
+      } else {
+        out.v[i] = __low2bfloat16(h);
+        out.v[i + 1] = __high2bfloat16(h);
+      }
     }
   } else {
 #pragma unroll
