@@ -77,6 +77,27 @@ struct GatherCols {
   }
 };
 
+// Calls visit(b, t) for each tap column b < Cols::kK through which source column j feeds strip
+// pixel t = Cols::target(j, b) >= 0: the loop every strip and window kernel multiplies in,
+// unrolled at compile time (j is too, where the callers unroll theirs).
+template <class Cols, class Visit>
+__device__ __forceinline__ void for_each_target(int j, Visit visit) {
+#pragma unroll
+  for (int b = 0; b < Cols::kK; ++b) {
+    const int t = Cols::target(j, b);
+    if (t >= 0) visit(b, t);
+  }
+}
+
+// for_each_target over every source column j < Cols::kCols, j outer: visit(j, b, t).
+template <class Cols, class Visit>
+__device__ __forceinline__ void for_each_tap(Visit visit) {
+#pragma unroll
+  for (int j = 0; j < Cols::kCols; ++j) {
+    for_each_target<Cols>(j, [&](int b, int t) { visit(j, b, t); });
+  }
+}
+
 // Brute force over (j, b): every pixel of the strip is fed, and only columns [0, kCols) feed.
 template <class Cols>
 constexpr bool cols_consistent() {
@@ -260,13 +281,10 @@ __device__ __forceinline__ void gather_strip(const T* __restrict__ src, RowOf ro
     for (int b = 0; b < K; ++b) load_floats<float, V>(wt + (a * K + b) * c, wr[b]);
     // acc[r] += x of column j through the taps that feed r
     auto add_column = [&](int j, const float(&xv)[V]) {
-#pragma unroll
-      for (int b = 0; b < K; ++b) {
-        const int r = Cols::target(j, b);
-        if (r < 0) continue;
+      for_each_target<Cols>(j, [&](int b, int r) {
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[r][v] = fmaf(xv[v], wr[b][v], acc[r][v]);
-      }
+      });
     };
     for_each_column<T, V, Cols::kCols>(src, row, col0, col_end, width, c, interior, in,
                                        add_column);
@@ -415,16 +433,10 @@ __global__ void __launch_bounds__(kGatherThreads)
       }
 #pragma unroll
       for (int a = 0; a < K; ++a) {
+        for_each_tap<Cols>([&](int j, int b, int r) {
 #pragma unroll
-        for (int j = 0; j < kCols; ++j) {
-#pragma unroll
-          for (int b = 0; b < K; ++b) {
-            const int r = Cols::target(j, b);
-            if (r < 0) continue;
-#pragma unroll
-            for (int v = 0; v < V; ++v) acc[r][v] = fmaf(window[a][j][v], wr[a][b][v], acc[r][v]);
-          }
-        }
+          for (int v = 0; v < V; ++v) acc[r][v] = fmaf(window[a][j][v], wr[a][b][v], acc[r][v]);
+        });
       }
       const int out0 = ((n * g.oh + oh) * g.ow + ow0) * g.c + c0;
 #pragma unroll
@@ -557,13 +569,10 @@ __device__ __forceinline__ void weight_strip(const T* __restrict__ x, const T* _
   float gv[kStrip][V];
   // acc[b] += dy of the output column j feeds through tap b, times x of column j
   auto add_column = [&](int j, const float(&xv)[V]) {
-#pragma unroll
-    for (int b = 0; b < K; ++b) {
-      const int r = Cols::target(j, b);
-      if (r < 0) continue;
+    for_each_target<Cols>(j, [&](int b, int r) {
 #pragma unroll
       for (int v = 0; v < V; ++v) acc[b * V + v] = fmaf(gv[r][v], xv[v], acc[b * V + v]);
-    }
+    });
   };
   // a whole strip inside the row: straight loads (Note [Interior strips])
   const bool interior = count == kStrip && col0 >= 0 && col0 + Cols::kCols <= col_end;
@@ -734,19 +743,13 @@ __global__ void __launch_bounds__(kThreads, 3)
               load_column<T, V>(dy, dy0, o, count, count, g.c, gv[o]);
             }
           }
+          for_each_tap<Cols>([&](int j, int b, int o) {
 #pragma unroll
-          for (int j = 0; j < kCols; ++j) {
-#pragma unroll
-            for (int b = 0; b < K; ++b) {
-              const int o = Cols::target(j, b);
-              if (o < 0) continue;
-#pragma unroll
-              for (int v = 0; v < V; ++v) {
-                float& sum = acc[(a * K + b) * V + v];
-                sum = fmaf(gv[o][v], xr[j][v], sum);
-              }
+            for (int v = 0; v < V; ++v) {
+              float& sum = acc[(a * K + b) * V + v];
+              sum = fmaf(gv[o][v], xr[j][v], sum);
             }
-          }
+          });
         }
       }
     }
