@@ -493,6 +493,21 @@ __device__ __forceinline__ void accumulate_tap(float* acc, const T* src, const f
   for (int v = 0; v < V; ++v) acc[v] = fmaf(sv[v], wv[v], acc[v]);
 }
 
+// Item i of the per-pixel kernels' grid over the pixels x channel packs of an [N, rows, cols, C]
+// tensor, cvs = C / V packs a pixel: pixel (n, r, col), channels from c0.
+struct PixelPack {
+  int n, r, col, c0;
+  __device__ __forceinline__ PixelPack(int i, int rows, int cols, int cvs, int v) {
+    const int cv = i % cvs;
+    int p = i / cvs;
+    col = p % cols;
+    p /= cols;
+    r = p % rows;
+    n = p / rows;
+    c0 = cv * v;
+  }
+};
+
 // The forward with one output pixel a thread and any stride and dilation.
 template <typename T, int K, int V>
 __global__ void forward_pixel_kernel(Geom g, const T* __restrict__ x, const float* __restrict__ wt,
@@ -501,11 +516,8 @@ __global__ void forward_pixel_kernel(Geom g, const T* __restrict__ x, const floa
   const int total = g.n * g.oh * g.ow * cvs;
   const int stride = static_cast<int>(gridDim.x * blockDim.x);
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
-    const int cv = i % cvs;
-    int p = i / cvs;
-    const int ow = p % g.ow;
-    p /= g.ow;
-    const int oh = p % g.oh, n = p / g.oh, c0 = cv * V;
+    const PixelPack at(i, g.oh, g.ow, cvs, V);
+    const int n = at.n, oh = at.r, ow = at.col, c0 = at.c0;
     float acc[V] = {};
     if (bias != nullptr) load_floats<T, V>(bias + c0, acc);
 #pragma unroll
@@ -533,11 +545,8 @@ __global__ void backward_input_pixel_kernel(Geom g, const T* __restrict__ dy,
   const int total = g.n * g.h * g.w * cvs;
   const int stride = static_cast<int>(gridDim.x * blockDim.x);
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
-    const int cv = i % cvs;
-    int p = i / cvs;
-    const int iw = p % g.w;
-    p /= g.w;
-    const int ih = p % g.h, n = p / g.h, c0 = cv * V;
+    const PixelPack at(i, g.h, g.w, cvs, V);
+    const int n = at.n, ih = at.r, iw = at.col, c0 = at.c0;
     float acc[V] = {};
 #pragma unroll
     for (int a = 0; a < K; ++a) {
