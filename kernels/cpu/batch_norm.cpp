@@ -356,11 +356,8 @@ void batch_norm_act_apply_add(const Context& ctx, DType dtype, Activation act, i
   // The two passes the fused CUDA kernel replaces, in their order: y is rounded to dtype before
   // the add, as the unfused forward's stored output was.
   cpu::batch_norm_act_apply(ctx, dtype, act, rows, c, x, gamma, beta, mean, invstd, y);
-  Broadcast same;
-  same.ndim = 1;
-  same.numel = same.out_dims[0] = rows * c;
-  same.a_strides[0] = same.b_strides[0] = 1;
-  cpu::binary(ctx, BinaryOp::add, dtype, same, residual, y, y);
+  const Shape flat{rows * c};
+  cpu::binary(ctx, BinaryOp::add, dtype, make_broadcast(flat, flat, flat), residual, y, y);
 }
 
 void batch_norm_forward_eval(const Context& ctx, DType dtype, int64_t rows, int64_t c,
