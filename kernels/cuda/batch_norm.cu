@@ -1,16 +1,18 @@
-// Batch normalisation over NHWC rows [rows, C] on CUDA. Per-channel sums run in two stages: a
-// partial kernel (16-byte channel packs x rows a block, float sums over a slice of rows, shifted
-// by the first row for the variance) and a per-channel finish in double (one warp per channel);
-// then an elementwise pass over packs.
+// Batch normalisation over NHWC rows [rows, C] on CUDA. Per-channel sums run in one kernel: a
+// partial pass (16-byte channel packs x rows a block, float sums over a slice of rows, shifted by
+// the first row for the variance) whose last blocks sum the slices in double and finish
+// (batch_norm_finish.cuh); then an elementwise pass over packs.
 // x/y/dx/dy are f32/f16/bf16, parameters and statistics are f32. An activation may follow the
 // normalisation (Note [Batch norm with its activation] in kernels/batch_norm.h): forward applies
 // it before the store, backward takes its derivative at u = bn(x) recomputed from the saved
 // statistics with the forward's own expression, so that u matches the forward bit for bit.
 #include <initializer_list>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/batch_norm.h"
 #include "kernels/cuda/activation.cuh"
+#include "kernels/cuda/batch_norm_finish.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/split_sums.cuh"
 
@@ -97,10 +99,12 @@ struct OutputGradPack {
 // splits (blockIdx.y). Sums per channel
 //   forward:  a = x - x[0, c], b = (x - x[0, c])^2
 //   backward: a = dy,          b = dy * (x - mean[c])
-// and writes partial[(split * C + c) * 2 + {0, 1}].
-template <typename T, bool kBackward, int V, Activation A>
+// and writes partial[(split * C + c) * 2 + {0, 1}]; then, with tree.counters, the last blocks
+// sum the splits and finish (Note [Finishing in the last block] in arrival_counters.cu).
+template <typename T, bool kBackward, int V, Activation A, class Finish>
 __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const T* x, const T* dy,
-                                       BnOutputGrad out_grad, float* partial) {
+                                       BnOutputGrad out_grad, float* partial, Finish finish,
+                                       SplitTree tree) {
   const int64_t cvs = c / V;
   const int block_rows = kThreads / lanes;
   const int lane = static_cast<int>(threadIdx.x) % lanes;
@@ -162,76 +166,9 @@ __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const
       partial[(static_cast<int64_t>(blockIdx.y) * c + col * V + m % V) * 2 + m / V] = sum;
     }
   });
-}
-
-// Loads a lane of the finishes issues before it adds them. With one in flight the finishes of
-// MobileNetV1's bf16 step waited on L2 once per split a lane walked, 9.5 us a launch (54
-// launches, 0.51 ms of a 9.5 ms step, H200); with split_sums.cuh's 4, a partial grid of 1,024
-// splits still cost a lane 8 round trips, and each finish about 8 us (104 launches, 0.81 ms of
-// MobileNetV2's f16 step). 16 make those 2; the loads are of pairs, 32 registers.
-constexpr int kChannelSplitLoads = 16;
-
-// The two sums of channel `ch` over the splits, in double; one warp per channel, every lane gets
-// the result. A lane issues kChannelSplitLoads loads before it adds them.
-__device__ __forceinline__ void sum_channel_splits(int64_t c, int splits, const float* partial,
-                                                   int64_t ch, int lane, double* a, double* b) {
-  double sa = 0.0, sb = 0.0;
-  for (int g0 = lane; g0 < splits; g0 += 32 * kChannelSplitLoads) {
-    float2 v[kChannelSplitLoads];
-#pragma unroll
-    for (int u = 0; u < kChannelSplitLoads; ++u) {
-      const int64_t g = g0 + 32 * u;
-      // (sum, moment) pairs: 8-byte aligned as the workspace is
-      v[u] = g < splits ? *reinterpret_cast<const float2*>(partial + (g * c + ch) * 2)
-                        : make_float2(0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int u = 0; u < kChannelSplitLoads; ++u) sa += v[u].x, sb += v[u].y;
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    sa += __shfl_xor_sync(0xffffffffu, sa, o);
-    sb += __shfl_xor_sync(0xffffffffu, sb, o);
-  }
-  *a = sa;
-  *b = sb;
-}
-
-constexpr int kWarpsPerBlock = kThreads / 32;
-
-// Per channel (one warp each): batch statistics, saved statistics and running statistics
-// (PyTorch's momentum rule, unbiased variance for the running estimate); channel 0's warp also
-// counts the batch in batches_tracked (nullable).
-template <typename T>
-__global__ void forward_finish_kernel(int64_t rows, int64_t c, int splits, const float* partial,
-                                      const T* x, double eps, double momentum, float* save_mean,
-                                      float* save_invstd, float* running_mean, float* running_var,
-                                      int64_t* batches_tracked) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t ch = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (ch >= c) return;
-  // Note [Finish loads first]: the per-channel numbers load before the splits are summed, so
-  // their latency (x's first row is usually out of L2 by now) runs beside the sums' instead of
-  // after them; the finishes are a few microseconds each, 104 launches a MobileNetV2 step.
-  const float shift = to_f(x[ch]);
-  const float old_mean = running_mean != nullptr ? running_mean[ch] : 0.0f;
-  const float old_var = running_var != nullptr ? running_var[ch] : 0.0f;
-  double a, b;
-  sum_channel_splits(c, splits, partial, ch, lane, &a, &b);
-  if (lane != 0) return;
-  if (ch == 0 && batches_tracked != nullptr) *batches_tracked += 1;
-  double m = static_cast<double>(rows);
-  double shifted_mean = a / m;
-  double var = fmax(b / m - shifted_mean * shifted_mean, 0.0);  // biased
-  double mean = static_cast<double>(shift) + shifted_mean;
-  save_mean[ch] = static_cast<float>(mean);
-  save_invstd[ch] = static_cast<float>(1.0 / sqrt(var + eps));
-  if (running_mean != nullptr) {
-    running_mean[ch] = static_cast<float>((1 - momentum) * old_mean + momentum * mean);
-  }
-  if (running_var != nullptr) {
-    double unbiased = var * m / (m - 1.0);
-    running_var[ch] = static_cast<float>((1 - momentum) * old_var + momentum * unbiased);
-  }
+  if (tree.counters == nullptr) return;
+  const int chans = static_cast<int>(std::min<int64_t>(lanes, cvs - cv0)) * V;
+  finish_in_last_block(c, cv0 * V, chans, partial, tree, finish);
 }
 
 // Note [Row-major elementwise passes]
@@ -318,27 +255,6 @@ __global__ void normalize_kernel(int64_t rows, int64_t c, int lanes, int block_r
   }
 }
 
-// Per channel (one warp each): dgamma, dbeta and the coefficients of
-// dx = k1 * (dy - k2 - (x - mean) * k3).
-__global__ void backward_finish_kernel(int64_t rows, int64_t c, int splits, const float* partial,
-                                       const float* gamma, const float* invstd, float* dgamma,
-                                       float* dbeta, float* coef) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t ch = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (ch >= c) return;
-  const double is = invstd[ch];  // Note [Finish loads first]
-  const double g = gamma != nullptr ? gamma[ch] : 1.0;
-  double sum_dy, sum_dy_xmu;
-  sum_channel_splits(c, splits, partial, ch, lane, &sum_dy, &sum_dy_xmu);
-  if (lane != 0) return;
-  if (dgamma != nullptr) dgamma[ch] = static_cast<float>(sum_dy_xmu * is);
-  if (dbeta != nullptr) dbeta[ch] = static_cast<float>(sum_dy);
-  double m = static_cast<double>(rows);
-  coef[ch] = static_cast<float>(g * is);
-  coef[c + ch] = static_cast<float>(sum_dy / m);
-  coef[2 * c + ch] = static_cast<float>(is * is * sum_dy_xmu / m);
-}
-
 // dx = k1 * (g - k2 - (x - mean) * k3), g the gradient at bn's output (BnOutputGrad). Rows x
 // channel packs (Note [Row-major elementwise passes]).
 template <typename T, int V, Activation A>
@@ -374,9 +290,15 @@ __global__ void backward_dx_kernel(int64_t rows, int64_t c, int lanes, int block
 // its loads one after another.
 constexpr int64_t kRowsPerThread = 8;
 
-// Launch geometry of the partial kernel for C channels in packs of V. `fills`: the splits reach
-// the device's resident blocks (Note [Grids by occupancy] in cuda_common.cuh), not the rows'
-// limit.
+// The finish of the forward or the backward sums.
+template <typename T, bool kBackward>
+using FinishOf = std::conditional_t<kBackward, BackwardFinish, ForwardFinish<T>>;
+
+// Launch geometry of the partial kernel for C channels in packs of V. A block's column is at most
+// kThreads channels, so that the last block's finish sums a channel a thread (Note [Finishing in
+// the last block] in arrival_counters.cu); wider inputs take several columns of equal width.
+// `fills`: the splits reach the device's resident blocks (Note [Grids by occupancy] in
+// cuda_common.cuh), not the rows' limit.
 struct PartialGrid {
   int lanes;
   int splits;
@@ -387,10 +309,10 @@ struct PartialGrid {
 template <typename T, bool kBackward, int V, Activation A>
 PartialGrid partial_grid(const Context& ctx, int64_t rows, int64_t c) {
   const int64_t cvs = c / V;
-  const int lanes = static_cast<int>(std::min<int64_t>(cvs, kThreads));
-  const int64_t blocks_x = std::max<int64_t>((cvs + lanes - 1) / lanes, 1);
+  const int64_t blocks_x = std::max<int64_t>((cvs + kThreads / V - 1) / (kThreads / V), 1);
+  const int lanes = static_cast<int>(std::max<int64_t>((cvs + blocks_x - 1) / blocks_x, 1));
   const int block_rows = kThreads / lanes;
-  const auto kernel = channel_partial_kernel<T, kBackward, V, A>;
+  const auto kernel = channel_partial_kernel<T, kBackward, V, A, FinishOf<T, kBackward>>;
   const int64_t by_fill = resident_fill(ctx, kernel, kThreads) / blocks_x;
   const int64_t by_rows =
       (rows + int64_t{block_rows} * kRowsPerThread - 1) / (int64_t{block_rows} * kRowsPerThread);
@@ -423,23 +345,53 @@ PartialPlan plan_partials(const Context& ctx, int64_t rows, int64_t c) {
   return {true, partial_grid<T, kBackward, kNarrowPack<V>, A>(ctx, rows, c)};
 }
 
-// dy and out_grad's pointers are null in the forward pass (kBackward false, A identity).
-template <typename T, bool kBackward, int V, Activation A>
-void launch_partials(const PartialPlan& plan, cudaStream_t s, int64_t rows, int64_t c, const T* x,
-                     const T* dy, const BnOutputGrad& out_grad, float* partial) {
-  const PartialGrid& pg = plan.pg;
-  if (plan.narrow) {
-    channel_partial_kernel<T, kBackward, kNarrowPack<V>, A>
-        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, out_grad, partial);
-  } else {
-    channel_partial_kernel<T, kBackward, V, A>
-        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, out_grad, partial);
-  }
-  FRUGAL_LAUNCH_CHECK();
+// A pass's workspace: the partial rows [splits, C, 2] (float), `extra` floats for the caller,
+// and the split tree's group sums [groups, C, 2] (double) where arrival counters are to be had.
+struct SumsWorkspace {
+  memory::DataPtr ws;
+  float* partial;
+  float* extra;
+  SplitTree tree;
+};
+
+SumsWorkspace sums_workspace(const Context& ctx, const PartialGrid& pg, int64_t c, int64_t extra) {
+  SplitTree tree;
+  while (tree.group * tree.group < pg.splits) ++tree.group;  // about sqrt(splits) each level
+  tree.groups = (pg.splits + tree.group - 1) / tree.group;
+  tree.counters = arrival_counters(ctx, int64_t{pg.grid.x} * (tree.groups + 1));
+  const size_t floats = static_cast<size_t>(pg.splits) * c * 2 + static_cast<size_t>(extra);
+  const size_t sums_at = (floats * sizeof(float) + 15) / 16 * 16;  // double2-aligned
+  const size_t sums_bytes =
+      tree.counters != nullptr ? static_cast<size_t>(tree.groups) * c * 2 * sizeof(double) : 0;
+  memory::DataPtr ws = ctx.workspace(sums_at + sums_bytes);
+  auto base = static_cast<char*>(ws.get());
+  auto partial = reinterpret_cast<float*>(base);
+  if (tree.counters != nullptr) tree.group_sums = reinterpret_cast<double*>(base + sums_at);
+  return {std::move(ws), partial, partial + static_cast<int64_t>(pg.splits) * c * 2, tree};
 }
 
-unsigned finish_blocks(int64_t c) {
-  return static_cast<unsigned>((c + kWarpsPerBlock - 1) / kWarpsPerBlock);
+// The sums and their finish: the partial kernel, which finishes in its last blocks, or, without
+// arrival counters, the partial kernel and then finish_kernel. dy and out_grad's pointers are
+// null in the forward pass (kBackward false, A identity).
+template <typename T, bool kBackward, int V, Activation A>
+void sum_and_finish(const PartialPlan& plan, const SumsWorkspace& w, cudaStream_t s, int64_t rows,
+                    int64_t c, const T* x, const T* dy, const BnOutputGrad& out_grad,
+                    const FinishOf<T, kBackward>& finish) {
+  const PartialGrid& pg = plan.pg;
+  if (plan.narrow) {
+    channel_partial_kernel<T, kBackward, kNarrowPack<V>, A, FinishOf<T, kBackward>>
+        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, out_grad, w.partial, finish,
+                                      w.tree);
+  } else {
+    channel_partial_kernel<T, kBackward, V, A, FinishOf<T, kBackward>><<<pg.grid, kThreads, 0, s>>>(
+        rows, c, pg.lanes, x, dy, out_grad, w.partial, finish, w.tree);
+  }
+  FRUGAL_LAUNCH_CHECK();
+  if (w.tree.counters != nullptr) return;
+  constexpr int kWarps = kThreads / 32;
+  finish_kernel<<<static_cast<unsigned>((c + kWarps - 1) / kWarps), kThreads, 0, s>>>(
+      c, pg.splits, w.partial, finish);
+  FRUGAL_LAUNCH_CHECK();
 }
 
 void check_common(const Context& ctx, DType dtype, int64_t rows, int64_t c, const char* op) {
@@ -503,31 +455,26 @@ void batch_norm_act_forward_train(const Context& ctx, DType dtype, Activation ac
     with_pack_width<T>(c, {x, y}, [&](auto pack) {
       constexpr int V = decltype(pack)::value;
       const PartialPlan plan = plan_partials<T, false, V, Activation::identity>(ctx, rows, c);
-      const PartialGrid& pg = plan.pg;
-      // partial sums [splits, C, 2], then room for mean and invstd [2, C] when the caller saves
-      // none
-      memory::DataPtr ws = ctx.workspace(
-          (static_cast<size_t>(pg.splits) * c * 2 + 2 * static_cast<size_t>(c)) * sizeof(float));
-      auto partial = static_cast<float*>(ws.get());
-      float* scratch = partial + static_cast<int64_t>(pg.splits) * c * 2;
-      auto mean = save_mean != nullptr ? static_cast<float*>(save_mean) : scratch;
-      auto invstd = save_invstd != nullptr ? static_cast<float*>(save_invstd) : scratch + c;
-      launch_partials<T, false, V, Activation::identity>(plan, s, rows, c, xt, nullptr,
-                                                         BnOutputGrad{}, partial);
-      forward_finish_kernel<T><<<finish_blocks(c), kThreads, 0, s>>>(
-          rows, c, pg.splits, partial, xt, eps, momentum, mean, invstd,
-          static_cast<float*>(running_mean), static_cast<float*>(running_var), batches_tracked);
-      FRUGAL_LAUNCH_CHECK();
-      if (y == nullptr) return;  // statistics only: batch_norm_act_apply writes y later
-      with_activation(act, [&](auto a) {
-        const auto kernel = normalize_kernel<T, V, decltype(a)::value>;
-        const RowGrid rg = row_grid(ctx, kernel, rows, c, V);
-        kernel<<<rg.grid, rg.block, 0, s>>>(rows, c, rg.lanes, rg.block_rows, xt, mean, invstd,
-                                            nullptr, 0.0f, static_cast<const float*>(gamma),
-                                            static_cast<const float*>(beta), nullptr,
-                                            static_cast<T*>(y));
-      });
-      FRUGAL_LAUNCH_CHECK();
+      // room for mean and invstd [2, C] after the partial sums when the caller saves none
+      const SumsWorkspace w = sums_workspace(ctx, plan.pg, c, 2 * c);
+      auto mean = save_mean != nullptr ? static_cast<float*>(save_mean) : w.extra;
+      auto invstd = save_invstd != nullptr ? static_cast<float*>(save_invstd) : w.extra + c;
+      const ForwardFinish<T> finish{rows,
+                                    xt,
+                                    eps,
+                                    momentum,
+                                    mean,
+                                    invstd,
+                                    static_cast<float*>(running_mean),
+                                    static_cast<float*>(running_var),
+                                    batches_tracked};
+      sum_and_finish<T, false, V, Activation::identity>(plan, w, s, rows, c, xt, nullptr,
+                                                        BnOutputGrad{}, finish);
+      // statistics only without y: batch_norm_act_apply writes it later
+      if (y != nullptr) {
+        launch_normalize(ctx, dtype, op, rows, c, x, mean, invstd, nullptr, 0.0, gamma, beta, act,
+                         nullptr, y);
+      }
     });
   });
 }
@@ -583,17 +530,16 @@ void batch_norm_act_backward(const Context& ctx, DType dtype, Activation act, in
         constexpr int V = decltype(pack)::value;
         constexpr Activation A = decltype(a)::value;
         const PartialPlan plan = plan_partials<T, true, V, A>(ctx, rows, c);
-        const PartialGrid& pg = plan.pg;
-        memory::DataPtr ws = ctx.workspace(
-            (static_cast<size_t>(pg.splits) * c * 2 + 3 * static_cast<size_t>(c)) * sizeof(float));
-        auto partial = static_cast<float*>(ws.get());
-        float* coef = partial + static_cast<int64_t>(pg.splits) * c * 2;  // [3, C]
-        launch_partials<T, true, V, A>(plan, s, rows, c, xt, dyt, out_grad, partial);
-        backward_finish_kernel<<<finish_blocks(c), kThreads, 0, s>>>(
-            rows, c, pg.splits, partial, static_cast<const float*>(gamma),
-            static_cast<const float*>(save_invstd), static_cast<float*>(dgamma),
-            static_cast<float*>(dbeta), coef);
-        FRUGAL_LAUNCH_CHECK();
+        const SumsWorkspace w = sums_workspace(ctx, plan.pg, c, 3 * c);
+        float* coef = w.extra;  // [3, C]
+        const BackwardFinish finish{rows,
+                                    c,
+                                    static_cast<const float*>(gamma),
+                                    static_cast<const float*>(save_invstd),
+                                    static_cast<float*>(dgamma),
+                                    static_cast<float*>(dbeta),
+                                    coef};
+        sum_and_finish<T, true, V, A>(plan, w, s, rows, c, xt, dyt, out_grad, finish);
         if (dx != nullptr && rows > 0) {
           const auto kernel = backward_dx_kernel<T, V, A>;
           const RowGrid rg = row_grid(ctx, kernel, rows, c, V);
