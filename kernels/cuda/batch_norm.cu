@@ -1,7 +1,7 @@
-// Batch normalisation over NHWC rows [rows, C] on CUDA. Per-channel sums run in one kernel: a
-// partial pass (16-byte channel packs x rows a block, float sums over a slice of rows, shifted by
-// the first row for the variance) whose last blocks sum the slices in double and finish
-// (batch_norm_finish.cuh); then an elementwise pass over packs.
+// Batch normalisation over NHWC rows [rows, C] on CUDA. Per-channel sums run in two stages: a
+// partial kernel (16-byte channel packs x rows a block, float sums over a slice of rows, shifted
+// by the first row for the variance) and a per-channel finish in double (batch_norm_finish.cuh);
+// then an elementwise pass over packs.
 // x/y/dx/dy are f32/f16/bf16, parameters and statistics are f32. An activation may follow the
 // normalisation (Note [Batch norm with its activation] in kernels/batch_norm.h): forward applies
 // it before the store, backward takes its derivative at u = bn(x) recomputed from the saved
@@ -99,12 +99,10 @@ struct OutputGradPack {
 // splits (blockIdx.y). Sums per channel
 //   forward:  a = x - x[0, c], b = (x - x[0, c])^2
 //   backward: a = dy,          b = dy * (x - mean[c])
-// and writes partial[(split * C + c) * 2 + {0, 1}]; then, with tree.counters, the last blocks
-// sum the splits and finish (Note [Finishing in the last block] in arrival_counters.cu).
-template <typename T, bool kBackward, int V, Activation A, class Finish>
+// and writes partial[(split * C + c) * 2 + {0, 1}].
+template <typename T, bool kBackward, int V, Activation A>
 __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const T* x, const T* dy,
-                                       BnOutputGrad out_grad, float* partial, Finish finish,
-                                       SplitTree tree) {
+                                       BnOutputGrad out_grad, float* partial) {
   const int64_t cvs = c / V;
   const int block_rows = kThreads / lanes;
   const int lane = static_cast<int>(threadIdx.x) % lanes;
@@ -166,9 +164,6 @@ __global__ void channel_partial_kernel(int64_t rows, int64_t c, int lanes, const
       partial[(static_cast<int64_t>(blockIdx.y) * c + col * V + m % V) * 2 + m / V] = sum;
     }
   });
-  if (tree.counters == nullptr) return;
-  const int chans = static_cast<int>(std::min<int64_t>(lanes, cvs - cv0)) * V;
-  finish_in_last_block(c, cv0 * V, chans, partial, tree, finish);
 }
 
 // Note [Row-major elementwise passes]
@@ -295,8 +290,9 @@ template <typename T, bool kBackward>
 using FinishOf = std::conditional_t<kBackward, BackwardFinish, ForwardFinish<T>>;
 
 // Launch geometry of the partial kernel for C channels in packs of V. A block's column is at most
-// kThreads channels, so that the last block's finish sums a channel a thread (Note [Finishing in
-// the last block] in arrival_counters.cu); wider inputs take several columns of equal width.
+// kThreads channels (32 packs of 8 16-bit channels), wider inputs take several columns of equal
+// width and each fewer splits: MobileNetV2 f16 replayed at 13,466 img/s so (its 384-1280-channel
+// layers), 13,037 with one column of up to kThreads packs (H200, two calls of one session).
 // `fills`: the splits reach the device's resident blocks (Note [Grids by occupancy] in
 // cuda_common.cuh), not the rows' limit.
 struct PartialGrid {
@@ -312,7 +308,7 @@ PartialGrid partial_grid(const Context& ctx, int64_t rows, int64_t c) {
   const int64_t blocks_x = std::max<int64_t>((cvs + kThreads / V - 1) / (kThreads / V), 1);
   const int lanes = static_cast<int>(std::max<int64_t>((cvs + blocks_x - 1) / blocks_x, 1));
   const int block_rows = kThreads / lanes;
-  const auto kernel = channel_partial_kernel<T, kBackward, V, A, FinishOf<T, kBackward>>;
+  const auto kernel = channel_partial_kernel<T, kBackward, V, A>;
   const int64_t by_fill = resident_fill(ctx, kernel, kThreads) / blocks_x;
   const int64_t by_rows =
       (rows + int64_t{block_rows} * kRowsPerThread - 1) / (int64_t{block_rows} * kRowsPerThread);
@@ -345,49 +341,35 @@ PartialPlan plan_partials(const Context& ctx, int64_t rows, int64_t c) {
   return {true, partial_grid<T, kBackward, kNarrowPack<V>, A>(ctx, rows, c)};
 }
 
-// A pass's workspace: the partial rows [splits, C, 2] (float), `extra` floats for the caller,
-// and the split tree's group sums [groups, C, 2] (double) where arrival counters are to be had.
+// A pass's workspace: the partial rows [splits, C, 2] and `extra` floats for the caller.
 struct SumsWorkspace {
   memory::DataPtr ws;
   float* partial;
   float* extra;
-  SplitTree tree;
 };
 
 SumsWorkspace sums_workspace(const Context& ctx, const PartialGrid& pg, int64_t c, int64_t extra) {
-  SplitTree tree;
-  while (tree.group * tree.group < pg.splits) ++tree.group;  // about sqrt(splits) each level
-  tree.groups = (pg.splits + tree.group - 1) / tree.group;
-  tree.counters = arrival_counters(ctx, int64_t{pg.grid.x} * (tree.groups + 1));
-  const size_t floats = static_cast<size_t>(pg.splits) * c * 2 + static_cast<size_t>(extra);
-  const size_t sums_at = (floats * sizeof(float) + 15) / 16 * 16;  // double2-aligned
-  const size_t sums_bytes =
-      tree.counters != nullptr ? static_cast<size_t>(tree.groups) * c * 2 * sizeof(double) : 0;
-  memory::DataPtr ws = ctx.workspace(sums_at + sums_bytes);
-  auto base = static_cast<char*>(ws.get());
-  auto partial = reinterpret_cast<float*>(base);
-  if (tree.counters != nullptr) tree.group_sums = reinterpret_cast<double*>(base + sums_at);
-  return {std::move(ws), partial, partial + static_cast<int64_t>(pg.splits) * c * 2, tree};
+  memory::DataPtr ws = ctx.workspace(
+      (static_cast<size_t>(pg.splits) * c * 2 + static_cast<size_t>(extra)) * sizeof(float));
+  auto partial = static_cast<float*>(ws.get());
+  return {std::move(ws), partial, partial + static_cast<int64_t>(pg.splits) * c * 2};
 }
 
-// The sums and their finish: the partial kernel, which finishes in its last blocks, or, without
-// arrival counters, the partial kernel and then finish_kernel. dy and out_grad's pointers are
-// null in the forward pass (kBackward false, A identity).
+// The sums and their finish (Note [Finishes as kernels of their own] in batch_norm_finish.cuh).
+// dy and out_grad's pointers are null in the forward pass (kBackward false, A identity).
 template <typename T, bool kBackward, int V, Activation A>
 void sum_and_finish(const PartialPlan& plan, const SumsWorkspace& w, cudaStream_t s, int64_t rows,
                     int64_t c, const T* x, const T* dy, const BnOutputGrad& out_grad,
                     const FinishOf<T, kBackward>& finish) {
   const PartialGrid& pg = plan.pg;
   if (plan.narrow) {
-    channel_partial_kernel<T, kBackward, kNarrowPack<V>, A, FinishOf<T, kBackward>>
-        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, out_grad, w.partial, finish,
-                                      w.tree);
+    channel_partial_kernel<T, kBackward, kNarrowPack<V>, A>
+        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, out_grad, w.partial);
   } else {
-    channel_partial_kernel<T, kBackward, V, A, FinishOf<T, kBackward>><<<pg.grid, kThreads, 0, s>>>(
-        rows, c, pg.lanes, x, dy, out_grad, w.partial, finish, w.tree);
+    channel_partial_kernel<T, kBackward, V, A>
+        <<<pg.grid, kThreads, 0, s>>>(rows, c, pg.lanes, x, dy, out_grad, w.partial);
   }
   FRUGAL_LAUNCH_CHECK();
-  if (w.tree.counters != nullptr) return;
   constexpr int kWarps = kThreads / 32;
   finish_kernel<<<static_cast<unsigned>((c + kWarps - 1) / kWarps), kThreads, 0, s>>>(
       c, pg.splits, w.partial, finish);

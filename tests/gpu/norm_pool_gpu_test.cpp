@@ -20,10 +20,8 @@ TEST(GpuBatchNorm, TrainEvalBackwardMatchCpu) {
     // {4099, 32}, {33, 24}, {517, 12} run on channel packs (16-bit: 4 channels a thread, Note
     // [Narrow packs for small reductions]); {280001, 32} fills the device with 16-byte packs;
     // {41, 1280} has 160 16-bit packs a row (blocks of 160 threads) and {300, 2056} more than a
-    // block's 256 (Note [Row-major elementwise passes]). The partial kernel finishes in its last
-    // blocks (Note [Finishing in the last block]): {280001, 32} over groups of splits, {300, 2056}
-    // in 9 columns of channels; {3, 700001} needs more arrival counters than a stream has, so its
-    // sums finish in a kernel of their own.
+    // block's 256 (Note [Row-major elementwise passes]); the partial sums take it in 9 columns of
+    // at most 256 channels, and {3, 700001} (one channel a thread) in 2,735.
     for (Size sz :
          {Size{70, 13}, Size{3001, 37}, Size{2, 5}, Size{4099, 32}, Size{33, 24}, Size{517, 12},
           Size{280001, 32}, Size{41, 1280}, Size{300, 2056}, Size{3, 700001}}) {
