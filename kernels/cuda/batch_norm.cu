@@ -285,10 +285,6 @@ __global__ void backward_dx_kernel(int64_t rows, int64_t c, int lanes, int block
 // its loads one after another.
 constexpr int64_t kRowsPerThread = 8;
 
-// The finish of the forward or the backward sums.
-template <typename T, bool kBackward>
-using FinishOf = std::conditional_t<kBackward, BackwardFinish, ForwardFinish<T>>;
-
 // Launch geometry of the partial kernel for C channels in packs of V. A block's column is at most
 // kThreads channels (32 packs of 8 16-bit channels), wider inputs take several columns of equal
 // width and each fewer splits: MobileNetV2 f16 replayed at 13,466 img/s so (its 384-1280-channel
@@ -356,11 +352,12 @@ SumsWorkspace sums_workspace(const Context& ctx, const PartialGrid& pg, int64_t 
 }
 
 // The sums and their finish (Note [Finishes as kernels of their own] in batch_norm_finish.cuh).
-// dy and out_grad's pointers are null in the forward pass (kBackward false, A identity).
-template <typename T, bool kBackward, int V, Activation A>
+// dy and out_grad's pointers are null in the forward pass (kBackward false, A identity); Finish
+// is ForwardFinish<T> or BackwardFinish to match.
+template <typename T, bool kBackward, int V, Activation A, class Finish>
 void sum_and_finish(const PartialPlan& plan, const SumsWorkspace& w, cudaStream_t s, int64_t rows,
                     int64_t c, const T* x, const T* dy, const BnOutputGrad& out_grad,
-                    const FinishOf<T, kBackward>& finish) {
+                    const Finish& finish) {
   const PartialGrid& pg = plan.pg;
   if (plan.narrow) {
     channel_partial_kernel<T, kBackward, kNarrowPack<V>, A>

@@ -915,6 +915,13 @@ bool uses_row_windows(const Conv2dShape& s) {
 // of fixed row counts 2-56, launch by launch, would make 0.94 ms.
 constexpr int64_t kMaxWindowRows = 28;
 
+// The length of the runs that split n rows evenly into runs of at most `most` (n, most >= 1): the
+// fewest runs that fit, their rows shared out as evenly as they go.
+int64_t even_run(int64_t n, int64_t most) {
+  const int64_t runs = (n + most - 1) / most;
+  return (n + runs - 1) / runs;
+}
+
 template <typename Kernel>
 int window_rows(const Context& ctx, const Conv2dShape& s, Kernel* kernel) {
   const int64_t oh = s.oh();
@@ -923,8 +930,8 @@ int window_rows(const Context& ctx, const Conv2dShape& s, Kernel* kernel) {
       std::max<int64_t>(resident_fill(ctx, kernel, kGatherThreads) * kGatherThreads, 1);
   int64_t best = 2, best_walk = INT64_MAX, best_loaded = INT64_MAX;
   for (int64_t rows = 2; rows <= std::max<int64_t>(std::min(oh, kMaxWindowRows), 2); ++rows) {
+    if (even_run(oh, rows) != rows) continue;  // uneven: fewer rows split the same way
     const int64_t groups = (oh + rows - 1) / rows;
-    if ((oh + groups - 1) / groups != rows) continue;  // uneven: fewer rows split the same way
     const int64_t items = columns * groups;
     const int64_t walk = (items + resident - 1) / resident * (rows + 2);
     const int64_t loaded = items * (rows + 2);
@@ -952,11 +959,7 @@ void forward_window(const Context& ctx, cudaStream_t stream, const Conv2dShape& 
 // 16) mostly took 16: MobileNetV2's f16 step's 13 launches (batch 128, H200, ncu) take 0.57 ms at
 // 7 rows against 0.68 ms by it. Swept over fixed row counts 2-56, the best of each launch would
 // make 0.55 ms, and no launch was more than 7% slower at 7 than at its best.
-int weight_rows_per_item(int64_t h) {
-  constexpr int64_t kMaxRows = 7;
-  const int64_t groups = (h + kMaxRows - 1) / kMaxRows;
-  return static_cast<int>(std::max<int64_t>((h + groups - 1) / std::max<int64_t>(groups, 1), 1));
-}
+int weight_rows_per_item(int64_t h) { return h < 1 ? 1 : static_cast<int>(even_run(h, 7)); }
 
 // The weight gradient by input rows (Note [Weight gradients by input rows]): items of
 // weight_rows_per_item rows and row splits such that the blocks the device holds at once have an
