@@ -7,7 +7,11 @@
 # autocast alone, side by side with PyTorch's autocast. BENCH_COMPILE (default none) adds
 # PyTorch's eager step under torch.compile in each mode it lists ("default
 # max-autotune-no-cudagraphs"; about a minute of compiling each), in the table's compile column;
-# with BENCH_MODES=graph alone the replayed rows compare with it.
+# with BENCH_MODES=graph alone the replayed rows compare with it. Max-autotune's kernel timings
+# carry from call to call through bench/torch_autotune_timings.json (bench/autotune_timings.py):
+# the grown file comes back as "$OUT/torch_autotune_timings.json", to commit.
+# BENCH_COMPILE_TIMEOUT (seconds) stops a compile that would outrun the device call; what it
+# timed so far still comes back.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD_DIR:-build-gpu}"
@@ -30,6 +34,13 @@ CASES=("128 3x224x224 1000 1" "256 1x32x32 10 $SMALL_REPEATS")
 MODELS="${BENCH_MODELS:-mobilenet_v2}"
 [ "$MODELS" = all ] && MODELS="mobilenet_v2 mobilenet_v1 efficientnet_b0 resnet18"
 COMPILE="${BENCH_COMPILE:-}"
+# Max-autotune times every candidate kernel of each convolution and GEMM: about 490 s for
+# MobileNetV1 (session 26), 174 s with the timings of earlier calls on the same GPU and versions.
+TIMINGS=bench/torch_autotune_timings.json
+if [[ "$COMPILE" == *max-autotune* ]]; then
+  export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/frugal-inductor-cache}"
+  python3 bench/autotune_timings.py seed "$TORCHINDUCTOR_CACHE_DIR" "$TIMINGS" || exit 1
+fi
 MAX_REPEATS=$(( SMALL_REPEATS > 1 ? SMALL_REPEATS : 1 ))
 
 BIN="$BUILD/train_step_bench"
@@ -77,8 +88,8 @@ for ((rep = 0; rep < MAX_REPEATS; rep++)); do
           # beside the replayed row, frugal's replayed step against PyTorch's best).
           if [ "$mode" = eager ] || [[ " $MODES " != *" eager "* ]]; then
             for how in $COMPILE; do
-              run pytorch python3 bench/torch_train_step.py "${eager_args[@]}" --compile "$how" ||
-                status=1
+              run pytorch ${BENCH_COMPILE_TIMEOUT:+timeout "$BENCH_COMPILE_TIMEOUT"} \
+                python3 bench/torch_train_step.py "${eager_args[@]}" --compile "$how" || status=1
             done
           fi
         fi
@@ -87,6 +98,11 @@ for ((rep = 0; rep < MAX_REPEATS; rep++)); do
   done
   done
 done
+
+if [[ "$COMPILE" == *max-autotune* ]]; then
+  python3 bench/autotune_timings.py collect "$TORCHINDUCTOR_CACHE_DIR" \
+    "$OUTDIR/torch_autotune_timings.json" || status=1
+fi
 
 gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 missing=""
