@@ -6,7 +6,8 @@
 # BENCH_PRECISIONS (default "f32 f16 bf16") runs in both: f16 as autocast + GradScaler, bf16 as
 # autocast alone, side by side with PyTorch's autocast. BENCH_COMPILE (default none) adds
 # PyTorch's eager step under torch.compile in each mode it lists ("default
-# max-autotune-no-cudagraphs"; about a minute of compiling each), in the table's compile column;
+# max-autotune-no-cudagraphs"; about a minute of compiling for default, up to ten for
+# max-autotune), in the table's compile column;
 # with BENCH_MODES=graph alone the replayed rows compare with it. Max-autotune's kernel timings
 # carry from call to call through bench/torch_autotune_timings.json (bench/autotune_timings.py):
 # the grown file comes back as "$OUT/torch_autotune_timings.json", to commit.
