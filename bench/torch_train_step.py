@@ -225,6 +225,15 @@ def main():
             torch._functorch.config.activation_memory_budget = float(a.compile.split(":", 1)[1])
         mode = a.compile if a.compile in ("max-autotune-no-cudagraphs", "max-autotune",
                                           "reduce-overhead") else None
+        # The step enters autocast outside the compiled forward, and AOTAutograd's cache keys
+        # only whether autocast is on, not its dtype (pytorch/pytorch#181564), so an f16 process
+        # can be served the graph a bf16 one compiled into the same cache directory. Session 26
+        # saw it: an f16 max-autotune compile after bf16 ones timed no kernel and wrote no f16
+        # timings; the same compile with only the timings file in its cache timed f16 kernels.
+        # Without that cache the compile still reuses inductor's FX graph cache, whose graphs
+        # carry their casts.
+        if hasattr(torch._functorch.config, "enable_autograd_cache"):
+            torch._functorch.config.enable_autograd_cache = False
         forward = torch.compile(forward, mode=mode)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     images = torch.randn(a.batch, c, h, w, device=dev).contiguous(memory_format=fmt)
