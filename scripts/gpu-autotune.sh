@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Grows bench/torch_autotune_timings.json across device calls: torch.compile's
+# "max-autotune-no-cudagraphs" compiles of each MODEL:PRECISION cell given, one after the other,
+# until AUTOTUNE_SECONDS (default 540) have passed. A compile from nothing times every candidate
+# kernel of each convolution and GEMM (about 490 s for MobileNetV1 bf16), more than a device call
+# leaves once frugal is built and measured; a compile whose timings are all in the cache times
+# none (174 s for the same step). So calls of this script time the candidates, a cell at a time,
+# and the measuring call (scripts/gpu-bench.sh) compiles from the timings they leave.
+# A compile cut off by the deadline keeps the rounds it finished. Prints each cell's outcome (its
+# img/s line when it finished) and the count of timed inputs; the grown file comes back as
+# "$OUT/torch_autotune_timings.json", to commit over bench/torch_autotune_timings.json.
+#   scripts/gpu-autotune.sh resnet18:bf16 resnet18:f16
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+[ $# -gt 0 ] || { echo "usage: scripts/gpu-autotune.sh MODEL:PRECISION..." >&2; exit 2; }
+OUTDIR="${OUT:-/tmp}"
+mkdir -p "$OUTDIR"
+TIMINGS=bench/torch_autotune_timings.json
+export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/frugal-inductor-cache}"
+deadline=$(( $(date +%s) + ${AUTOTUNE_SECONDS:-540} ))
+
+# timed: how many (op, inputs) pairs the cache's timings hold.
+timed() {
+  python3 - "$TORCHINDUCTOR_CACHE_DIR" <<'EOF'
+import json, os, sys
+folder = os.path.join(sys.argv[1], "cache")
+names = os.listdir(folder) if os.path.isdir(folder) else []
+print(sum(len(v) for n in names for v in json.load(open(os.path.join(folder, n)))["cache"].values()))
+EOF
+}
+
+python3 bench/autotune_timings.py seed "$TORCHINDUCTOR_CACHE_DIR" "$TIMINGS" || exit 1
+status=0
+for cell in "$@"; do
+  model="${cell%%:*}" precision="${cell#*:}"
+  left=$(( deadline - $(date +%s) ))
+  if [ "$left" -lt 30 ]; then echo "== $cell: not started, the deadline has passed"; status=1; continue; fi
+  before=$(timed) start=$(date +%s)
+  timeout "$left" python3 bench/torch_train_step.py --device cuda --model "$model" --batch 128 \
+    --input 3x224x224 --classes 1000 --precision "$precision" --warmup 5 --steps 20 --json \
+    --compile max-autotune-no-cudagraphs 2>> "$OUTDIR/autotune-stderr.log" | tee -a "$OUTDIR/autotune.jsonl"
+  rc=$?
+  echo "== $cell: exit $rc after $(( $(date +%s) - start )) s ($([ "$rc" = 124 ] && echo "cut off at the deadline" || echo finished)); timed inputs $before -> $(timed)"
+  [ "$rc" = 0 ] || status=1
+done
+python3 bench/autotune_timings.py collect "$TORCHINDUCTOR_CACHE_DIR" "$OUTDIR/torch_autotune_timings.json" || status=1
+exit $status
