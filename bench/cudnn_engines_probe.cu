@@ -180,8 +180,8 @@ struct Best {
 
 // One candidate measured: time, then compare with the reference (or become it).
 template <typename Launch>
-void measure(const char* source, const std::string& label, size_t workspace, const Conv& c,
-             Pass p, const Type& t, Buffers& b, bool& have_ref, Best& best, Launch launch) {
+void measure(const char* source, const std::string& label, size_t workspace, const Conv& c, Pass p,
+             const Type& t, Buffers& b, bool& have_ref, Best& best, Launch launch) {
   if (workspace > kWorkspaceCap) {
     std::printf("  %-8s %-34s ws %8.1f MiB  not run (over the %zu MiB cap)\n", source,
                 label.c_str(), workspace / 1048576.0, kWorkspaceCap >> 20);
@@ -254,16 +254,14 @@ std::vector<LegacyCandidate> legacy_candidates(cudnnHandle_t h, const LegacyDesc
   };
   if (p == Pass::fprop) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y,
-                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
-                                                       perf),
+    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(
+                    h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf),
                 "forward heuristics");
     take(perf);
   } else if (p == Pass::dgrad) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x,
-                                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                                                            &got, perf),
+    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                    h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf),
                 "backward data heuristics");
     take(perf);
   } else {
@@ -276,8 +274,8 @@ std::vector<LegacyCandidate> legacy_candidates(cudnnHandle_t h, const LegacyDesc
   return out;
 }
 
-void run_legacy(cudnnHandle_t h, const Conv& c, Pass p, const Type& t, Buffers& b,
-                bool& have_ref, Best& best) {
+void run_legacy(cudnnHandle_t h, const Conv& c, Pass p, const Type& t, Buffers& b, bool& have_ref,
+                Best& best) {
   LegacyDescriptors d(c, t);
   const float one = 1, zero = 0;
   for (const LegacyCandidate& cand : legacy_candidates(h, d, p)) {
@@ -308,10 +306,9 @@ void run_legacy(cudnnHandle_t h, const Conv& c, Pass p, const Type& t, Buffers& 
                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(cand.algo),
                                             b.workspace, ws, &zero, d.x, b.out);
       }
-      return cudnnConvolutionBackwardFilter(
-          h, &one, d.x, b.x, d.y, b.dy, d.conv,
-          static_cast<cudnnConvolutionBwdFilterAlgo_t>(cand.algo), b.workspace, ws, &zero, d.w,
-          b.out);
+      return cudnnConvolutionBackwardFilter(h, &one, d.x, b.x, d.y, b.dy, d.conv,
+                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(cand.algo),
+                                            b.workspace, ws, &zero, d.w, b.out);
     });
   }
 }
@@ -395,39 +392,42 @@ Graph make_graph(cudnnHandle_t h, const Conv& c, Pass p, const Type& t) {
   const cudnnBackendDescriptor_t x = g.parts[0].get(), w = g.parts[1].get(), y = g.parts[2].get();
   const cudnnBackendDescriptor_t cd = conv.get();
   const auto D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
-  auto op = [&]() -> Desc {
-    if (p == Pass::fprop) {
-      Desc o(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, D, 1, &x, "op x");
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, D, 1, &w, "op w");
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, D, 1, &y, "op y");
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, D, 1, &cd, "op conv");
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "alpha");
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "beta");
-      o.finalize("forward operation");
-      return o;
-    }
-    if (p == Pass::dgrad) {
-      Desc o(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, D, 1, &x, "op dx");
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, D, 1, &w, "op w");
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, D, 1, &y, "op dy");
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, D, 1, &cd, "op conv");
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "alpha");
-      o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "beta");
-      o.finalize("backward data operation");
-      return o;
-    }
-    Desc o(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-    o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, D, 1, &x, "op x");
-    o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, D, 1, &w, "op dw");
-    o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, D, 1, &y, "op dy");
-    o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, D, 1, &cd, "op conv");
-    o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "alpha");
-    o.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "beta");
-    o.finalize("backward filter operation");
-    return o;
-  }();
+  // The operation's descriptor type and attribute names, by pass: the x, w and y slots hold dx in
+  // the input gradient and dw in the weight gradient.
+  struct OpAttrs {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+  };
+  const OpAttrs a =
+      p == Pass::fprop   ? OpAttrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                                 CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                 CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                 CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                                 CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                                 CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                                 CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA}
+      : p == Pass::dgrad ? OpAttrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA}
+                         : OpAttrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+  Desc op(a.type);
+  op.set(a.x, D, 1, &x, "op x");
+  op.set(a.w, D, 1, &w, "op w");
+  op.set(a.y, D, 1, &y, "op y");
+  op.set(a.conv, D, 1, &cd, "op conv");
+  op.set(a.alpha, CUDNN_TYPE_FLOAT, 1, &alpha, "op alpha");
+  op.set(a.beta, CUDNN_TYPE_FLOAT, 1, &beta, "op beta");
+  op.finalize(pass_name(p));
   const cudnnBackendDescriptor_t ops = op.get();
   g.graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, D, 1, &ops, "graph ops");
   g.graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "graph handle");
@@ -440,8 +440,8 @@ Graph make_graph(cudnnHandle_t h, const Conv& c, Pass p, const Type& t) {
 // The engine configurations heuristics `mode` lists for the graph, at most `max` of them.
 std::vector<Desc> engine_configs(const Graph& g, cudnnBackendHeurMode_t mode, int64_t max) {
   Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-           g.graph.addr(), "heuristics graph");
+  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, g.graph.addr(),
+           "heuristics graph");
   heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
   if (cudnnBackendFinalize(heur.get()) != CUDNN_STATUS_SUCCESS) return {};
   int64_t count = 0;
@@ -484,13 +484,26 @@ std::string describe(const Desc& cfg) {
                                notes) == CUDNN_STATUS_SUCCESS) {
     for (int64_t i = 0; i < got; ++i) {
       switch (notes[i]) {
-        case CUDNN_NUMERICAL_NOTE_TENSOR_CORE: s += " tc"; break;
-        case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS: s += " dc"; break;
-        case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION: s += " rp"; break;
-        case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC: s += " nd"; break;
-        case CUDNN_NUMERICAL_NOTE_FFT: s += " fft"; break;
-        case CUDNN_NUMERICAL_NOTE_WINOGRAD: s += " wino"; break;
-        default: break;
+        case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+          s += " tc";
+          break;
+        case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+          s += " dc";
+          break;
+        case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+          s += " rp";
+          break;
+        case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+          s += " nd";
+          break;
+        case CUDNN_NUMERICAL_NOTE_FFT:
+          s += " fft";
+          break;
+        case CUDNN_NUMERICAL_NOTE_WINOGRAD:
+          s += " wino";
+          break;
+        default:
+          break;
       }
     }
   }
@@ -546,11 +559,11 @@ void run_graph(cudnnHandle_t h, const Conv& c, Pass p, const Type& t, Buffers& b
 
 std::vector<Conv> resnet18_convs() {
   // N, H, W, C, K, R, S, stride, pad, count in the network
-  return {{128, 224, 224, 3, 64, 7, 7, 2, 3, 1},   {128, 56, 56, 64, 64, 3, 3, 1, 1, 4},
-          {128, 56, 56, 64, 128, 3, 3, 2, 1, 1},   {128, 28, 28, 128, 128, 3, 3, 1, 1, 3},
-          {128, 56, 56, 64, 128, 1, 1, 2, 0, 1},   {128, 28, 28, 128, 256, 3, 3, 2, 1, 1},
-          {128, 14, 14, 256, 256, 3, 3, 1, 1, 3},  {128, 28, 28, 128, 256, 1, 1, 2, 0, 1},
-          {128, 14, 14, 256, 512, 3, 3, 2, 1, 1},  {128, 7, 7, 512, 512, 3, 3, 1, 1, 3},
+  return {{128, 224, 224, 3, 64, 7, 7, 2, 3, 1},  {128, 56, 56, 64, 64, 3, 3, 1, 1, 4},
+          {128, 56, 56, 64, 128, 3, 3, 2, 1, 1},  {128, 28, 28, 128, 128, 3, 3, 1, 1, 3},
+          {128, 56, 56, 64, 128, 1, 1, 2, 0, 1},  {128, 28, 28, 128, 256, 3, 3, 2, 1, 1},
+          {128, 14, 14, 256, 256, 3, 3, 1, 1, 3}, {128, 28, 28, 128, 256, 1, 1, 2, 0, 1},
+          {128, 14, 14, 256, 512, 3, 3, 2, 1, 1}, {128, 7, 7, 512, 512, 3, 3, 1, 1, 3},
           {128, 14, 14, 256, 512, 1, 1, 2, 0, 1}};
 }
 
@@ -575,25 +588,33 @@ int main(int argc, char** argv) {
     if (i + 1 >= argc) usage(("missing the value of " + a).c_str());
     const std::string v = argv[++i];
     if (a == "--dtype") {
-      if (v == "bf16") type = {"bf16", CUDNN_DATA_BFLOAT16, 2};
-      else if (v == "f16") type = {"f16", CUDNN_DATA_HALF, 2};
-      else if (v == "f32") type = {"f32", CUDNN_DATA_FLOAT, 4};
-      else usage(("unknown --dtype " + v).c_str());
+      if (v == "bf16")
+        type = {"bf16", CUDNN_DATA_BFLOAT16, 2};
+      else if (v == "f16")
+        type = {"f16", CUDNN_DATA_HALF, 2};
+      else if (v == "f32")
+        type = {"f32", CUDNN_DATA_FLOAT, 4};
+      else
+        usage(("unknown --dtype " + v).c_str());
     } else if (a == "--conv") {
       long long f[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-      const int got = std::sscanf(v.c_str(), "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld",
-                                  &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8],
-                                  &f[9]);
+      const int got =
+          std::sscanf(v.c_str(), "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld", &f[0], &f[1],
+                      &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9]);
       if (got < 9) usage(("--conv wants N,H,W,C,K,R,S,STRIDE,PAD[,COUNT], got " + v).c_str());
       Conv c{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9]};
       if (c.n < 1 || c.c < 1 || c.k < 1 || c.stride < 1 || c.pad < 0 || c.p() < 1 || c.q() < 1)
         usage(("--conv " + v + " has no output").c_str());
       convs.push_back(c);
     } else if (a == "--pass") {
-      if (v == "fprop") passes.push_back(Pass::fprop);
-      else if (v == "dgrad") passes.push_back(Pass::dgrad);
-      else if (v == "wgrad") passes.push_back(Pass::wgrad);
-      else usage(("unknown --pass " + v).c_str());
+      if (v == "fprop")
+        passes.push_back(Pass::fprop);
+      else if (v == "dgrad")
+        passes.push_back(Pass::dgrad);
+      else if (v == "wgrad")
+        passes.push_back(Pass::wgrad);
+      else
+        usage(("unknown --pass " + v).c_str());
     } else if (a == "--heuristics") {
       max_heuristics = std::atoll(v.c_str());
       if (max_heuristics < 1) usage("--heuristics wants a count >= 1");
@@ -643,9 +664,10 @@ int main(int argc, char** argv) {
     for (void* p : {b.x, b.w, b.dy, b.out, b.ref, b.workspace, static_cast<void*>(b.diff)})
       cudaFree(p);
   }
-  std::printf("total over the shapes, each times its count: legacy best %.3f ms, best of both "
-              "APIs %.3f ms\n",
-              legacy_total, graph_total);
+  std::printf(
+      "total over the shapes, each times its count: legacy best %.3f ms, best of both "
+      "APIs %.3f ms\n",
+      legacy_total, graph_total);
   cudnnDestroy(h);
   return 0;
 }
