@@ -9,6 +9,8 @@
 # A compile cut off by the deadline keeps the rounds it finished. Prints each cell's outcome (its
 # img/s line when it finished) and the count of timed inputs; the grown file comes back as
 # "$OUT/torch_autotune_timings.json", to commit over bench/torch_autotune_timings.json.
+# When "$BUILD_DIR/train_step_bench" (default build-gpu) is built, each finished cell is followed
+# by frugal's replayed step of the same model and precision, and the ratio of the two.
 #   scripts/gpu-autotune.sh resnet18:bf16 resnet18:f16
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,7 @@ cd "$(dirname "$0")/.."
 OUTDIR="${OUT:-/tmp}"
 mkdir -p "$OUTDIR"
 TIMINGS=bench/torch_autotune_timings.json
+BIN="${BUILD_DIR:-build-gpu}/train_step_bench"
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/frugal-inductor-cache}"
 deadline=$(( $(date +%s) + ${AUTOTUNE_SECONDS:-540} ))
 
@@ -41,7 +44,18 @@ for cell in "$@"; do
     --compile max-autotune-no-cudagraphs 2>> "$OUTDIR/autotune-stderr.log" | tee -a "$OUTDIR/autotune.jsonl"
   rc=$?
   echo "== $cell: exit $rc after $(( $(date +%s) - start )) s ($([ "$rc" = 124 ] && echo "cut off at the deadline" || echo finished)); timed inputs $before -> $(timed)"
-  [ "$rc" = 0 ] || status=1
+  [ "$rc" = 0 ] || { status=1; continue; }
+  [ -x "$BIN" ] || continue
+  "$BIN" --device cuda --model "$model" --batch 128 --input 3x224x224 --classes 1000 \
+    --precision "$precision" --warmup 5 --steps 20 --json --graph \
+    2>> "$OUTDIR/autotune-stderr.log" | tee -a "$OUTDIR/autotune.jsonl" || { status=1; continue; }
+  python3 - "$OUTDIR/autotune.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+torch, frugal = rows[-2], rows[-1]
+print(f"== {frugal['model']} {frugal['precision']}: frugal replayed {frugal['img_per_s']:,.0f} img/s, "
+      f"max-autotune {torch['img_per_s']:,.0f}: {frugal['img_per_s'] / torch['img_per_s']:.2f}x")
+EOF
 done
 python3 bench/autotune_timings.py collect "$TORCHINDUCTOR_CACHE_DIR" "$OUTDIR/torch_autotune_timings.json" || status=1
 exit $status
