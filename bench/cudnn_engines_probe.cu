@@ -118,7 +118,6 @@ __global__ void diff_kernel(const void* a, const void* b, int64_t n, cudnnDataTy
 struct Buffers {
   void *x = nullptr, *w = nullptr, *dy = nullptr, *out = nullptr, *ref = nullptr;
   void* workspace = nullptr;
-  size_t workspace_bytes = 0;
   unsigned* diff = nullptr;
 };
 
