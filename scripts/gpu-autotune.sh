@@ -28,7 +28,8 @@ timed() {
 import json, os, sys
 folder = os.path.join(sys.argv[1], "cache")
 names = os.listdir(folder) if os.path.isdir(folder) else []
-print(sum(len(v) for n in names for v in json.load(open(os.path.join(folder, n)))["cache"].values()))
+caches = [json.load(open(os.path.join(folder, n)))["cache"] for n in names]
+print(sum(len(inputs) for cache in caches for inputs in cache.values()))
 EOF
 }
 
@@ -37,25 +38,36 @@ status=0
 for cell in "$@"; do
   model="${cell%%:*}" precision="${cell#*:}"
   left=$(( deadline - $(date +%s) ))
-  if [ "$left" -lt 30 ]; then echo "== $cell: not started, the deadline has passed"; status=1; continue; fi
+  if [ "$left" -lt 30 ]; then
+    echo "== $cell: not started, the deadline has passed"
+    status=1
+    continue
+  fi
   before=$(timed) start=$(date +%s)
   timeout "$left" python3 bench/torch_train_step.py --device cuda --model "$model" --batch 128 \
     --input 3x224x224 --classes 1000 --precision "$precision" --warmup 5 --steps 20 --json \
-    --compile max-autotune-no-cudagraphs 2>> "$OUTDIR/autotune-stderr.log" | tee -a "$OUTDIR/autotune.jsonl"
+    --compile max-autotune-no-cudagraphs 2>> "$OUTDIR/autotune-stderr.log" |
+    tee -a "$OUTDIR/autotune.jsonl"
   rc=$?
-  echo "== $cell: exit $rc after $(( $(date +%s) - start )) s ($([ "$rc" = 124 ] && echo "cut off at the deadline" || echo finished)); timed inputs $before -> $(timed)"
+  how=finished
+  [ "$rc" = 124 ] && how="cut off at the deadline"
+  echo "== $cell: exit $rc after $(( $(date +%s) - start )) s ($how);" \
+    "timed inputs $before -> $(timed)"
   [ "$rc" = 0 ] || { status=1; continue; }
   [ -x "$BIN" ] || continue
   "$BIN" --device cuda --model "$model" --batch 128 --input 3x224x224 --classes 1000 \
     --precision "$precision" --warmup 5 --steps 20 --json --graph \
-    2>> "$OUTDIR/autotune-stderr.log" | tee -a "$OUTDIR/autotune.jsonl" || { status=1; continue; }
+    2>> "$OUTDIR/autotune-stderr.log" | tee -a "$OUTDIR/autotune.jsonl" ||
+    { status=1; continue; }
   python3 - "$OUTDIR/autotune.jsonl" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 torch, frugal = rows[-2], rows[-1]
-print(f"== {frugal['model']} {frugal['precision']}: frugal replayed {frugal['img_per_s']:,.0f} img/s, "
-      f"max-autotune {torch['img_per_s']:,.0f}: {frugal['img_per_s'] / torch['img_per_s']:.2f}x")
+ours, theirs = frugal["img_per_s"], torch["img_per_s"]
+print(f"== {frugal['model']} {frugal['precision']}: frugal replayed {ours:,.0f} img/s, "
+      f"max-autotune {theirs:,.0f}: {ours / theirs:.2f}x")
 EOF
 done
-python3 bench/autotune_timings.py collect "$TORCHINDUCTOR_CACHE_DIR" "$OUTDIR/torch_autotune_timings.json" || status=1
+python3 bench/autotune_timings.py collect "$TORCHINDUCTOR_CACHE_DIR" \
+  "$OUTDIR/torch_autotune_timings.json" || status=1
 exit $status
