@@ -2,7 +2,7 @@
 # One device call for issue 16's cuDNN question (bench/RESULTS.md, session 27): does the graph
 # API run ResNet-18's bf16 convolutions faster than the legacy API, and does frugal's step gain?
 #   1. build build-gpu and run the gpu tests (with the graph API candidates restored, their own
-#      tests among them: git revert e95105e before the call);
+#      tests among them: git revert 7e99f03 before the call);
 #   2. bench/cudnn_engines_probe over ResNet-18's shapes in bf16 and in f16;
 #   3. ResNet-18 replayed beside PyTorch's replayed step and torch.compile max-autotune (its
 #      timings from bench/torch_autotune_timings.json), in SESSION_PRECISIONS (default bf16: the
