@@ -12,6 +12,7 @@ timings committed in bench/torch_autotune_timings.json and writes the grown file
 
   autotune_timings.py seed CACHE_DIR TIMINGS.json     # merge TIMINGS into CACHE_DIR's timings
   autotune_timings.py collect CACHE_DIR TIMINGS.json  # write CACHE_DIR's timings to TIMINGS
+  autotune_timings.py count CACHE_DIR                 # how many (op, inputs) pairs are timed
 """
 import json
 import os
@@ -52,11 +53,16 @@ def seed(cache_dir, timings_path):
     save(merge(load(target), committed) if os.path.exists(target) else committed, target)
 
 
+def cache_files(cache_dir):
+    folder = os.path.join(cache_dir, "cache")
+    return [os.path.join(folder, n) for n in os.listdir(folder)] if os.path.isdir(folder) else []
+
+
 def collect(cache_dir, timings_path):
     """The cache's file for the committed hash; when the GPU or versions changed (no such file),
     the newest one, whose timings replace the committed ones (they cannot be reused)."""
     folder = os.path.join(cache_dir, "cache")
-    files = [os.path.join(folder, n) for n in os.listdir(folder)] if os.path.isdir(folder) else []
+    files = cache_files(cache_dir)
     if not files:
         sys.exit(f"autotune_timings: no timings under {folder}")
     wanted = load(timings_path)["system"]["hash"] if os.path.exists(timings_path) else None
@@ -64,10 +70,19 @@ def collect(cache_dir, timings_path):
     save(load(same[0] if same else max(files, key=os.path.getmtime)), timings_path)
 
 
+def count(cache_dir):
+    """Prints how many (op, inputs) pairs the cache's timings hold: a compile's progress."""
+    caches = [load(p)["cache"] for p in cache_files(cache_dir)]
+    print(sum(len(inputs) for cache in caches for inputs in cache.values()))
+
+
 def main(argv):
-    if len(argv) != 4 or argv[1] not in ("seed", "collect"):
+    if len(argv) == 3 and argv[1] == "count":
+        count(argv[2])
+    elif len(argv) == 4 and argv[1] in ("seed", "collect"):
+        (seed if argv[1] == "seed" else collect)(argv[2], argv[3])
+    else:
         sys.exit(__doc__)
-    (seed if argv[1] == "seed" else collect)(argv[2], argv[3])
 
 
 if __name__ == "__main__":

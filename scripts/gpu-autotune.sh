@@ -22,16 +22,8 @@ BIN="${BUILD_DIR:-build-gpu}/train_step_bench"
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/frugal-inductor-cache}"
 deadline=$(( $(date +%s) + ${AUTOTUNE_SECONDS:-540} ))
 
-# timed: how many (op, inputs) pairs the cache's timings hold.
-timed() {
-  python3 - "$TORCHINDUCTOR_CACHE_DIR" <<'EOF'
-import json, os, sys
-folder = os.path.join(sys.argv[1], "cache")
-names = os.listdir(folder) if os.path.isdir(folder) else []
-caches = [json.load(open(os.path.join(folder, n)))["cache"] for n in names]
-print(sum(len(inputs) for cache in caches for inputs in cache.values()))
-EOF
-}
+# timed: how many (op, inputs) pairs the cache holds timings for.
+timed() { python3 bench/autotune_timings.py count "$TORCHINDUCTOR_CACHE_DIR"; }
 
 python3 bench/autotune_timings.py seed "$TORCHINDUCTOR_CACHE_DIR" "$TIMINGS" || exit 1
 status=0
