@@ -14,7 +14,9 @@
 // supported" for it, the next is tried and moved to the front, so the list converges on an
 // algorithm that runs. Benchmark mode (the default, like PyTorch's cudnn.benchmark;
 // FRUGAL_CUDNN_BENCHMARK=0 turns it off): the first call of a configuration times the first
-// kMaxBenchmarked candidates with CUDA events and moves the fastest to the front. That call
+// kMaxBenchmarked candidates with CUDA events, and up to kMaxGraphBenchmarked execution plans of
+// cuDNN's graph API (Note [Graph API candidates] in cudnn_graph.h), and moves the fastest to the
+// front. That call
 // synchronises the host once; every candidate writes the complete output (beta = 0), so the call's
 // result is valid whichever ran last. Heuristic order alone picked algorithms several times slower
 // for NHWC depthwise shapes. Deterministic mode (Note [Deterministic mode] in base/deterministic.h)
@@ -22,9 +24,11 @@
 // heuristic's first deterministic algorithm that runs is the one used, on every run.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -35,6 +39,7 @@
 #include "kernels/conv.h"
 #include "kernels/conv_workspace.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cudnn_graph.h"
 #include "kernels/cuda/depthwise_conv.h"
 #include "kernels/cuda/few_channel_conv.h"
 #include "kernels/cuda/gemm.h"
@@ -47,6 +52,7 @@ namespace frugal::kernels::cuda {
 namespace {
 
 constexpr size_t kMaxBenchmarked = 8;
+constexpr size_t kMaxGraphBenchmarked = 8;
 
 bool log_enabled() {
   static const bool on = [] {
@@ -66,10 +72,30 @@ bool benchmark_enabled() {
 
 enum class Direction { forward, backward_data, backward_filter };
 
+// A legacy algorithm with its math type, or (plan non-null) a graph API execution plan.
 struct Candidate {
-  int algo;
-  cudnnMathType_t math;
-  size_t workspace;
+  int algo = -1;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t workspace = 0;
+  std::shared_ptr<const GraphPlan> plan;
+};
+
+// For FRUGAL_CUDNN_LOG=1.
+std::string describe(const Candidate& c) {
+  const std::string which = c.plan != nullptr ? ::frugal::detail::str("engine ", c.plan->engine())
+                                              : ::frugal::detail::str("algo ", c.algo, " math ",
+                                                                      static_cast<int>(c.math));
+  char ws[32];
+  std::snprintf(ws, sizeof ws, " ws %.1f MiB", static_cast<double>(c.workspace) / (1 << 20));
+  return which + ws;
+}
+
+// The pass's three tensors as the graph API's variant pack takes them: x, w and y, dx standing
+// for x in the input gradient and dw for w in the weight gradient.
+struct PassTensors {
+  const void* x;
+  const void* w;
+  const void* y;
 };
 
 cudnnDataType_t cudnn_type(DType dtype, const char* op) {
@@ -197,7 +223,7 @@ std::vector<Candidate> filter(cudnnHandle_t h, const ConvDescriptors& d, Directi
     cudnnStatus_t st;
     size_t bytes = workspace_size(h, d, dir, static_cast<int>(perf[i].algo), &st);
     if (st != CUDNN_STATUS_SUCCESS || bytes > limit) continue;
-    out.push_back({static_cast<int>(perf[i].algo), math, bytes});
+    out.push_back({static_cast<int>(perf[i].algo), math, bytes, nullptr});
   }
   return out;
 }
@@ -229,7 +255,10 @@ std::vector<Candidate> heuristic_candidates(cudnnHandle_t h, const ConvDescripto
 }
 
 std::mutex g_cache_mu;
-std::unordered_map<std::string, std::vector<Candidate>> g_cache;  // Note [Conv algorithm cache]
+// Note [Conv algorithm cache]. Leaked, as the handles are (Note [Handle lifetime]): graph API
+// plans destroyed by static destructors at exit could outlive the CUDA context they refer to.
+std::unordered_map<std::string, std::vector<Candidate>>& g_cache =
+    *new std::unordered_map<std::string, std::vector<Candidate>>();
 
 const char* direction_name(Direction dir) {
   switch (dir) {
@@ -277,22 +306,21 @@ class CallWorkspace {
   memory::DataPtr own_;
 };
 
-// Times the first kMaxBenchmarked candidates (one warm-up and one timed launch each), drops
-// those cuDNN cannot run, and leaves `list` fastest first. See Note [Conv algorithm cache].
+// Times every candidate (one warm-up and one timed launch each; first_candidates bounds their
+// number), drops those cuDNN cannot run, and leaves `list` fastest first. See Note [Conv
+// algorithm cache].
 template <typename Launch>
-void benchmark(const Context& ctx, const ConvDescriptors& d, std::vector<Candidate>& list,
-               CallWorkspace& workspace, const std::string& what, Launch launch) {
+void benchmark(const Context& ctx, std::vector<Candidate>& list, CallWorkspace& workspace,
+               const std::string& what, Launch launch) {
   cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<std::pair<float, Candidate>> timed;
   cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
-  for (size_t i = 0; i < list.size() && i < kMaxBenchmarked; ++i) {
-    const Candidate& c = list[i];
-    CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+  for (const Candidate& c : list) {
     auto [ws, bytes] = workspace.for_candidate(c);
-    last = launch(c.algo, ws, bytes);  // warm-up (lazy module loads)
+    last = launch(c, ws, bytes);  // warm-up (lazy module loads)
     if (last != CUDNN_STATUS_SUCCESS) {
       int category = CUDNN_STATUS_CATEGORY(last);
       if (category != CUDNN_STATUS_NOT_SUPPORTED && category != CUDNN_STATUS_BAD_PARAM) {
@@ -303,7 +331,7 @@ void benchmark(const Context& ctx, const ConvDescriptors& d, std::vector<Candida
       continue;
     }
     CUDA_CHECK(cudaEventRecord(start, stream));
-    CUDNN_CHECK(launch(c.algo, ws, bytes));
+    CUDNN_CHECK(launch(c, ws, bytes));
     CUDA_CHECK(cudaEventRecord(stop, stream));
     CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
@@ -319,10 +347,7 @@ void benchmark(const Context& ctx, const ConvDescriptors& d, std::vector<Candida
   if (log_enabled()) {
     std::fprintf(stderr, "[cudnn] %s bound %.1f MiB:", what.c_str(),
                  static_cast<double>(workspace.bound()) / (1 << 20));
-    for (auto& [ms, c] : timed) {
-      std::fprintf(stderr, " algo %d math %d ws %.1f MiB %.3f ms;", c.algo,
-                   static_cast<int>(c.math), static_cast<double>(c.workspace) / (1 << 20), ms);
-    }
+    for (auto& [ms, c] : timed) std::fprintf(stderr, " %s %.3f ms;", describe(c).c_str(), ms);
     std::fprintf(stderr, "\n");
   }
   list.clear();
@@ -330,12 +355,20 @@ void benchmark(const Context& ctx, const ConvDescriptors& d, std::vector<Candida
 }
 
 // The candidates of a configuration seen for the first time: those within `bound`, else, with
-// one warning, those within kConvWorkspaceCap, smallest workspace first.
+// one warning, those within kConvWorkspaceCap, smallest workspace first. With `to_benchmark`, the
+// legacy API's first kMaxBenchmarked followed by the graph API's first kMaxGraphBenchmarked plans
+// within `bound` (Note [Graph API candidates]); else the legacy API's alone, in its order.
 std::vector<Candidate> first_candidates(cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
-                                        DType dtype, bool tf32, size_t bound,
-                                        const Conv2dShape& s) {
+                                        DType dtype, bool tf32, size_t bound, const Conv2dShape& s,
+                                        bool to_benchmark) {
   const bool is_f32 = dtype == DType::f32;
   std::vector<Candidate> list = heuristic_candidates(h, d, dir, is_f32, tf32, bound);
+  if (to_benchmark) {
+    if (list.size() > kMaxBenchmarked) list.resize(kMaxBenchmarked);
+    for (auto& plan : graph_plans(h, pass_of(dir), dtype, s, tf32, bound, kMaxGraphBenchmarked)) {
+      list.push_back({-1, CUDNN_DEFAULT_MATH, plan->workspace(), std::move(plan)});
+    }
+  }
   if (!list.empty() || bound >= kConvWorkspaceCap) return list;
   list = heuristic_candidates(h, d, dir, is_f32, tf32, kConvWorkspaceCap);
   std::stable_sort(list.begin(), list.end(), [](const Candidate& a, const Candidate& b) {
@@ -352,11 +385,28 @@ std::vector<Candidate> first_candidates(cudnnHandle_t h, const ConvDescriptors& 
   return list;
 }
 
-// Runs `launch(algo, workspace, bytes)` (returning the cuDNN status) with the cached algorithms
-// of this configuration, falling back along the list as Note [Conv algorithm cache] says.
-template <typename Launch>
+// Runs the pass with the cached candidates of this configuration, falling back along the list as
+// Note [Conv algorithm cache] says: a legacy algorithm through `legacy(algo, workspace, bytes)`
+// (returning the cuDNN status), a graph API plan on `tensors`.
+template <typename Legacy>
 void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
-              DType dtype, const Conv2dShape& s, Launch launch) {
+              DType dtype, const Conv2dShape& s, const PassTensors& tensors, Legacy legacy) {
+  // Plans are built for 16-byte aligned tensors; a view at another offset takes the legacy
+  // candidates, which check alignment when they run (a plan answering "not supported" drops out
+  // of the cached list, as any candidate that cannot run does).
+  const bool aligned =
+      (reinterpret_cast<uintptr_t>(tensors.x) | reinterpret_cast<uintptr_t>(tensors.w) |
+       reinterpret_cast<uintptr_t>(tensors.y)) %
+          kGraphAlignment ==
+      0;
+  auto launch = [&](const Candidate& c, void* ws, size_t bytes) {
+    if (c.plan != nullptr) {
+      if (!aligned) return CUDNN_STATUS_NOT_SUPPORTED;
+      return c.plan->execute(h, tensors.x, tensors.w, tensors.y, ws);
+    }
+    CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+    return legacy(c.algo, ws, bytes);
+  };
   const char* op = direction_name(dir);
   const bool tf32 = dtype == DType::f32 && tf32_for(dir, s);
   const bool fixed = deterministic();  // its list holds deterministic algorithms only
@@ -371,20 +421,17 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
     if (it != g_cache.end()) list = it->second;
   }
   if (list.empty()) {
-    list = first_candidates(h, d, dir, dtype, tf32, bound, s);
+    const bool to_benchmark = benchmark_enabled() && !fixed;
+    list = first_candidates(h, d, dir, dtype, tf32, bound, s, to_benchmark);
     FRUGAL_CHECK(!list.empty(), op, ": cuDNN offers no ", fixed ? "deterministic " : "",
                  "algorithm for ", s.str(), " in ", dtype, " within the ", kConvWorkspaceCap >> 20,
                  " MiB workspace cap");
-    const bool benchmarked = benchmark_enabled() && !fixed && list.size() > 1;
-    if (benchmarked) benchmark(ctx, d, list, workspace, key, launch);  // also computes the output
+    const bool benchmarked = to_benchmark && list.size() > 1;
+    if (benchmarked) benchmark(ctx, list, workspace, key, launch);  // also computes the output
     if (!benchmarked && log_enabled()) {
-      const Candidate& c = list.front();
-      std::fprintf(stderr,
-                   "[cudnn] %s bound %.1f MiB: algo %d math %d ws %.1f MiB, untimed (%zu "
-                   "candidate%s)\n",
-                   key.c_str(), static_cast<double>(bound) / (1 << 20), c.algo,
-                   static_cast<int>(c.math), static_cast<double>(c.workspace) / (1 << 20),
-                   list.size(), list.size() == 1 ? "" : "s");
+      std::fprintf(stderr, "[cudnn] %s bound %.1f MiB: %s, untimed (%zu candidate%s)\n",
+                   key.c_str(), static_cast<double>(bound) / (1 << 20),
+                   describe(list.front()).c_str(), list.size(), list.size() == 1 ? "" : "s");
     }
     std::lock_guard<std::mutex> lock(g_cache_mu);
     g_cache[key] = list;
@@ -393,9 +440,8 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
   cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
   for (size_t i = 0; i < list.size(); ++i) {
     const Candidate& c = list[i];
-    CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
     auto [ws, bytes] = workspace.for_candidate(c);
-    last = launch(c.algo, ws, bytes);
+    last = launch(c, ws, bytes);
     if (last == CUDNN_STATUS_SUCCESS) {
       if (i > 0) {
         std::lock_guard<std::mutex> lock(g_cache_mu);
@@ -463,11 +509,12 @@ void forward(const Context& ctx, DType dtype, const Conv2dShape& s, const BnActI
     ConvDescriptors d(s, dtype, "conv2d_forward");
     cudnnHandle_t h = cudnn_handle(ctx);
     float one = 1.0f, zero = 0.0f;
-    run_conv(ctx, h, d, Direction::forward, dtype, s, [&](int algo, void* ws, size_t bytes) {
-      return cudnnConvolutionForward(h, &one, d.x, x, d.w, w, d.conv,
-                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, bytes,
-                                     &zero, d.y, y);
-    });
+    run_conv(ctx, h, d, Direction::forward, dtype, s, {x, w, y},
+             [&](int algo, void* ws, size_t bytes) {
+               return cudnnConvolutionForward(h, &one, d.x, x, d.w, w, d.conv,
+                                              static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws,
+                                              bytes, &zero, d.y, y);
+             });
   }
   if (bias != nullptr) {
     int64_t n = s.n * s.oh() * s.ow() * s.k;
@@ -527,11 +574,12 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
   ConvDescriptors d(s, dtype, "conv2d_backward_input");
   cudnnHandle_t h = cudnn_handle(ctx);
   float one = 1.0f, zero = 0.0f;
-  run_conv(ctx, h, d, Direction::backward_data, dtype, s, [&](int algo, void* ws, size_t bytes) {
-    return cudnnConvolutionBackwardData(h, &one, d.w, w, d.y, dy, d.conv,
-                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws,
-                                        bytes, &zero, d.x, dx);
-  });
+  run_conv(ctx, h, d, Direction::backward_data, dtype, s, {dx, w, dy},
+           [&](int algo, void* ws, size_t bytes) {
+             return cudnnConvolutionBackwardData(h, &one, d.w, w, d.y, dy, d.conv,
+                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+                                                 ws, bytes, &zero, d.x, dx);
+           });
 }
 
 namespace {
@@ -591,7 +639,7 @@ void backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv
       ConvDescriptors d(s, dtype, op);
       cudnnHandle_t h = cudnn_handle(ctx);
       float one = 1.0f, zero = 0.0f;
-      run_conv(ctx, h, d, Direction::backward_filter, dtype, s,
+      run_conv(ctx, h, d, Direction::backward_filter, dtype, s, {x, out, dy},
                [&](int algo, void* ws, size_t bytes) {
                  return cudnnConvolutionBackwardFilter(
                      h, &one, d.x, x, d.y, dy, d.conv,
