@@ -10,6 +10,11 @@
 #   4. until SESSION_SECONDS (default 560) have passed since the start, max-autotune timing of
 #      the cells of SESSION_AUTOTUNE (default "mobilenet_v2:bf16 mobilenet_v2:f16"), each
 #      finished one measured beside frugal (scripts/gpu-autotune.sh).
+# For the calls after the first: SESSION_TESTS=0 builds train_step_bench alone instead of step 1,
+# SESSION_PROBE=0 skips step 2, SESSION_MODELS (default resnet18; "all": the zoo) and
+# SESSION_COMPILE (default max-autotune-no-cudagraphs; empty: no torch.compile column) set step
+# 3's models and compile mode, and SESSION_CANDIDATES="MODEL:PRECISION" adds, after step 3, the
+# FRUGAL_CUDNN_LOG candidates of every convolution of that step (scripts/gpu-cudnn-candidates.sh).
 # Few files come back from a call, so: "$OUT/session.log" (what every step printed, the probe's
 # lines included), "$OUT/torch_autotune_timings.json" (to commit) and "$OUT/logs.tar.gz".
 set -u -o pipefail
@@ -26,30 +31,48 @@ since() { echo "$(( $(date +%s) - start )) s"; }
   git log --oneline -1
 } 2>&1 | tee "$LOG"
 
-# The build and the gpu tests, as every call runs them (its log comes back in logs.tar.gz); four
-# tests at a time (CTEST_PARALLEL_LEVEL), 52 s in session 26 against 160 one by one.
-CTEST_PARALLEL_LEVEL=4 GPU_CHECK_BENCHES="" OUT="$WORK" scripts/gpu-check.sh > /dev/null 2>&1 ||
-  status=1
-grep -E "BUILD FAILED|tests passed|Failed|\*\*\*|Total Test time" "$WORK/gpu-check.log" |
-  tee -a "$LOG"
-if grep -q "BUILD FAILED" "$WORK/gpu-check.log"; then
+if [ "${SESSION_TESTS:-1}" = 1 ]; then
+  # The build and the gpu tests, as every call runs them (its log comes back in logs.tar.gz); four
+  # tests at a time (CTEST_PARALLEL_LEVEL), 52 s in session 26 against 160 one by one.
+  CTEST_PARALLEL_LEVEL=4 GPU_CHECK_BENCHES="" OUT="$WORK" scripts/gpu-check.sh > /dev/null 2>&1 ||
+    status=1
+  grep -E "BUILD FAILED|tests passed|Failed|\*\*\*|Total Test time" "$WORK/gpu-check.log" |
+    tee -a "$LOG"
+  grep -q "BUILD FAILED" "$WORK/gpu-check.log" && built=0 || built=1
+else
+  (cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+    cmake --build build-gpu -j16 --target train_step_bench) > "$WORK/build.log" 2>&1 &&
+    built=1 || built=0
+  cp "$WORK/build.log" "$WORK/gpu-check.log"
+fi
+if [ "$built" = 0 ]; then
+  echo "BUILD FAILED" >> "$LOG"
   tail -40 "$WORK/gpu-check.log" >> "$LOG"
   tar -czf "$OUTDIR/logs.tar.gz" -C "$WORK" .
   exit 1
 fi
-echo "== built and tested at $(since)" | tee -a "$LOG"
+echo "== built at $(since)" | tee -a "$LOG"
 
-for dtype in bf16 f16; do
-  echo "== cudnn_engines_probe --dtype $dtype" | tee -a "$LOG"
-  build-gpu/cudnn_engines_probe --dtype "$dtype" 2>&1 | tee -a "$LOG" || status=1
-done
-echo "== probe done at $(since)" | tee -a "$LOG"
+if [ "${SESSION_PROBE:-1}" = 1 ]; then
+  for dtype in bf16 f16; do
+    echo "== cudnn_engines_probe --dtype $dtype" | tee -a "$LOG"
+    build-gpu/cudnn_engines_probe --dtype "$dtype" 2>&1 | tee -a "$LOG" || status=1
+  done
+  echo "== probe done at $(since)" | tee -a "$LOG"
+fi
 
-OUT="$WORK/bench" BENCH_MODELS=resnet18 BENCH_PRECISIONS="${SESSION_PRECISIONS:-bf16}" \
-  BENCH_MODES=graph BENCH_SMALL_REPEATS=0 BENCH_WARMUP=5 BENCH_STEPS=20 \
-  BENCH_COMPILE=max-autotune-no-cudagraphs BENCH_COMPILE_TIMEOUT=200 \
-  scripts/gpu-bench.sh > "$WORK/bench.log" 2>&1 || status=1
-grep -v '^{' "$WORK/bench/bench-results.md" 2>/dev/null | head -8 | tee -a "$LOG"
+OUT="$WORK/bench" BENCH_MODELS="${SESSION_MODELS:-resnet18}" \
+  BENCH_PRECISIONS="${SESSION_PRECISIONS:-bf16}" BENCH_MODES=graph BENCH_SMALL_REPEATS=0 \
+  BENCH_WARMUP=5 BENCH_STEPS=20 BENCH_COMPILE="${SESSION_COMPILE-max-autotune-no-cudagraphs}" \
+  BENCH_COMPILE_TIMEOUT=200 scripts/gpu-bench.sh > "$WORK/bench.log" 2>&1 || status=1
+grep -v '^{' "$WORK/bench/bench-results.md" 2>/dev/null | grep -v '^$' | tee -a "$LOG"
+if [ -n "${SESSION_CANDIDATES:-}" ]; then
+  echo "== candidates of ${SESSION_CANDIDATES}" | tee -a "$LOG"
+  OUT="$WORK/candidates" CANDIDATES_MODEL="${SESSION_CANDIDATES%%:*}" \
+    CANDIDATES_PRECISION="${SESSION_CANDIDATES##*:}" CANDIDATES_MATCH=conv2d_ \
+    CANDIDATES_SCALES=1 CANDIDATES_LINES=2000 scripts/gpu-cudnn-candidates.sh 2>&1 |
+    tee -a "$LOG" | grep '^=='
+fi
 cp "$WORK/bench/torch_autotune_timings.json" bench/torch_autotune_timings.json 2>/dev/null
 echo "== bench done at $(since)" | tee -a "$LOG"
 
