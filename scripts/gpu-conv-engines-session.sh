@@ -1,22 +1,19 @@
 #!/usr/bin/env bash
-# One device call for issue 16's cuDNN question (bench/RESULTS.md, session 27): does the graph
-# API run ResNet-18's bf16 convolutions faster than the legacy API, and does frugal's step gain?
-#   1. build build-gpu and run the gpu tests (with the graph API candidates restored, their own
-#      tests among them: git revert 7e99f03 before the call);
-#   2. bench/cudnn_engines_probe over ResNet-18's shapes in bf16 and in f16;
-#   3. ResNet-18 replayed beside PyTorch's replayed step and torch.compile max-autotune (its
-#      timings from bench/torch_autotune_timings.json), in SESSION_PRECISIONS (default bf16: the
-#      one in question; each adds up to 4 minutes);
+# One device call for issue 16's convolution speed (bench/RESULTS.md, sessions 27 and 28: the
+# graph API candidates of kernels/cuda/conv.cu against torch.compile):
+#   1. build build-gpu and run the gpu tests (SESSION_TESTS=0: build train_step_bench alone);
+#   2. SESSION_MODELS (default resnet18; "all": the zoo) replayed beside PyTorch's replayed step
+#      and torch.compile in mode SESSION_COMPILE (default max-autotune-no-cudagraphs, its timings
+#      from bench/torch_autotune_timings.json; empty: no compile column), in SESSION_PRECISIONS
+#      (default bf16; each max-autotune compile adds up to 4 minutes);
+#   3. with SESSION_CANDIDATES="MODEL:PRECISION", the FRUGAL_CUDNN_LOG candidates of every
+#      convolution of that step, legacy algorithms and graph API engines with their times
+#      (scripts/gpu-cudnn-candidates.sh);
 #   4. until SESSION_SECONDS (default 560) have passed since the start, max-autotune timing of
 #      the cells of SESSION_AUTOTUNE (default "mobilenet_v2:bf16 mobilenet_v2:f16"), each
 #      finished one measured beside frugal (scripts/gpu-autotune.sh).
-# For the calls after the first: SESSION_TESTS=0 builds train_step_bench alone instead of step 1,
-# SESSION_PROBE=0 skips step 2, SESSION_MODELS (default resnet18; "all": the zoo) and
-# SESSION_COMPILE (default max-autotune-no-cudagraphs; empty: no torch.compile column) set step
-# 3's models and compile mode, and SESSION_CANDIDATES="MODEL:PRECISION" adds, after step 3, the
-# FRUGAL_CUDNN_LOG candidates of every convolution of that step (scripts/gpu-cudnn-candidates.sh).
-# Few files come back from a call, so: "$OUT/session.log" (what every step printed, the probe's
-# lines included), "$OUT/torch_autotune_timings.json" (to commit) and "$OUT/logs.tar.gz".
+# Few files come back from a call, so: "$OUT/session.log" (what every step printed),
+# "$OUT/torch_autotune_timings.json" (to commit) and "$OUT/logs.tar.gz".
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUTDIR="${OUT:-/tmp}"
@@ -52,14 +49,6 @@ if [ "$built" = 0 ]; then
   exit 1
 fi
 echo "== built at $(since)" | tee -a "$LOG"
-
-if [ "${SESSION_PROBE:-1}" = 1 ]; then
-  for dtype in bf16 f16; do
-    echo "== cudnn_engines_probe --dtype $dtype" | tee -a "$LOG"
-    build-gpu/cudnn_engines_probe --dtype "$dtype" 2>&1 | tee -a "$LOG" || status=1
-  done
-  echo "== probe done at $(since)" | tee -a "$LOG"
-fi
 
 OUT="$WORK/bench" BENCH_MODELS="${SESSION_MODELS:-resnet18}" \
   BENCH_PRECISIONS="${SESSION_PRECISIONS:-bf16}" BENCH_MODES=graph BENCH_SMALL_REPEATS=0 \
