@@ -5,7 +5,8 @@
 #   2. SESSION_MODELS (default resnet18; "all": the zoo) replayed beside PyTorch's replayed step
 #      and torch.compile in mode SESSION_COMPILE (default max-autotune-no-cudagraphs, its timings
 #      from bench/torch_autotune_timings.json; empty: no compile column), in SESSION_PRECISIONS
-#      (default bf16; each max-autotune compile adds up to 4 minutes);
+#      (default bf16; each max-autotune compile adds up to 4 minutes), in SESSION_MODES (default
+#      graph; "eager" for issue 16's f32 goal);
 #   3. with SESSION_CANDIDATES="MODEL:PRECISION", the FRUGAL_CUDNN_LOG candidates of every
 #      convolution of that step, legacy algorithms and graph API engines with their times
 #      (scripts/gpu-cudnn-candidates.sh);
@@ -51,9 +52,9 @@ fi
 echo "== built at $(since)" | tee -a "$LOG"
 
 OUT="$WORK/bench" BENCH_MODELS="${SESSION_MODELS:-resnet18}" \
-  BENCH_PRECISIONS="${SESSION_PRECISIONS:-bf16}" BENCH_MODES=graph BENCH_SMALL_REPEATS=0 \
-  BENCH_WARMUP=5 BENCH_STEPS=20 BENCH_COMPILE="${SESSION_COMPILE-max-autotune-no-cudagraphs}" \
-  BENCH_COMPILE_TIMEOUT=200 scripts/gpu-bench.sh > "$WORK/bench.log" 2>&1 || status=1
+  BENCH_PRECISIONS="${SESSION_PRECISIONS:-bf16}" BENCH_MODES="${SESSION_MODES:-graph}" \
+  BENCH_SMALL_REPEATS=0 BENCH_WARMUP=5 BENCH_STEPS=20 \
+  BENCH_COMPILE="${SESSION_COMPILE-max-autotune-no-cudagraphs}" BENCH_COMPILE_TIMEOUT=200 scripts/gpu-bench.sh > "$WORK/bench.log" 2>&1 || status=1
 grep -v '^{' "$WORK/bench/bench-results.md" 2>/dev/null | grep -v '^$' | tee -a "$LOG"
 if [ -n "${SESSION_CANDIDATES:-}" ]; then
   echo "== candidates of ${SESSION_CANDIDATES}" | tee -a "$LOG"
