@@ -1,4 +1,5 @@
-// 2-D convolution through cuDNN 9's legacy API in NHWC with OHWI filters ([K, kh, kw, C/groups]
+// 2-D convolution through cuDNN 9 (its legacy API, and its graph API's plans beside it: Note
+// [Graph API candidates] in cudnn_graph.h) in NHWC with OHWI filters ([K, kh, kw, C/groups]
 // is cuDNN's NHWC filter layout). Groups use the group count; 3x3 and 5x5 depthwise go to
 // frugal's own kernels (Note [Depthwise kernels] in depthwise_conv.h), pointwise ones to
 // cuBLAS (Note [Pointwise convolutions as GEMMs]), and the 16-bit weight gradient of 3x3
@@ -16,12 +17,12 @@
 // FRUGAL_CUDNN_BENCHMARK=0 turns it off): the first call of a configuration times the first
 // kMaxBenchmarked candidates with CUDA events, and up to kMaxGraphBenchmarked execution plans of
 // cuDNN's graph API (Note [Graph API candidates] in cudnn_graph.h), and moves the fastest to the
-// front. That call
-// synchronises the host once; every candidate writes the complete output (beta = 0), so the call's
-// result is valid whichever ran last. Heuristic order alone picked algorithms several times slower
-// for NHWC depthwise shapes. Deterministic mode (Note [Deterministic mode] in base/deterministic.h)
-// never benchmarks and keeps only the algorithms cuDNN marks CUDNN_DETERMINISTIC, so the
-// heuristic's first deterministic algorithm that runs is the one used, on every run.
+// front. That call synchronises the host once a candidate; every candidate writes the complete
+// output (beta = 0), so the call's result is valid whichever ran last. Heuristic order alone
+// picked algorithms several times slower for NHWC depthwise shapes. Deterministic mode (Note
+// [Deterministic mode] in base/deterministic.h) never benchmarks and keeps only the algorithms
+// cuDNN marks CUDNN_DETERMINISTIC, so the heuristic's first deterministic algorithm that runs is
+// the one used, on every run.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
