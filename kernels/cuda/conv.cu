@@ -15,14 +15,14 @@
 // supported" for it, the next is tried and moved to the front, so the list converges on an
 // algorithm that runs. Benchmark mode (the default, like PyTorch's cudnn.benchmark;
 // FRUGAL_CUDNN_BENCHMARK=0 turns it off): the first call of a configuration times the first
-// kMaxBenchmarked candidates with CUDA events, and up to kMaxGraphBenchmarked execution plans of
-// cuDNN's graph API (Note [Graph API candidates] in cudnn_graph.h), and moves the fastest to the
-// front. That call synchronises the host once a candidate; every candidate writes the complete
-// output (beta = 0), so the call's result is valid whichever ran last. Heuristic order alone
-// picked algorithms several times slower for NHWC depthwise shapes. Deterministic mode (Note
-// [Deterministic mode] in base/deterministic.h) never benchmarks and keeps only the algorithms
-// cuDNN marks CUDNN_DETERMINISTIC, so the heuristic's first deterministic algorithm that runs is
-// the one used, on every run.
+// kMaxBenchmarked candidates and up to kMaxGraphBenchmarked execution plans of cuDNN's graph API
+// (Note [Graph API candidates] in cudnn_graph.h) by their device time alone (Note [Timing device
+// work alone] in device_timing.h), and moves the fastest to the front. That call synchronises the
+// host once a candidate; every candidate writes the complete output (beta = 0), so the call's
+// result is valid whichever ran last. Heuristic order alone picked algorithms several times slower
+// for NHWC depthwise shapes. Deterministic mode (Note [Deterministic mode] in base/deterministic.h)
+// never benchmarks and keeps only the algorithms cuDNN marks CUDNN_DETERMINISTIC, so the
+// heuristic's first deterministic algorithm that runs is the one used, on every run.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -42,6 +42,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cudnn_graph.h"
 #include "kernels/cuda/depthwise_conv.h"
+#include "kernels/cuda/device_timing.h"
 #include "kernels/cuda/few_channel_conv.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/runtime.h"
@@ -331,12 +332,9 @@ void benchmark(const Context& ctx, std::vector<Candidate>& list, CallWorkspace& 
       }
       continue;
     }
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    CUDNN_CHECK(launch(c, ws, bytes));
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    // Device time alone (Note [Timing device work alone]): a replayed step pays no host time.
+    const float ms =
+        time_on_device(stream, start, stop, [&] { CUDNN_CHECK(launch(c, ws, bytes)); });
     timed.emplace_back(ms, c);
   }
   CUDA_CHECK(cudaEventDestroy(start));
@@ -438,13 +436,23 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
     g_cache[key] = list;
     if (benchmarked) return;
   }
-  cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
+  cudnnStatus_t last = CUDNN_STATUS_SUCCESS, first = CUDNN_STATUS_SUCCESS;
   for (size_t i = 0; i < list.size(); ++i) {
     const Candidate& c = list[i];
     auto [ws, bytes] = workspace.for_candidate(c);
     last = launch(c, ws, bytes);
+    if (i == 0) first = last;
     if (last == CUDNN_STATUS_SUCCESS) {
       if (i > 0) {
+        // A fallback can cost several times the benchmarked kernel's time, silently: say so.
+        if (log_enabled()) {
+          std::fprintf(stderr,
+                       "[cudnn] %s: %s stopped running (status %d: %s; tensors %saligned to "
+                       "%zu bytes), %zu candidate%s dropped; now %s\n",
+                       key.c_str(), describe(list.front()).c_str(), static_cast<int>(first),
+                       cudnnGetErrorString(first), aligned ? "" : "not ", kGraphAlignment, i,
+                       i == 1 ? "" : "s", describe(c).c_str());
+        }
         std::lock_guard<std::mutex> lock(g_cache_mu);
         std::vector<Candidate> reordered(list.begin() + static_cast<int64_t>(i), list.end());
         g_cache[key] = reordered;  // the ones before it cannot run this configuration
