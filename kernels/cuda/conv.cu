@@ -391,8 +391,9 @@ template <typename Legacy>
 void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
               DType dtype, const Conv2dShape& s, const PassTensors& tensors, Legacy legacy) {
   // Plans are built for 16-byte aligned tensors; a view at another offset takes the legacy
-  // candidates, which check alignment when they run (a plan answering "not supported" drops out
-  // of the cached list, as any candidate that cannot run does).
+  // candidates, which check alignment when they run. The plans stay cached for the aligned calls
+  // of the same configuration (the loop below skips them rather than dropping them); only a first
+  // call that is unaligned benchmarks without them.
   const bool aligned =
       (reinterpret_cast<uintptr_t>(tensors.x) | reinterpret_cast<uintptr_t>(tensors.w) |
        reinterpret_cast<uintptr_t>(tensors.y)) %
@@ -436,26 +437,31 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
     g_cache[key] = list;
     if (benchmarked) return;
   }
-  cudnnStatus_t last = CUDNN_STATUS_SUCCESS, first = CUDNN_STATUS_SUCCESS;
+  cudnnStatus_t last = CUDNN_STATUS_SUCCESS, first_failure = CUDNN_STATUS_SUCCESS;
+  std::vector<Candidate> kept;  // the list without the candidates that failed before one ran
+  size_t failed = 0;
   for (size_t i = 0; i < list.size(); ++i) {
     const Candidate& c = list[i];
+    if (c.plan != nullptr && !aligned) {  // this call's tensors, not the plan: keep it
+      kept.push_back(c);
+      continue;
+    }
     auto [ws, bytes] = workspace.for_candidate(c);
     last = launch(c, ws, bytes);
-    if (i == 0) first = last;
     if (last == CUDNN_STATUS_SUCCESS) {
-      if (i > 0) {
+      if (failed > 0) {  // those that failed before it cannot run this configuration
         // A fallback can cost several times the benchmarked kernel's time, silently: say so.
         if (log_enabled()) {
           std::fprintf(stderr,
-                       "[cudnn] %s: %s stopped running (status %d: %s; tensors %saligned to "
-                       "%zu bytes), %zu candidate%s dropped; now %s\n",
-                       key.c_str(), describe(list.front()).c_str(), static_cast<int>(first),
-                       cudnnGetErrorString(first), aligned ? "" : "not ", kGraphAlignment, i,
-                       i == 1 ? "" : "s", describe(c).c_str());
+                       "[cudnn] %s: %zu candidate%s stopped running (first status %d: %s; "
+                       "tensors %saligned to %zu bytes) and dropped; now %s\n",
+                       key.c_str(), failed, failed == 1 ? "" : "s",
+                       static_cast<int>(first_failure), cudnnGetErrorString(first_failure),
+                       aligned ? "" : "not ", kGraphAlignment, describe(c).c_str());
         }
+        kept.insert(kept.end(), list.begin() + static_cast<int64_t>(i), list.end());
         std::lock_guard<std::mutex> lock(g_cache_mu);
-        std::vector<Candidate> reordered(list.begin() + static_cast<int64_t>(i), list.end());
-        g_cache[key] = reordered;  // the ones before it cannot run this configuration
+        g_cache[key] = std::move(kept);
       }
       return;
     }
@@ -463,6 +469,7 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
     if (category != CUDNN_STATUS_NOT_SUPPORTED && category != CUDNN_STATUS_BAD_PARAM) {
       CUDNN_CHECK(last);  // a real failure: throws with cuDNN's message
     }
+    if (failed++ == 0) first_failure = last;
   }
   FRUGAL_FAIL(op, ": no cuDNN algorithm runs ", s.str(), " in ", dtype, " (last status ",
               static_cast<int>(last), ": ", cudnnGetErrorString(last), ")");
