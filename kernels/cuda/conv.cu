@@ -15,14 +15,14 @@
 // supported" for it, the next is tried and moved to the front, so the list converges on an
 // algorithm that runs. Benchmark mode (the default, like PyTorch's cudnn.benchmark;
 // FRUGAL_CUDNN_BENCHMARK=0 turns it off): the first call of a configuration times the first
-// kMaxBenchmarked candidates with CUDA events, and up to kMaxGraphBenchmarked execution plans of
-// cuDNN's graph API (Note [Graph API candidates] in cudnn_graph.h), and moves the fastest to the
-// front. That call synchronises the host once a candidate; every candidate writes the complete
-// output (beta = 0), so the call's result is valid whichever ran last. Heuristic order alone
-// picked algorithms several times slower for NHWC depthwise shapes. Deterministic mode (Note
-// [Deterministic mode] in base/deterministic.h) never benchmarks and keeps only the algorithms
-// cuDNN marks CUDNN_DETERMINISTIC, so the heuristic's first deterministic algorithm that runs is
-// the one used, on every run.
+// kMaxBenchmarked candidates and up to kMaxGraphBenchmarked execution plans of cuDNN's graph API
+// (Note [Graph API candidates] in cudnn_graph.h) by their device time alone (Note [Timing device
+// work alone] in device_timing.h), and moves the fastest to the front. That call synchronises the
+// host once a candidate; every candidate writes the complete output (beta = 0), so the call's
+// result is valid whichever ran last. Heuristic order alone picked algorithms several times slower
+// for NHWC depthwise shapes. Deterministic mode (Note [Deterministic mode] in base/deterministic.h)
+// never benchmarks and keeps only the algorithms cuDNN marks CUDNN_DETERMINISTIC, so the
+// heuristic's first deterministic algorithm that runs is the one used, on every run.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -42,6 +42,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cudnn_graph.h"
 #include "kernels/cuda/depthwise_conv.h"
+#include "kernels/cuda/device_timing.h"
 #include "kernels/cuda/few_channel_conv.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/runtime.h"
@@ -331,12 +332,9 @@ void benchmark(const Context& ctx, std::vector<Candidate>& list, CallWorkspace& 
       }
       continue;
     }
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    CUDNN_CHECK(launch(c, ws, bytes));
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    // Device time alone (Note [Timing device work alone]): a replayed step pays no host time.
+    const float ms =
+        time_on_device(stream, start, stop, [&] { CUDNN_CHECK(launch(c, ws, bytes)); });
     timed.emplace_back(ms, c);
   }
   CUDA_CHECK(cudaEventDestroy(start));
@@ -393,8 +391,9 @@ template <typename Legacy>
 void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
               DType dtype, const Conv2dShape& s, const PassTensors& tensors, Legacy legacy) {
   // Plans are built for 16-byte aligned tensors; a view at another offset takes the legacy
-  // candidates, which check alignment when they run (a plan answering "not supported" drops out
-  // of the cached list, as any candidate that cannot run does).
+  // candidates, which check alignment when they run. The plans stay cached for the aligned calls
+  // of the same configuration (the loop below skips them rather than dropping them); only a first
+  // call that is unaligned benchmarks without them.
   const bool aligned =
       (reinterpret_cast<uintptr_t>(tensors.x) | reinterpret_cast<uintptr_t>(tensors.w) |
        reinterpret_cast<uintptr_t>(tensors.y)) %
@@ -438,16 +437,31 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
     g_cache[key] = list;
     if (benchmarked) return;
   }
-  cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
+  cudnnStatus_t last = CUDNN_STATUS_SUCCESS, first_failure = CUDNN_STATUS_SUCCESS;
+  std::vector<Candidate> kept;  // the list without the candidates that failed before one ran
+  size_t failed = 0;
   for (size_t i = 0; i < list.size(); ++i) {
     const Candidate& c = list[i];
+    if (c.plan != nullptr && !aligned) {  // this call's tensors, not the plan: keep it
+      kept.push_back(c);
+      continue;
+    }
     auto [ws, bytes] = workspace.for_candidate(c);
     last = launch(c, ws, bytes);
     if (last == CUDNN_STATUS_SUCCESS) {
-      if (i > 0) {
+      if (failed > 0) {  // those that failed before it cannot run this configuration
+        // A fallback can cost several times the benchmarked kernel's time, silently: say so.
+        if (log_enabled()) {
+          std::fprintf(stderr,
+                       "[cudnn] %s: %zu candidate%s stopped running (first status %d: %s; "
+                       "tensors %saligned to %zu bytes) and dropped; now %s\n",
+                       key.c_str(), failed, failed == 1 ? "" : "s",
+                       static_cast<int>(first_failure), cudnnGetErrorString(first_failure),
+                       aligned ? "" : "not ", kGraphAlignment, describe(c).c_str());
+        }
+        kept.insert(kept.end(), list.begin() + static_cast<int64_t>(i), list.end());
         std::lock_guard<std::mutex> lock(g_cache_mu);
-        std::vector<Candidate> reordered(list.begin() + static_cast<int64_t>(i), list.end());
-        g_cache[key] = reordered;  // the ones before it cannot run this configuration
+        g_cache[key] = std::move(kept);
       }
       return;
     }
@@ -455,6 +469,7 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
     if (category != CUDNN_STATUS_NOT_SUPPORTED && category != CUDNN_STATUS_BAD_PARAM) {
       CUDNN_CHECK(last);  // a real failure: throws with cuDNN's message
     }
+    if (failed++ == 0) first_failure = last;
   }
   FRUGAL_FAIL(op, ": no cuDNN algorithm runs ", s.str(), " in ", dtype, " (last status ",
               static_cast<int>(last), ": ", cudnnGetErrorString(last), ")");

@@ -1,0 +1,27 @@
+// The stream hold of Note [Timing device work alone] (device_timing.h).
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/device_timing.h"
+
+namespace frugal::kernels::cuda {
+namespace {
+
+__device__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Naps rather than spins: the thread needs no issue slots while it waits.
+__global__ void hold_kernel(uint64_t nanoseconds) {
+  const uint64_t begin = global_ns();
+  while (global_ns() - begin < nanoseconds) __nanosleep(2000);
+}
+
+}  // namespace
+
+void hold_stream(cudaStream_t stream, int64_t nanoseconds) {
+  hold_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(nanoseconds > 0 ? nanoseconds : 0));
+  FRUGAL_LAUNCH_CHECK();
+}
+
+}  // namespace frugal::kernels::cuda
