@@ -1,0 +1,149 @@
+// Few-channel stems as GEMMs over im2col patches a chunk at a time (Note [Few-channel stems as
+// patch GEMMs] in patch_gemm_conv.h).
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/conv_workspace.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/direct_conv_common.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/patch_gemm_conv.h"
+
+namespace frugal::kernels::cuda {
+namespace {
+
+constexpr int kColumnsPerThread = 8;  // one 16-byte store of 16-bit values
+
+// patch[r, m] for the chunk's rows r (output positions first + r) and m < columns: x's value
+// that position p reads at column m = (i * kw + j) * c + ch, zero in the padding and past
+// kh * kw * c. The values are copied as bits: both 16-bit types go through here.
+__global__ void build_patch_kernel(Geom g, int kh, int kw, int columns, int first, int rows,
+                                   const uint16_t* __restrict__ x, uint16_t* __restrict__ patch) {
+  const int groups = columns / kColumnsPerThread;
+  const int real = kh * kw * g.c;
+  const int64_t total = int64_t{rows} * groups;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const int r = static_cast<int>(t / groups), group = static_cast<int>(t % groups);
+    const int p = first + r;
+    const int per_image = g.oh * g.ow;
+    const int n = p / per_image, rest = p % per_image;
+    const int oh = rest / g.ow, ow = rest % g.ow;
+    uint16_t v[kColumnsPerThread];
+#pragma unroll
+    for (int u = 0; u < kColumnsPerThread; ++u) {
+      const int m = group * kColumnsPerThread + u;
+      v[u] = 0;
+      if (m < real) {
+        const int tap = m / g.c, ch = m - tap * g.c;
+        const int i = tap / kw, j = tap - i * kw;
+        const int ih = oh * g.sh - g.ph + i * g.dh, iw = ow * g.sw - g.pw + j * g.dw;
+        if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) {
+          v[u] = x[((n * g.h + ih) * g.w + iw) * g.c + ch];
+        }
+      }
+    }
+    uint4 packed;
+    packed.x = v[0] | (uint32_t{v[1]} << 16);
+    packed.y = v[2] | (uint32_t{v[3]} << 16);
+    packed.z = v[4] | (uint32_t{v[5]} << 16);
+    packed.w = v[6] | (uint32_t{v[7]} << 16);
+    reinterpret_cast<uint4*>(patch)[int64_t{r} * groups + group] = packed;
+  }
+}
+
+// The chunks of the patch, in order: fn(first position, rows, patch) after each is built.
+template <typename Fn>
+void for_each_chunk(const Context& ctx, cudaStream_t stream, DType dtype, const Conv2dShape& s,
+                    const void* x, void* patch, Fn fn) {
+  const Geom g = geom_of(s);
+  const auto columns = static_cast<int>(patch_gemm_columns(s));
+  const int64_t positions = s.n * s.oh() * s.ow();
+  const int64_t chunk = patch_gemm_chunk_positions(dtype, s);
+  for (int64_t first = 0; first < positions; first += chunk) {
+    const auto rows = static_cast<int>(std::min(chunk, positions - first));
+    build_patch_kernel<<<grid_for(ctx, int64_t{rows} * columns / kColumnsPerThread), kThreads, 0,
+                         stream>>>(g, static_cast<int>(s.kh), static_cast<int>(s.kw), columns,
+                                   static_cast<int>(first), rows, static_cast<const uint16_t*>(x),
+                                   static_cast<uint16_t*>(patch));
+    FRUGAL_LAUNCH_CHECK();
+    fn(first, rows, patch);
+  }
+}
+
+// dw[k, m] = sums[k, m] for m < real, in dw's type (the sums' rows are `columns` long).
+template <typename T>
+__global__ void compact_sums_kernel(int k, int real, int columns, const float* __restrict__ sums,
+                                    T* __restrict__ dw) {
+  const int total = k * real;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
+    const int row = t / real;
+    dw[t] = from_f<T>(sums[row * columns + (t - row * real)]);
+  }
+}
+
+// The patch chunk at the workspace's start, then the weights' part at a 256-byte boundary: the
+// layout cuda_conv_workspace_bytes() counts.
+void* after_patch(DType dtype, const Conv2dShape& s, void* base) {
+  const size_t patch =
+      static_cast<size_t>(patch_gemm_chunk_positions(dtype, s) * patch_gemm_columns(s)) *
+      dtype_size(dtype);
+  return static_cast<char*>(base) + (patch + 255) / 256 * 256;
+}
+
+void check_dtype(DType dtype, const Conv2dShape& s, const char* op) {
+  FRUGAL_CHECK(patch_gemm_handles(dtype, s), op, ": no patch GEMM for ", s.str(), " in ", dtype);
+}
+
+}  // namespace
+
+void patch_gemm_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
+                        const void* w, void* y) {
+  const char* op = "conv2d_forward (patch GEMM)";
+  check_dtype(dtype, s, op);
+  cudaStream_t stream = stream_of(ctx, op);
+  const size_t esize = dtype_size(dtype);
+  const int64_t columns = patch_gemm_columns(s), real = s.kh * s.kw * s.c;
+  memory::DataPtr ws = ctx.workspace(cuda_conv_workspace_bytes(ConvPass::forward, dtype, s),
+                                     memory::Category::conv_workspace);
+  // The weights [k, real] as rows of `columns`, zero past `real`.
+  void* padded = after_patch(dtype, s, ws.get());
+  CUDA_CHECK(cudaMemsetAsync(padded, 0, static_cast<size_t>(s.k * columns) * esize, stream));
+  CUDA_CHECK(cudaMemcpy2DAsync(padded, static_cast<size_t>(columns) * esize, w,
+                               static_cast<size_t>(real) * esize, static_cast<size_t>(real) * esize,
+                               static_cast<size_t>(s.k), cudaMemcpyDeviceToDevice, stream));
+  for_each_chunk(ctx, stream, dtype, s, x, ws.get(), [&](int64_t first, int rows, void* patch) {
+    // y[first + r, k] = patch[r, :] . padded[k, :]
+    gemm_tf32(ctx, dtype, false, true, rows, s.k, columns, patch, padded, 0.0,
+              static_cast<char*>(y) + static_cast<size_t>(first * s.k) * esize, false);
+  });
+}
+
+void patch_gemm_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
+                                const Conv2dShape& s, const void* x, const void* dy, void* dw) {
+  const char* op = "conv2d_backward_weight (patch GEMM)";
+  check_dtype(dtype, s, op);
+  FRUGAL_CHECK(dw_dtype == dtype || dw_dtype == DType::f32, op, ": ", dtype, " inputs give dw in ",
+               dtype, " or f32, not ", dw_dtype);
+  cudaStream_t stream = stream_of(ctx, op);
+  const size_t esize = dtype_size(dtype);
+  const int64_t columns = patch_gemm_columns(s), real = s.kh * s.kw * s.c;
+  memory::DataPtr ws = ctx.workspace(cuda_conv_workspace_bytes(ConvPass::backward_weight, dtype, s),
+                                     memory::Category::conv_workspace);
+  auto sums = static_cast<float*>(after_patch(dtype, s, ws.get()));  // [k, columns]
+  for_each_chunk(ctx, stream, dtype, s, x, ws.get(), [&](int64_t first, int rows, void* patch) {
+    // sums[k, :] += dy[first + r, k] patch[r, :] over the chunk's rows r
+    gemm_tf32_out(ctx, dtype, DType::f32, true, false, s.k, columns, rows,
+                  static_cast<const char*>(dy) + static_cast<size_t>(first * s.k) * esize, patch,
+                  first == 0 ? 0.0 : 1.0, sums, false);
+  });
+  const auto total = static_cast<int>(s.k * real);  // patch_gemm_handles: k * columns fits
+  FRUGAL_CUDA_FLOAT_SWITCH(dw_dtype, op, {
+    compact_sums_kernel<T><<<grid_for(ctx, total), kThreads, 0, stream>>>(
+        static_cast<int>(s.k), static_cast<int>(real), static_cast<int>(columns), sums,
+        static_cast<T*>(dw));
+    FRUGAL_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace frugal::kernels::cuda
