@@ -88,7 +88,12 @@ int64_t patch_gemm_chunk_positions(DType dtype, const Conv2dShape& s) {
     return int64_t{mib} << 20;
   }();
   const int64_t row_bytes = patch_gemm_columns(s) * static_cast<int64_t>(dtype_size(dtype));
-  return std::clamp<int64_t>(chunk_bytes / row_bytes, 1, s.n * s.oh() * s.ow());
+  const int64_t slices = std::max<int64_t>(1, chunk_bytes / row_bytes / kPatchSlicePositions);
+  return std::min(slices * kPatchSlicePositions, s.n * s.oh() * s.ow());
+}
+
+int64_t patch_gemm_slices(DType dtype, const Conv2dShape& s) {
+  return (patch_gemm_chunk_positions(dtype, s) + kPatchSlicePositions - 1) / kPatchSlicePositions;
 }
 
 }  // namespace cuda
@@ -133,13 +138,16 @@ size_t cuda_conv_workspace_bytes(ConvPass pass, DType dtype, const Conv2dShape& 
   if (!cuda_conv_takes_workspace(pass, dtype, s)) return 0;
   const size_t esize = dtype_size(dtype);
   if (pass != ConvPass::backward_input && cuda::patch_gemm_handles(dtype, s)) {
-    // A chunk of patch rows, then the weights padded to its columns (forward) or their f32 sums
-    // (weight gradient), at a 256-byte boundary (kernels/cuda/patch_gemm_conv.cu).
+    // A chunk of patch rows, then the weights padded to its columns (forward) or the slices'
+    // f32 sums (weight gradient), at a 256-byte boundary (kernels/cuda/patch_gemm_conv.cu).
     const auto columns = static_cast<size_t>(cuda::patch_gemm_columns(s));
     const size_t patch =
         static_cast<size_t>(cuda::patch_gemm_chunk_positions(dtype, s)) * columns * esize;
     const size_t weights =
-        static_cast<size_t>(s.k) * columns * (pass == ConvPass::forward ? esize : sizeof(float));
+        static_cast<size_t>(s.k) * columns *
+        (pass == ConvPass::forward
+             ? esize
+             : sizeof(float) * static_cast<size_t>(cuda::patch_gemm_slices(dtype, s)));
     return (patch + 255) / 256 * 256 + weights;
   }
   const size_t input = static_cast<size_t>(s.n * s.h * s.w * s.c) * esize;

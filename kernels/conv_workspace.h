@@ -32,8 +32,8 @@
 //     few-channel stems larger than 3x3, on frugal's TF32 kernel, take the bound as cuDNN
 //     would and keep their split sums in it (Note [Stem weight gradients as GEMMs]); 16-bit
 //     forwards and weight gradients of those stems take what their patch GEMMs use, a chunk of
-//     patch rows and the padded weights or their f32 sums (Note [Few-channel stems as patch
-//     GEMMs]), not the bound.
+//     patch rows and the padded weights or the slices' f32 sums (Note [Few-channel stems as
+//     patch GEMMs]), not the bound.
 // Where no algorithm fits the bound (none seen on the zoo), the call takes the smallest that
 // fits the 256 MiB cap with a workspace of its own, outside the plan, and warns once.
 // FRUGAL_CONV_WORKSPACE_SCALE=s multiplies the fractions (1 by default), for
@@ -118,9 +118,15 @@ constexpr int64_t kTensorCoreChannels = 8;
 bool patch_gemm_handles(DType dtype, const Conv2dShape& s);
 // A patch row: the kh * kw * c columns in OHWI order, padded to a multiple of 8 (16-byte rows).
 int64_t patch_gemm_columns(const Conv2dShape& s);
+// Output positions a weight-gradient GEMM of the batch sums over: the chunk is cut into slices of
+// this many rows, each with f32 sums of its own (a single GEMM with a [k, columns] result and a
+// chunk-long sum ran on two or three multiprocessors).
+constexpr int64_t kPatchSlicePositions = 512;
 // Output positions a chunk's patch holds: FRUGAL_PATCH_CHUNK_MIB (default 16, read once) of
-// patch rows, at most all of them.
+// patch rows in whole slices, at least one slice, at most all of them.
 int64_t patch_gemm_chunk_positions(DType dtype, const Conv2dShape& s);
+// The slices of a full chunk: the weight gradient's f32 sums are this many [k, columns] blocks.
+int64_t patch_gemm_slices(DType dtype, const Conv2dShape& s);
 }  // namespace cuda
 
 }  // namespace frugal::kernels

@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/direct_conv_common.cuh"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/handles.h"
 #include "kernels/cuda/patch_gemm_conv.h"
 
 namespace frugal::kernels::cuda {
@@ -71,15 +72,37 @@ void for_each_chunk(const Context& ctx, cudaStream_t stream, DType dtype, const 
   }
 }
 
-// dw[k, m] = sums[k, m] for m < real, in dw's type (the sums' rows are `columns` long).
+// dw[k, m] = the sum over the slices of sums[slice, k, m], for m < real, added in slice order (so
+// the result depends on the shape alone), in dw's type; the sums' rows are `columns` long.
 template <typename T>
-__global__ void compact_sums_kernel(int k, int real, int columns, const float* __restrict__ sums,
-                                    T* __restrict__ dw) {
+__global__ void add_slices_kernel(int k, int real, int columns, int slices,
+                                  const float* __restrict__ sums, T* __restrict__ dw) {
   const int total = k * real;
+  const int64_t block = int64_t{k} * columns;
   for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
     const int row = t / real;
-    dw[t] = from_f<T>(sums[row * columns + (t - row * real)]);
+    const float* at = sums + row * columns + (t - row * real);
+    float sum = 0;
+    for (int i = 0; i < slices; ++i) sum += at[i * block];
+    dw[t] = from_f<T>(sum);
   }
+}
+
+// sums[i] (+)= dy[rows of slice i]^T patch[rows of slice i] for `count` slices of `rows` rows,
+// one strided batched cuBLAS call; [k, columns] row-major results, f32 sums of 16-bit products.
+void slice_gemms(const Context& ctx, DType dtype, const Conv2dShape& s, int64_t columns,
+                 int64_t rows, int64_t count, const void* dy, const void* patch, float beta,
+                 float* sums) {
+  const cudaDataType_t type = dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const float alpha = 1.0f;
+  // Column-major, as kernels/cuda/matmul.cu's gemm: sums' block read as [columns, k] is
+  // patch^T [columns, rows] times dy [rows, k].
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      cublas_handle(ctx), CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(columns),
+      static_cast<int>(s.k), static_cast<int>(rows), &alpha, patch, type, static_cast<int>(columns),
+      rows * columns, dy, type, static_cast<int>(s.k), rows * s.k, &beta, sums, CUDA_R_32F,
+      static_cast<int>(columns), s.k * columns, static_cast<int>(count), CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 // The patch chunk at the workspace's start, then the weights' part at a 256-byte boundary: the
@@ -130,18 +153,30 @@ void patch_gemm_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
   const int64_t columns = patch_gemm_columns(s), real = s.kh * s.kw * s.c;
   memory::DataPtr ws = ctx.workspace(cuda_conv_workspace_bytes(ConvPass::backward_weight, dtype, s),
                                      memory::Category::conv_workspace);
-  auto sums = static_cast<float*>(after_patch(dtype, s, ws.get()));  // [k, columns]
+  // [slices, k, columns]: every slice of the first (full) chunk writes its block, later chunks
+  // add to theirs (a last, shorter chunk leaves the blocks past its slices as they are).
+  auto sums = static_cast<float*>(after_patch(dtype, s, ws.get()));
+  const int64_t slices = patch_gemm_slices(dtype, s);
   for_each_chunk(ctx, stream, dtype, s, x, ws.get(), [&](int64_t first, int rows, void* patch) {
-    // sums[k, :] += dy[first + r, k] patch[r, :] over the chunk's rows r
-    gemm_tf32_out(ctx, dtype, DType::f32, true, false, s.k, columns, rows,
-                  static_cast<const char*>(dy) + static_cast<size_t>(first * s.k) * esize, patch,
-                  first == 0 ? 0.0 : 1.0, sums, false);
+    const float beta = first == 0 ? 0.0f : 1.0f;
+    const auto* chunk_dy = static_cast<const char*>(dy) + static_cast<size_t>(first * s.k) * esize;
+    const int64_t whole = rows / kPatchSlicePositions, rest = rows % kPatchSlicePositions;
+    if (whole > 0) {
+      slice_gemms(ctx, dtype, s, columns, kPatchSlicePositions, whole, chunk_dy, patch, beta, sums);
+    }
+    if (rest > 0) {  // the batch's last rows: one slice of its own
+      const int64_t done = whole * kPatchSlicePositions;
+      slice_gemms(ctx, dtype, s, columns, rest, 1,
+                  chunk_dy + static_cast<size_t>(done * s.k) * esize,
+                  static_cast<const char*>(patch) + static_cast<size_t>(done * columns) * esize,
+                  beta, sums + whole * s.k * columns);
+    }
   });
   const auto total = static_cast<int>(s.k * real);  // patch_gemm_handles: k * columns fits
   FRUGAL_CUDA_FLOAT_SWITCH(dw_dtype, op, {
-    compact_sums_kernel<T><<<grid_for(ctx, total), kThreads, 0, stream>>>(
-        static_cast<int>(s.k), static_cast<int>(real), static_cast<int>(columns), sums,
-        static_cast<T*>(dw));
+    add_slices_kernel<T><<<grid_for(ctx, total), kThreads, 0, stream>>>(
+        static_cast<int>(s.k), static_cast<int>(real), static_cast<int>(columns),
+        static_cast<int>(slices), sums, static_cast<T*>(dw));
     FRUGAL_LAUNCH_CHECK();
   });
 }

@@ -16,12 +16,15 @@
 // The whole patch is 49 times the input (488 MB for the stem in bf16), so it is built a chunk of
 // positions at a time, FRUGAL_PATCH_CHUNK_MIB of rows (16 MiB by default: small enough to stay
 // in the 50 MB L2 between its writer and the GEMM that reads it), and each chunk's GEMM runs on
-// cuBLAS with f32 sums. The weight gradient's chunks add into one f32 [k, columns] sum (beta 1
-// after the first), so the result depends only on the chunking, which the shape fixes. Rows are
+// cuBLAS with f32 sums. The weight gradient's result is small ([k, columns], 64 x 152 for the
+// stem) and its sums long: one GEMM a chunk ran on the two or three multiprocessors its result
+// fills. So each chunk is cut into slices of kPatchSlicePositions (512) rows, one strided batched
+// GEMM gives every slice [k, columns] f32 sums of its own, the next chunks add to them (beta 1),
+// and a last kernel adds the slices in order: the result depends on the shape alone. Rows are
 // padded with zero columns to a multiple of 8 (16 bytes), as are the forward's weights (copied
 // into the workspace), so that cuBLAS can take its tensor-core kernels.
 //
-// The workspace is the chunk and the padded weights or their f32 sums, exactly
+// The workspace is the chunk and the padded weights or the slices' sums, exactly
 // cuda_conv_workspace_bytes() (Note [Bounded conv workspace]): 16 MiB for the stem rather than
 // the 256 MiB bound its cuDNN forward had. The input gradient stays on cuDNN (a stem's input
 // needs none).

@@ -135,30 +135,32 @@ TEST(ConvWorkspace, TheBoundIsAFractionOfTheLargerTensorAtLeast4MiBAtMost256MiB)
 }
 
 // Note [Few-channel stems as patch GEMMs]: 16-bit forwards and weight gradients of stems larger
-// than 3x3 with at most 4 input channels leave cuDNN for patch GEMMs, whose workspace is a 16 MiB
-// chunk of patch rows (FRUGAL_PATCH_CHUNK_MIB unset) and the padded weights or their f32 sums.
+// than 3x3 with at most 4 input channels leave cuDNN for patch GEMMs, whose workspace is a chunk
+// of patch rows (16 MiB with FRUGAL_PATCH_CHUNK_MIB unset, in whole slices of 512 rows) and the
+// padded weights or the slices' f32 sums.
 TEST(ConvWorkspace, SixteenBitStemsTakeAPatchChunkNotTheBound) {
   const kernels::Conv2dShape stem = conv(128, 224, 3, 64, 7, 2);
   for (DType t : {DType::f16, DType::bf16}) {
     SCOPED_TRACE(dtype_name(t));
     EXPECT_TRUE(kernels::cuda::patch_gemm_handles(t, stem));
     EXPECT_EQ(kernels::cuda::patch_gemm_columns(stem), 152) << "7 x 7 x 3 = 147, padded to 8s";
-    // 16 MiB of 304-byte rows, of 128 x 112 x 112 positions
-    EXPECT_EQ(kernels::cuda::patch_gemm_chunk_positions(t, stem), (int64_t{16} << 20) / 304);
-    const size_t patch = size_t((int64_t{16} << 20) / 304) * 304;
-    const size_t patch_aligned = (patch + 255) / 256 * 256;
-    EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, t, stem), patch_aligned + 64 * 152 * 2);
+    // 16 MiB of 304-byte rows is 55,188 rows: 107 slices of 512 (of 128 x 112 x 112 positions)
+    EXPECT_EQ(kernels::cuda::patch_gemm_chunk_positions(t, stem), 107 * 512);
+    EXPECT_EQ(kernels::cuda::patch_gemm_slices(t, stem), 107);
+    const size_t patch = size_t{107} * 512 * 304;  // a multiple of 256
+    EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, t, stem), patch + 64 * 152 * 2);
     EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, t, stem),
-              patch_aligned + 64 * 152 * 4);
+              patch + 107 * 64 * 152 * 4);
     EXPECT_FALSE(kernels::cuda_conv_uses_cudnn(ConvPass::forward, t, stem));
     EXPECT_TRUE(kernels::cuda_conv_takes_workspace(ConvPass::forward, t, stem));
     EXPECT_TRUE(kernels::cuda_conv_uses_cudnn(ConvPass::backward_input, t, stem))
         << "the input gradient stays on cuDNN";
-    // A small batch's chunk is all of its positions: 2 x 3 x 3 of them.
+    // A small batch's chunk is all of its positions, 2 x 3 x 3 of them, in one slice.
     const kernels::Conv2dShape tiny = conv(2, 5, 1, 4, 5, 2);
     EXPECT_TRUE(kernels::cuda::patch_gemm_handles(t, tiny));
     EXPECT_EQ(kernels::cuda::patch_gemm_columns(tiny), 32);
     EXPECT_EQ(kernels::cuda::patch_gemm_chunk_positions(t, tiny), 18);
+    EXPECT_EQ(kernels::cuda::patch_gemm_slices(t, tiny), 1);
     EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, t, tiny), 1280 + 4 * 32 * 4);
   }
   EXPECT_FALSE(kernels::cuda::patch_gemm_handles(DType::f32, stem)) << "f32: TF32 stem kernel";
