@@ -22,25 +22,35 @@ __global__ void build_patch_kernel(Geom g, int kh, int kw, int columns, int firs
                                    const uint16_t* __restrict__ x, uint16_t* __restrict__ patch) {
   const int groups = columns / kColumnsPerThread;
   const int real = kh * kw * g.c;
-  const int64_t total = int64_t{rows} * groups;
-  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
-       t += int64_t{gridDim.x} * blockDim.x) {
-    const int r = static_cast<int>(t / groups), group = static_cast<int>(t % groups);
+  // 32-bit: a chunk is at most 4 GiB of rows (FRUGAL_PATCH_CHUNK_MIB), 2^28 16-byte groups.
+  const int total = rows * groups;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
+    const int r = t / groups, group = t % groups;
     const int p = first + r;
     const int per_image = g.oh * g.ow;
     const int n = p / per_image, rest = p % per_image;
     const int oh = rest / g.ow, ow = rest % g.ow;
+    // Column m0 = group * 8 is tap (i, j), channel ch; the next columns step through the
+    // channels, then the taps of the row, then the rows: counting up keeps the three integer
+    // divisions a column would take out of the loop.
+    const int m0 = group * kColumnsPerThread;
+    int tap = m0 / g.c, ch = m0 - tap * g.c;
+    int i = tap / kw, j = tap - i * kw;
+    const int ih0 = oh * g.sh - g.ph, iw0 = ow * g.sw - g.pw;
+    const uint16_t* image = x + int64_t{n} * g.h * g.w * g.c;
     uint16_t v[kColumnsPerThread];
 #pragma unroll
     for (int u = 0; u < kColumnsPerThread; ++u) {
-      const int m = group * kColumnsPerThread + u;
       v[u] = 0;
-      if (m < real) {
-        const int tap = m / g.c, ch = m - tap * g.c;
-        const int i = tap / kw, j = tap - i * kw;
-        const int ih = oh * g.sh - g.ph + i * g.dh, iw = ow * g.sw - g.pw + j * g.dw;
-        if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) {
-          v[u] = x[((n * g.h + ih) * g.w + iw) * g.c + ch];
+      if (m0 + u < real) {
+        const int ih = ih0 + i * g.dh, iw = iw0 + j * g.dw;
+        if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) v[u] = image[(ih * g.w + iw) * g.c + ch];
+      }
+      if (++ch == g.c) {
+        ch = 0;
+        if (++j == kw) {
+          j = 0;
+          ++i;
         }
       }
     }
@@ -49,7 +59,7 @@ __global__ void build_patch_kernel(Geom g, int kh, int kw, int columns, int firs
     packed.y = v[2] | (uint32_t{v[3]} << 16);
     packed.z = v[4] | (uint32_t{v[5]} << 16);
     packed.w = v[6] | (uint32_t{v[7]} << 16);
-    reinterpret_cast<uint4*>(patch)[int64_t{r} * groups + group] = packed;
+    reinterpret_cast<uint4*>(patch)[t] = packed;  // row r, group `group`
   }
 }
 
