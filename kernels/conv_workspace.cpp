@@ -65,42 +65,10 @@ bool stem_gemm_handles(DType dtype, const Conv2dShape& s) {
   return geometry_fits_int32(s);  // dilations are 1 here
 }
 
-bool patch_gemm_handles(DType dtype, const Conv2dShape& s) {
-  if ((dtype != DType::f16 && dtype != DType::bf16) || s.groups != 1 || s.c < 1 ||
-      s.c > kFewChannelMaxInputs || s.kh * s.kw <= kFewChannelSize * kFewChannelSize || s.n < 1 ||
-      s.k < 1 || s.oh() < 1 || s.ow() < 1) {
-    return false;
-  }
-  return geometry_fits_int32(s) && s.k * patch_gemm_columns(s) <= INT_MAX / 2;
-}
-
-int64_t patch_gemm_columns(const Conv2dShape& s) { return (s.kh * s.kw * s.c + 7) / 8 * 8; }
-
-int64_t patch_gemm_chunk_positions(DType dtype, const Conv2dShape& s) {
-  static const int64_t chunk_bytes = [] {
-    const char* v = std::getenv("FRUGAL_PATCH_CHUNK_MIB");
-    if (v == nullptr || *v == '\0') return int64_t{16} << 20;
-    char* end = nullptr;
-    const long mib = std::strtol(v, &end, 10);
-    FRUGAL_CHECK(end != v && *end == '\0' && mib > 0 && mib <= 4096,
-                 "FRUGAL_PATCH_CHUNK_MIB: expected a whole number of MiB from 1 to 4096, got '", v,
-                 "'");
-    return int64_t{mib} << 20;
-  }();
-  const int64_t row_bytes = patch_gemm_columns(s) * static_cast<int64_t>(dtype_size(dtype));
-  const int64_t slices = std::max<int64_t>(1, chunk_bytes / row_bytes / kPatchSlicePositions);
-  return std::min(slices * kPatchSlicePositions, s.n * s.oh() * s.ow());
-}
-
-int64_t patch_gemm_slices(DType dtype, const Conv2dShape& s) {
-  return (patch_gemm_chunk_positions(dtype, s) + kPatchSlicePositions - 1) / kPatchSlicePositions;
-}
-
 }  // namespace cuda
 
 bool cuda_conv_uses_cudnn(ConvPass pass, DType dtype, const Conv2dShape& s) {
   if (cuda::depthwise_handles(s) || cuda::pointwise(s)) return false;
-  if (pass != ConvPass::backward_input && cuda::patch_gemm_handles(dtype, s)) return false;
   // the early returns of kernels/cuda/conv.cu: nothing to compute
   switch (pass) {
     case ConvPass::forward:  // 16-bit 3x3 stems: frugal's kernel (Note [Few-channel forwards])
@@ -117,8 +85,7 @@ bool cuda_conv_uses_cudnn(ConvPass pass, DType dtype, const Conv2dShape& s) {
 
 bool cuda_conv_takes_workspace(ConvPass pass, DType dtype, const Conv2dShape& s) {
   return cuda_conv_uses_cudnn(pass, dtype, s) ||
-         (pass == ConvPass::backward_weight && cuda::stem_gemm_handles(dtype, s)) ||
-         (pass != ConvPass::backward_input && cuda::patch_gemm_handles(dtype, s));
+         (pass == ConvPass::backward_weight && cuda::stem_gemm_handles(dtype, s));
 }
 
 double conv_workspace_scale() {
@@ -137,19 +104,6 @@ double conv_workspace_scale() {
 size_t cuda_conv_workspace_bytes(ConvPass pass, DType dtype, const Conv2dShape& s) {
   if (!cuda_conv_takes_workspace(pass, dtype, s)) return 0;
   const size_t esize = dtype_size(dtype);
-  if (pass != ConvPass::backward_input && cuda::patch_gemm_handles(dtype, s)) {
-    // A chunk of patch rows, then the weights padded to its columns (forward) or the slices'
-    // f32 sums (weight gradient), at a 256-byte boundary (kernels/cuda/patch_gemm_conv.cu).
-    const auto columns = static_cast<size_t>(cuda::patch_gemm_columns(s));
-    const size_t patch =
-        static_cast<size_t>(cuda::patch_gemm_chunk_positions(dtype, s)) * columns * esize;
-    const size_t weights =
-        static_cast<size_t>(s.k) * columns *
-        (pass == ConvPass::forward
-             ? esize
-             : sizeof(float) * static_cast<size_t>(cuda::patch_gemm_slices(dtype, s)));
-    return (patch + 255) / 256 * 256 + weights;
-  }
   const size_t input = static_cast<size_t>(s.n * s.h * s.w * s.c) * esize;
   const size_t output = static_cast<size_t>(s.n * s.oh() * s.ow() * s.k) * esize;
   // Fractions of the larger tensor, per pass: Note [Bounded conv workspace] has the measurements.

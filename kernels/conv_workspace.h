@@ -30,10 +30,7 @@
 //     (cuBLAS, whose workspace is kCublasWorkspaceBytes, made once), and 16-bit weight gradients
 //     of 3x3 convs with at most 4 input channels (frugal's kernel); f32 weight gradients of
 //     few-channel stems larger than 3x3, on frugal's TF32 kernel, take the bound as cuDNN
-//     would and keep their split sums in it (Note [Stem weight gradients as GEMMs]); 16-bit
-//     forwards and weight gradients of those stems take what their patch GEMMs use, a chunk of
-//     patch rows and the padded weights or the slices' f32 sums (Note [Few-channel stems as
-//     patch GEMMs]), not the bound.
+//     would and keep their split sums in it (Note [Stem weight gradients as GEMMs]).
 // Where no algorithm fits the bound (none seen on the zoo), the call takes the smallest that
 // fits the 256 MiB cap with a workspace of its own, outside the plan, and warns once.
 // FRUGAL_CONV_WORKSPACE_SCALE=s multiplies the fractions (1 by default), for
@@ -56,14 +53,13 @@ constexpr size_t kConvWorkspaceCap = size_t{256} << 20;
 
 // Whether CUDA runs this pass of `s` in `dtype` through cuDNN.
 bool cuda_conv_uses_cudnn(ConvPass pass, DType dtype, const Conv2dShape& s);
-// Whether the pass takes conv workspace: the cuDNN passes and the f32 stem weight gradients that
-// keep their split sums in it (Note [Stem weight gradients as GEMMs]) take the bound, the 16-bit
-// stems' patch GEMMs their chunk (Note [Few-channel stems as patch GEMMs]).
+// Whether the pass gets the bounded conv workspace: the cuDNN passes, and the f32 stem weight
+// gradients that keep their split sums in it (Note [Stem weight gradients as GEMMs]).
 bool cuda_conv_takes_workspace(ConvPass pass, DType dtype, const Conv2dShape& s);
 // FRUGAL_CONV_WORKSPACE_SCALE, read once (1 when unset).
 double conv_workspace_scale();
-// The workspace bytes a call of this pass gets (Note [Bounded conv workspace]); 0 when the pass
-// takes none (cuda_conv_takes_workspace) or the conv is empty.
+// The workspace bytes a cuDNN call of this pass gets (Note [Bounded conv workspace]); 0 when
+// the pass takes none (cuda_conv_takes_workspace) or the conv is empty.
 size_t cuda_conv_workspace_bytes(ConvPass pass, DType dtype, const Conv2dShape& s);
 
 // While alive, conv ops on meta tensors of this thread allocate and release the workspace the
@@ -112,21 +108,6 @@ constexpr int64_t stem_window_width(int64_t stride_w, int64_t kw) {
 }
 // The channel multiple cuDNN's 16-bit tensor-core kernels take without padding the input.
 constexpr int64_t kTensorCoreChannels = 8;
-// 16-bit forwards and weight gradients of few-channel stems larger than 3x3 (one group, at most
-// kFewChannelMaxInputs input channels): im2col patches a chunk at a time and cuBLAS GEMMs (Note
-// [Few-channel stems as patch GEMMs] in kernels/cuda/patch_gemm_conv.h).
-bool patch_gemm_handles(DType dtype, const Conv2dShape& s);
-// A patch row: the kh * kw * c columns in OHWI order, padded to a multiple of 8 (16-byte rows).
-int64_t patch_gemm_columns(const Conv2dShape& s);
-// Output positions a weight-gradient GEMM of the batch sums over: the chunk is cut into slices of
-// this many rows, each with f32 sums of its own (a single GEMM with a [k, columns] result and a
-// chunk-long sum ran on two or three multiprocessors).
-constexpr int64_t kPatchSlicePositions = 512;
-// Output positions a chunk's patch holds: FRUGAL_PATCH_CHUNK_MIB (default 16, read once) of
-// patch rows in whole slices, at least one slice, at most all of them.
-int64_t patch_gemm_chunk_positions(DType dtype, const Conv2dShape& s);
-// The slices of a full chunk: the weight gradient's f32 sums are this many [k, columns] blocks.
-int64_t patch_gemm_slices(DType dtype, const Conv2dShape& s);
 }  // namespace cuda
 
 }  // namespace frugal::kernels

@@ -45,7 +45,6 @@
 #include "kernels/cuda/device_timing.h"
 #include "kernels/cuda/few_channel_conv.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/patch_gemm_conv.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/stem_gemm.h"
 #include "kernels/elementwise.h"
@@ -522,8 +521,6 @@ void forward(const Context& ctx, DType dtype, const Conv2dShape& s, const BnActI
   if (pointwise(s)) {  // y[M, K] = x[M, C] w[K, C]^T
     gemm_tf32(ctx, dtype, false, true, s.n * s.h * s.w, s.k, s.c, x, w, 0.0, y,
               conv_allow_tf32());
-  } else if (patch_gemm_handles(dtype, s)) {  // Note [Few-channel stems as patch GEMMs]
-    patch_gemm_forward(ctx, dtype, s, x, w, y);
   } else {
     ConvDescriptors d(s, dtype, "conv2d_forward");
     cudnnHandle_t h = cudnn_handle(ctx);
@@ -647,8 +644,6 @@ void backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv
     depthwise_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw, bn);
   } else if (dtype != DType::f32 && few_channel_handles(s)) {  // f32: cuDNN's is fast here
     few_channel_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
-  } else if (patch_gemm_handles(dtype, s)) {  // Note [Few-channel stems as patch GEMMs]
-    patch_gemm_backward_weight(ctx, dtype, dw_dtype, s, x, dy, dw);
   } else if (stem_gemm_handles(dtype, s) && compute_major(ctx.device.index) >= 8) {  // TF32 wmma
     stem_gemm_backward_weight(ctx, s, static_cast<const float*>(x), static_cast<const float*>(dy),
                               static_cast<float*>(dw));

@@ -4,10 +4,9 @@
 // and odd channel counts and a batch big enough for many weight-gradient splits, and 16-bit 3x3
 // forwards and weight gradients with 1-4 input channels (frugal's own kernels: K in one block,
 // over a block, not in packs of 8; dilation, padding 0-2), f32 weight gradients of 5x5
-// and 7x7 stems (frugal's TF32 kernel where TF32 is allowed, cuDNN otherwise), 16-bit forwards
-// and weight gradients of those stems (patch GEMMs: dilation, one chunk and two, the batch's
-// last slice part full), in f32 (TF32 off, so 1e-5 holds), f16 and bf16; then f32 with TF32
-// allowed (PyTorch's default) within TF32's rounding.
+// and 7x7 stems (frugal's TF32 kernel where TF32 is allowed, cuDNN otherwise), in f32 (TF32 off,
+// so 1e-5 holds), f16 and bf16; then f32 with TF32 allowed (PyTorch's default) within TF32's
+// rounding.
 #include "base/deterministic.h"
 #include "gpu_test_util.h"
 #include "kernels/conv.h"
@@ -62,13 +61,12 @@ std::vector<kernels::Conv2dShape> configs() {
       conv(2, 11, 10, 3, 24, 3, 3, 1, 2, 1, 2, 1),       // few: dilation 2, pads 2 and 1, K = 24
       conv(4, 57, 57, 3, 32, 3, 3, 2, 1, 1, 1, 1),   // few: splits of several tiles, a part tile
       conv(3, 23, 21, 3, 16, 7, 7, 2, 3, 3, 1, 1),   // a 7x7 stem: f32 dw on TF32 wmma
-      conv(2, 13, 15, 2, 8, 5, 5, 1, 2, 1, 2, 1),    // 5x5, dilation 2 (f32: cuDNN), pads 2, 1
+      conv(2, 13, 15, 2, 8, 5, 5, 1, 2, 1, 2, 1),    // 5x5, dilation 2 (cuDNN), pads 2 and 1
       conv(2, 13, 15, 2, 8, 5, 5, 1, 2, 1, 1, 1),    // 5x5 stride 1 (wmma ldm 4), pads 2 and 1
       conv(2, 224, 224, 4, 8, 7, 7, 2, 3, 3, 1, 1),  // 4 channels, rows of 3.5 tiles, splits
       conv(2, 20, 18, 3, 72, 7, 7, 2, 3, 3, 1, 1),   // K = 72: two blocks of 64 channels
       conv(3, 10, 12, 1, 24, 5, 7, 1, 2, 3, 1, 1),   // one channel, a 5x7 kernel
       conv(2, 40, 41, 3, 16, 7, 7, 3, 3, 3, 1, 1),   // stride 3: fragment rows 12 floats apart
-      conv(4, 224, 218, 4, 8, 7, 7, 2, 3, 3, 1, 1),  // 16-bit: 2 patch chunks, slices, a part
   };
 }
 

@@ -61,8 +61,7 @@ TEST(ConvWorkspace, PassesCudaRoutesAwayFromCudnnGetNone) {
   EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f32, resnet_stem),
             static_cast<size_t>(0.3 * static_cast<double>(size_t{128} * 112 * 112 * 64 * 4)));
   EXPECT_FALSE(kernels::cuda::stem_gemm_handles(DType::bf16, resnet_stem));
-  EXPECT_FALSE(kernels::cuda_conv_uses_cudnn(ConvPass::backward_weight, DType::bf16, resnet_stem))
-      << "16-bit: patch GEMMs";
+  EXPECT_TRUE(kernels::cuda_conv_uses_cudnn(ConvPass::backward_weight, DType::bf16, resnet_stem));
   EXPECT_TRUE(kernels::cuda_conv_uses_cudnn(ConvPass::forward, DType::f32, resnet_stem));
   EXPECT_FALSE(kernels::cuda::stem_gemm_handles(DType::f32, stem)) << "3x3: cuDNN's is fast";
   {
@@ -114,15 +113,14 @@ TEST(ConvWorkspace, TheBoundIsAFractionOfTheLargerTensorAtLeast4MiBAtMost256MiB)
   EXPECT_EQ(
       cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f16, conv(1, 7, 64, 64, 3, 1)),
       16 * kMiB);
-  // A 16-bit weight gradient on cuDNN whose input channels are not a multiple of 8 also holds
-  // the input padded to 8 channels (a 7x7 stem of 6 channels at batch 128: 128x224x224x8 in
-  // bf16); f32's bound does not change.
-  kernels::Conv2dShape resnet_stem = conv(128, 224, 6, 64, 7, 2);
+  // A 16-bit weight gradient whose input channels are not a multiple of 8 also holds the input
+  // padded to 8 channels (ResNet-18's 7x7 stem at batch 128: 128x224x224x8 in bf16); f32's
+  // bound does not change.
+  kernels::Conv2dShape resnet_stem = conv(128, 224, 3, 64, 7, 2);
   const size_t stem_out = size_t{128} * 112 * 112 * 64;
   EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::bf16, resnet_stem),
             static_cast<size_t>(0.3 * static_cast<double>(2 * stem_out)) +
                 size_t{128} * 224 * 224 * 8 * 2);
-  resnet_stem.c = 3;
   EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f32, resnet_stem),
             static_cast<size_t>(0.3 * static_cast<double>(4 * stem_out)));
   resnet_stem.c = 8;
@@ -132,44 +130,6 @@ TEST(ConvWorkspace, TheBoundIsAFractionOfTheLargerTensorAtLeast4MiBAtMost256MiB)
   // At most kConvWorkspaceCap.
   EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, DType::f32, conv(256, 224, 64, 64, 3, 1)),
             kernels::kConvWorkspaceCap);
-}
-
-// Note [Few-channel stems as patch GEMMs]: 16-bit forwards and weight gradients of stems larger
-// than 3x3 with at most 4 input channels leave cuDNN for patch GEMMs, whose workspace is a chunk
-// of patch rows (16 MiB with FRUGAL_PATCH_CHUNK_MIB unset, in whole slices of 512 rows) and the
-// padded weights or the slices' f32 sums.
-TEST(ConvWorkspace, SixteenBitStemsTakeAPatchChunkNotTheBound) {
-  const kernels::Conv2dShape stem = conv(128, 224, 3, 64, 7, 2);
-  for (DType t : {DType::f16, DType::bf16}) {
-    SCOPED_TRACE(dtype_name(t));
-    EXPECT_TRUE(kernels::cuda::patch_gemm_handles(t, stem));
-    EXPECT_EQ(kernels::cuda::patch_gemm_columns(stem), 152) << "7 x 7 x 3 = 147, padded to 8s";
-    // 16 MiB of 304-byte rows is 55,188 rows: 107 slices of 512 (of 128 x 112 x 112 positions)
-    EXPECT_EQ(kernels::cuda::patch_gemm_chunk_positions(t, stem), 107 * 512);
-    EXPECT_EQ(kernels::cuda::patch_gemm_slices(t, stem), 107);
-    const size_t patch = size_t{107} * 512 * 304;  // a multiple of 256
-    EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, t, stem), patch + 64 * 152 * 2);
-    EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, t, stem),
-              patch + 107 * 64 * 152 * 4);
-    EXPECT_FALSE(kernels::cuda_conv_uses_cudnn(ConvPass::forward, t, stem));
-    EXPECT_TRUE(kernels::cuda_conv_takes_workspace(ConvPass::forward, t, stem));
-    EXPECT_TRUE(kernels::cuda_conv_uses_cudnn(ConvPass::backward_input, t, stem))
-        << "the input gradient stays on cuDNN";
-    // A small batch's chunk is all of its positions, 2 x 3 x 3 of them, in one slice.
-    const kernels::Conv2dShape tiny = conv(2, 5, 1, 4, 5, 2);
-    EXPECT_TRUE(kernels::cuda::patch_gemm_handles(t, tiny));
-    EXPECT_EQ(kernels::cuda::patch_gemm_columns(tiny), 32);
-    EXPECT_EQ(kernels::cuda::patch_gemm_chunk_positions(t, tiny), 18);
-    EXPECT_EQ(kernels::cuda::patch_gemm_slices(t, tiny), 1);
-    EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, t, tiny), 1280 + 4 * 32 * 4);
-  }
-  EXPECT_FALSE(kernels::cuda::patch_gemm_handles(DType::f32, stem)) << "f32: TF32 stem kernel";
-  EXPECT_FALSE(kernels::cuda::patch_gemm_handles(DType::bf16, conv(128, 224, 3, 32, 3, 2)))
-      << "3x3: the few-channel kernels";
-  EXPECT_FALSE(kernels::cuda::patch_gemm_handles(DType::bf16, conv(128, 224, 8, 64, 7, 2)))
-      << "8 channels: cuDNN";
-  EXPECT_FALSE(kernels::cuda::patch_gemm_handles(DType::bf16, conv(128, 224, 4, 64, 7, 2, 2)))
-      << "grouped";
 }
 
 // The bytes of each conv_workspace allocation `run` makes on `device`, in order, and whether
