@@ -30,7 +30,11 @@
 //     (cuBLAS, whose workspace is kCublasWorkspaceBytes, made once), and 16-bit weight gradients
 //     of 3x3 convs with at most 4 input channels (frugal's kernel); f32 weight gradients of
 //     few-channel stems larger than 3x3, on frugal's TF32 kernel, take the bound as cuDNN
-//     would and keep their split sums in it (Note [Stem weight gradients as GEMMs]).
+//     would and keep their split sums in it (Note [Stem weight gradients as GEMMs]). 16-bit
+//     forwards and weight gradients of stride-2 stems larger than 3x3 with at most 4 input
+//     channels run on cuDNN rewritten (Note [Stride-2 stems as stride-1 convolutions]): their
+//     workspace is the rewritten input and weights (or weight gradient), then the bound of the
+//     rewritten convolution, one allocation.
 // Where no algorithm fits the bound (none seen on the zoo), the call takes the smallest that
 // fits the 256 MiB cap with a workspace of its own, outside the plan, and warns once.
 // FRUGAL_CONV_WORKSPACE_SCALE=s multiplies the fractions (1 by default), for
@@ -108,6 +112,10 @@ constexpr int64_t stem_window_width(int64_t stride_w, int64_t kw) {
 }
 // The channel multiple cuDNN's 16-bit tensor-core kernels take without padding the input.
 constexpr int64_t kTensorCoreChannels = 8;
+// 16-bit forwards and weight gradients that cuDNN runs as stride-1 convolutions over the input's
+// 2x2 blocks (Note [Stride-2 stems as stride-1 convolutions] in kernels/space_to_depth.h):
+// space_to_depth_fits, and 32-bit indices for x, y and the rewritten input.
+bool space_to_depth_handles(DType dtype, const Conv2dShape& s);
 }  // namespace cuda
 
 }  // namespace frugal::kernels
