@@ -12,8 +12,7 @@ OUTDIR="${OUT:-/tmp}"
 mkdir -p "$OUTDIR"
 REPEATS="${REPEATS:-5}"
 status=0
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  > "$OUTDIR/build.log" 2>&1 && cmake --build build-gpu -j16 >> "$OUTDIR/build.log" 2>&1 ||
+scripts/gpu-build.sh > "$OUTDIR/build.log" 2>&1 ||
   { echo "== BUILD FAILED"; tail -30 "$OUTDIR/build.log"; exit 1; }
 (cd build-gpu && ctest -L gpu --output-on-failure > "$OUTDIR/gpu-tests.txt" 2>&1) || status=1
 grep -E "tests passed|\*\*\*Failed" "$OUTDIR/gpu-tests.txt"

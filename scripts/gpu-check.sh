@@ -16,8 +16,7 @@ status=0
 
 echo "== build" | tee -a "$LOG"
 start=$(date +%s)
-if ! (cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-      cmake --build build-gpu -j16) 2>&1 | tee -a "$LOG"; then
+if ! scripts/gpu-build.sh 2>&1 | tee -a "$LOG"; then
   echo "== BUILD FAILED" | tee -a "$LOG"
   exit 1
 fi

@@ -38,9 +38,7 @@ if [ "${SESSION_TESTS:-1}" = 1 ]; then
     tee -a "$LOG"
   grep -q "BUILD FAILED" "$WORK/gpu-check.log" && built=0 || built=1
 else
-  (cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-    cmake --build build-gpu -j16 --target train_step_bench) > "$WORK/build.log" 2>&1 &&
-    built=1 || built=0
+  scripts/gpu-build.sh train_step_bench > "$WORK/build.log" 2>&1 && built=1 || built=0
   cp "$WORK/build.log" "$WORK/gpu-check.log"
 fi
 if [ "$built" = 0 ]; then

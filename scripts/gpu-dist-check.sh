@@ -17,8 +17,7 @@ say() { echo "== $*" | tee -a "$LOG"; }
 
 say "gpu-dist-check $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>&1 | tee -a "$LOG"
-if ! (cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-      cmake --build build-gpu -j"$(nproc)") > "$OUT/build.log" 2>&1; then
+if ! scripts/gpu-build.sh > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log" | tee -a "$LOG"
   say "BUILD FAILED"
   exit 1

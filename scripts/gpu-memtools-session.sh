@@ -9,8 +9,7 @@ cd "$(dirname "$0")/.."
 OUTDIR="${OUT:-/tmp}"
 mkdir -p "$OUTDIR"
 start=$(date +%s)
-(cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null &&
- cmake --build build-gpu -j16 > "$OUTDIR/build.log" 2>&1) || { grep -E "error|FAILED" "$OUTDIR/build.log" | head -30; exit 1; }
+scripts/gpu-build.sh > "$OUTDIR/build.log" 2>&1 || { grep -E "error|FAILED" "$OUTDIR/build.log" | head -30; exit 1; }
 echo "== build $(( $(date +%s) - start )) s"
 if [ "${CPU_TESTS:-0}" = 1 ]; then  # the CPU suite too, on the device's 16 cores
   (cd build-gpu && ctest -L cpu -j16 --output-on-failure > "$OUTDIR/cpu-tests.log" 2>&1)

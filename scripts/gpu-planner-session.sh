@@ -9,8 +9,7 @@ cd "$(dirname "$0")/.."
 OUTDIR="${OUT:-/tmp}"
 mkdir -p "$OUTDIR"
 start=$(date +%s)
-(cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null &&
- cmake --build build-gpu -j16 > "$OUTDIR/build.log" 2>&1) || { tail -40 "$OUTDIR/build.log"; exit 1; }
+scripts/gpu-build.sh > "$OUTDIR/build.log" 2>&1 || { tail -40 "$OUTDIR/build.log"; exit 1; }
 echo "== build $(( $(date +%s) - start )) s"
 (cd build-gpu && ctest -L gpu --output-on-failure > "$OUTDIR/gpu-tests.log" 2>&1)
 grep -E "tests passed|Failed|Failure|\*\*\*" "$OUTDIR/gpu-tests.log" | grep -v Skipped | head -20

@@ -12,8 +12,7 @@ OUTDIR="${OUT:-/tmp}"
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0
 start=$(date +%s)
-(cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null &&
- cmake --build build-gpu -j16 > "$OUTDIR/build.log" 2>&1) || { tail -40 "$OUTDIR/build.log"; exit 1; }
+scripts/gpu-build.sh > "$OUTDIR/build.log" 2>&1 || { tail -40 "$OUTDIR/build.log"; exit 1; }
 echo "== build $(( $(date +%s) - start )) s"
 if [ "${TESTS:-StepPlannerGpu|CapturedStep|Graph}" != "none" ]; then
   (cd build-gpu && ctest -L gpu -R "${TESTS:-StepPlannerGpu|CapturedStep|Graph}" \

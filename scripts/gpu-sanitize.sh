@@ -47,8 +47,7 @@ SANITIZER="${SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/b
 [ -x "$SANITIZER" ] || { echo "gpu-sanitize: no compute-sanitizer (CUDA toolkit) here"; exit 1; }
 
 if [ "${BUILD:-1}" = 1 ]; then
-  (cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null &&
-   cmake --build build-gpu --target test_gpu -j"$(nproc)" > "$OUTDIR/build.log" 2>&1) ||
+  scripts/gpu-build.sh test_gpu > "$OUTDIR/build.log" 2>&1 ||
     { grep -E "error|FAILED" "$OUTDIR/build.log" | head -30; exit 1; }
 fi
 
