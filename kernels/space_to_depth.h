@@ -1,7 +1,7 @@
 // A stride-2 convolution with few input channels (ResNet's 7x7 stem) rewritten as a stride-1
 // convolution over the input's 2x2 blocks: the index arithmetic, shared by the CUDA kernels
-// (kernels/cuda/space_to_depth.cu), the workspace sizes (kernels/conv_workspace.cpp) and the CPU
-// test that checks the rewrite against the convolution itself.
+// (kernels/cuda/space_to_depth_conv.cu), the workspace sizes (kernels/conv_workspace.cpp) and the
+// CPU test that checks the rewrite against the convolution itself.
 //
 // Note [Stride-2 stems as stride-1 convolutions]: cuDNN 9 has no fast bf16 kernel for ResNet-18's
 // stem (x [128, 224, 224, 3], 64 filters 7x7 stride 2; H200, in PyTorch 2.11 and in frugal
@@ -22,7 +22,10 @@
 // shape cuDNN's implicit-GEMM kernels run like any ResNet layer, and z is 115 x 115 pixels (the
 // output's 112 and the 3 extra rows and columns the 4x4 window reads), 54 MB for the stem in bf16.
 // The weight gradient is the same rewrite backwards: dw2 = wgrad(z, dy), and dw's every element is
-// one element of dw2 (the zero taps of w2 get gradients that are dropped).
+// one element of dw2 (the zero taps of w2 get gradients that are dropped). One difference from
+// the convolution itself: a zero tap of w2 multiplies a real pixel of x (for the 7x7 stem, the
+// row and column just before the window), so an Inf or NaN in x reaches one more output row and
+// column than it would; finite inputs give the same sums.
 #pragma once
 
 #include <cstddef>
@@ -49,9 +52,6 @@ SpaceToDepth space_to_depth(const Conv2dShape& s);
 // gradient), each rounded up to 256 bytes; the rewritten convolution's own workspace follows.
 size_t space_to_depth_input_bytes(DType dtype, const Conv2dShape& s);
 size_t space_to_depth_weight_bytes(DType dtype, const Conv2dShape& s);
-
-// floor(v / 2) for any sign (C++20's >> of a negative int is arithmetic).
-FRUGAL_HD int floor_half(int v) { return v >> 1; }
 
 // Where z's channel ch2 of pixel (r, q) comes from in x: true with (ih, iw, ch), or false where z
 // holds zero (outside x, or a padding channel). c is x's channel count.

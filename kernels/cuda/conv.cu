@@ -287,10 +287,18 @@ ConvPass pass_of(Direction dir) {
 // The workspace of one cuDNN call (Note [Bounded conv workspace]): the bound, allocated once for
 // every candidate the call runs, and one of a candidate's own where it needs more (only when no
 // algorithm fits the bound).
+// A pass's bounded workspace held by its caller: a rewritten stem's, inside the one allocation
+// that also holds the rewritten tensors (Note [Stride-2 stems as stride-1 convolutions]). Empty
+// (data null): the pass allocates cuda_conv_workspace_bytes() itself.
+struct GivenWorkspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
 class CallWorkspace {
  public:
-  // `given`: `bound` bytes the caller holds (a rewritten stem's, Note [Stride-2 stems as stride-1
-  // convolutions]), so that the pass asks for none of its own; null: the call allocates them.
+  // `given`: `bound` bytes the caller holds, so that the pass asks for none of its own; null:
+  // the call allocates them.
   CallWorkspace(const Context& ctx, size_t bound, void* given)
       : ctx_(ctx),
         bound_(bound),
@@ -393,11 +401,11 @@ std::vector<Candidate> first_candidates(cudnnHandle_t h, const ConvDescriptors& 
 // Runs the pass with the cached candidates of this configuration, falling back along the list as
 // Note [Conv algorithm cache] says: a legacy algorithm through `legacy(algo, workspace, bytes)`
 // (returning the cuDNN status), a graph API plan on `tensors`.
-// `given`: the pass's bounded workspace when the caller holds it (CallWorkspace), else null.
+// `given`: the pass's bounded workspace when the caller holds it, its bytes the bound.
 template <typename Legacy>
 void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
-              DType dtype, const Conv2dShape& s, const PassTensors& tensors, void* given,
-              Legacy legacy) {
+              DType dtype, const Conv2dShape& s, const PassTensors& tensors,
+              const GivenWorkspace& given, Legacy legacy) {
   // Plans are built for 16-byte aligned tensors; a view at another offset takes the legacy
   // candidates, which check alignment when they run. The plans stay cached for the aligned calls
   // of the same configuration (the loop below skips them rather than dropping them); only a first
@@ -418,8 +426,9 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
   const char* op = direction_name(dir);
   const bool tf32 = dtype == DType::f32 && tf32_for(dir, s);
   const bool fixed = deterministic();  // its list holds deterministic algorithms only
-  const size_t bound = cuda_conv_workspace_bytes(pass_of(dir), dtype, s);
-  CallWorkspace workspace(ctx, bound, given);  // every step asks for these bytes, first included
+  const size_t bound =
+      given.data != nullptr ? given.bytes : cuda_conv_workspace_bytes(pass_of(dir), dtype, s);
+  CallWorkspace workspace(ctx, bound, given.data);  // every step asks for these, first included
   std::string key = ::frugal::detail::str(op, '|', ctx.device.index, '|', dtype_name(dtype),
                                           tf32 ? "+tf32|" : "|", fixed ? "det|" : "", s.str());
   std::vector<Candidate> list;
@@ -510,7 +519,7 @@ namespace {
 
 // y = conv(x, w) on cuDNN; `given`: the pass's workspace bound when the caller holds it.
 void cudnn_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
-                   const void* w, void* y, void* given) {
+                   const void* w, void* y, const GivenWorkspace& given) {
   ConvDescriptors d(s, dtype, "conv2d_forward");
   cudnnHandle_t h = cudnn_handle(ctx);
   float one = 1.0f, zero = 0.0f;
@@ -524,7 +533,7 @@ void cudnn_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const 
 
 // dw = the weight gradient in dtype on cuDNN; `given` as for cudnn_forward.
 void cudnn_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
-                           const void* dy, void* dw, void* given) {
+                           const void* dy, void* dw, const GivenWorkspace& given) {
   const char* op = "conv2d_backward_weight";
   ConvDescriptors d(s, dtype, op);
   cudnnHandle_t h = cudnn_handle(ctx);
@@ -566,9 +575,11 @@ void forward(const Context& ctx, DType dtype, const Conv2dShape& s, const BnActI
     char* w2 = z + space_to_depth_input_bytes(dtype, s);
     space_to_depth_input(ctx, dtype, s, r, x, z);
     space_to_depth_weights(ctx, dtype, s, r, w, w2);
-    cudnn_forward(ctx, dtype, r.inner, z, w2, y, w2 + space_to_depth_weight_bytes(dtype, s));
+    cudnn_forward(ctx, dtype, r.inner, z, w2, y,
+                  {w2 + space_to_depth_weight_bytes(dtype, s),
+                   space_to_depth_inner_bound(ConvPass::forward, dtype, s)});
   } else {
-    cudnn_forward(ctx, dtype, s, x, w, y, nullptr);
+    cudnn_forward(ctx, dtype, s, x, w, y, {});
   }
   if (bias != nullptr) {
     int64_t n = s.n * s.oh() * s.ow() * s.k;
@@ -628,7 +639,7 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
   ConvDescriptors d(s, dtype, "conv2d_backward_input");
   cudnnHandle_t h = cudnn_handle(ctx);
   float one = 1.0f, zero = 0.0f;
-  run_conv(ctx, h, d, Direction::backward_data, dtype, s, {dx, w, dy}, nullptr,
+  run_conv(ctx, h, d, Direction::backward_data, dtype, s, {dx, w, dy}, {},
            [&](int algo, void* ws, size_t bytes) {
              return cudnnConvolutionBackwardData(h, &one, d.w, w, d.y, dy, d.conv,
                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
@@ -697,11 +708,12 @@ void backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv
     char* dw2 = z + space_to_depth_input_bytes(dtype, s);
     space_to_depth_input(ctx, dtype, s, r, x, z);
     cudnn_backward_weight(ctx, dtype, r.inner, z, dy, dw2,
-                          dw2 + space_to_depth_weight_bytes(dtype, s));
+                          {dw2 + space_to_depth_weight_bytes(dtype, s),
+                           space_to_depth_inner_bound(ConvPass::backward_weight, dtype, s)});
     space_to_depth_weight_grad(ctx, dtype, dw_dtype, s, r, dw2, dw);
   } else {
     write_in_dtype(ctx, dtype, dw_dtype, nw, dw,
-                   [&](void* out) { cudnn_backward_weight(ctx, dtype, s, x, dy, out, nullptr); });
+                   [&](void* out) { cudnn_backward_weight(ctx, dtype, s, x, dy, out, {}); });
   }
   if (dbias != nullptr) {
     const int64_t rows = s.n * s.oh() * s.ow();

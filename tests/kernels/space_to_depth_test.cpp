@@ -1,7 +1,7 @@
 // Note [Stride-2 stems as stride-1 convolutions]: the rewrite's index arithmetic, checked on the
 // CPU in f64 against the convolution itself: conv(x, w) == conv(z, w2) for the forward, and the
 // weight gradient of the stride-1 convolution, gathered back through w2_source, == the stride-2
-// convolution's. The CUDA kernels (kernels/cuda/space_to_depth.cu) use the same functions.
+// convolution's. The CUDA kernels (kernels/cuda/space_to_depth_conv.cu) use the same functions.
 #include "kernels/space_to_depth.h"
 
 #include <gtest/gtest.h>
