@@ -52,7 +52,8 @@ echo "== built at $(since)" | tee -a "$LOG"
 OUT="$WORK/bench" BENCH_MODELS="${SESSION_MODELS:-resnet18}" \
   BENCH_PRECISIONS="${SESSION_PRECISIONS:-bf16}" BENCH_MODES="${SESSION_MODES:-graph}" \
   BENCH_SMALL_REPEATS=0 BENCH_WARMUP=5 BENCH_STEPS=20 \
-  BENCH_COMPILE="${SESSION_COMPILE-max-autotune-no-cudagraphs}" BENCH_COMPILE_TIMEOUT=200 scripts/gpu-bench.sh > "$WORK/bench.log" 2>&1 || status=1
+  BENCH_COMPILE="${SESSION_COMPILE-max-autotune-no-cudagraphs}" BENCH_COMPILE_TIMEOUT=200 \
+  scripts/gpu-bench.sh > "$WORK/bench.log" 2>&1 || status=1
 grep -v '^{' "$WORK/bench/bench-results.md" 2>/dev/null | grep -v '^$' | tee -a "$LOG"
 if [ -n "${SESSION_CANDIDATES:-}" ]; then
   echo "== candidates of ${SESSION_CANDIDATES}" | tee -a "$LOG"
