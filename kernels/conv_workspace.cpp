@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "kernels/space_to_depth.h"
 #include "memory/events.h"
 
 namespace frugal::kernels {
@@ -65,6 +66,15 @@ bool stem_gemm_handles(DType dtype, const Conv2dShape& s) {
   return geometry_fits_int32(s);  // dilations are 1 here
 }
 
+bool space_to_depth_handles(DType dtype, const Conv2dShape& s) {
+  if ((dtype != DType::f16 && dtype != DType::bf16) || !space_to_depth_fits(s) ||
+      !geometry_fits_int32(s)) {
+    return false;
+  }
+  const Conv2dShape& in = space_to_depth(s).inner;
+  return in.n * in.h * in.w * in.c <= INT_MAX / 2;
+}
+
 }  // namespace cuda
 
 bool cuda_conv_uses_cudnn(ConvPass pass, DType dtype, const Conv2dShape& s) {
@@ -101,16 +111,36 @@ double conv_workspace_scale() {
   return scale;
 }
 
+namespace {
+
+size_t bound_floor(ConvPass pass) {
+  return pass == ConvPass::backward_weight ? size_t{16} << 20 : size_t{4} << 20;
+}
+
+}  // namespace
+
+size_t space_to_depth_inner_bound(ConvPass pass, DType dtype, const Conv2dShape& s) {
+  const size_t own = cuda_conv_workspace_bytes(pass, dtype, space_to_depth(s).inner);
+  const size_t rewritten =
+      space_to_depth_input_bytes(dtype, s) + space_to_depth_weight_bytes(dtype, s);
+  const size_t room = rewritten < kConvWorkspaceCap ? kConvWorkspaceCap - rewritten : 0;
+  return std::min(own, std::max(room, bound_floor(pass)));
+}
+
 size_t cuda_conv_workspace_bytes(ConvPass pass, DType dtype, const Conv2dShape& s) {
   if (!cuda_conv_takes_workspace(pass, dtype, s)) return 0;
   const size_t esize = dtype_size(dtype);
+  if (pass != ConvPass::backward_input && cuda::space_to_depth_handles(dtype, s)) {
+    return space_to_depth_input_bytes(dtype, s) + space_to_depth_weight_bytes(dtype, s) +
+           space_to_depth_inner_bound(pass, dtype, s);
+  }
   const size_t input = static_cast<size_t>(s.n * s.h * s.w * s.c) * esize;
   const size_t output = static_cast<size_t>(s.n * s.oh() * s.ow() * s.k) * esize;
   // Fractions of the larger tensor, per pass: Note [Bounded conv workspace] has the measurements.
   const double fraction = pass == ConvPass::forward          ? 1.6
                           : pass == ConvPass::backward_input ? 0.25
                                                              : 0.3;
-  const size_t floor = pass == ConvPass::backward_weight ? size_t{16} << 20 : size_t{4} << 20;
+  const size_t floor = bound_floor(pass);
   size_t bound = std::max(floor, static_cast<size_t>(fraction * conv_workspace_scale() *
                                                      static_cast<double>(std::max(input, output))));
   if (pass == ConvPass::backward_weight) {

@@ -30,7 +30,12 @@
 //     (cuBLAS, whose workspace is kCublasWorkspaceBytes, made once), and 16-bit weight gradients
 //     of 3x3 convs with at most 4 input channels (frugal's kernel); f32 weight gradients of
 //     few-channel stems larger than 3x3, on frugal's TF32 kernel, take the bound as cuDNN
-//     would and keep their split sums in it (Note [Stem weight gradients as GEMMs]).
+//     would and keep their split sums in it (Note [Stem weight gradients as GEMMs]). 16-bit
+//     forwards and weight gradients of stride-2 stems larger than 3x3 with at most 4 input
+//     channels run on cuDNN rewritten (Note [Stride-2 stems as stride-1 convolutions]): their
+//     workspace is the rewritten input and weights (or weight gradient), then the rewritten
+//     convolution's bound, cut to keep the whole under the cap (space_to_depth_inner_bound), one
+//     allocation; only a rewritten input larger than the cap less the floor goes over it.
 // Where no algorithm fits the bound (none seen on the zoo), the call takes the smallest that
 // fits the 256 MiB cap with a workspace of its own, outside the plan, and warns once.
 // FRUGAL_CONV_WORKSPACE_SCALE=s multiplies the fractions (1 by default), for
@@ -61,6 +66,10 @@ double conv_workspace_scale();
 // The workspace bytes a cuDNN call of this pass gets (Note [Bounded conv workspace]); 0 when
 // the pass takes none (cuda_conv_takes_workspace) or the conv is empty.
 size_t cuda_conv_workspace_bytes(ConvPass pass, DType dtype, const Conv2dShape& s);
+// The bound of a rewritten stem's inner convolution (Note [Stride-2 stems as stride-1
+// convolutions]): its own bound, cut so that the pass's whole workspace stays within
+// kConvWorkspaceCap, but never under the pass's floor (4 MiB, 16 for the weight gradient).
+size_t space_to_depth_inner_bound(ConvPass pass, DType dtype, const Conv2dShape& s);
 
 // While alive, conv ops on meta tensors of this thread allocate and release the workspace the
 // CUDA kernel would (Note [Bounded conv workspace]): a dry run that predicts a CUDA step.
@@ -108,6 +117,10 @@ constexpr int64_t stem_window_width(int64_t stride_w, int64_t kw) {
 }
 // The channel multiple cuDNN's 16-bit tensor-core kernels take without padding the input.
 constexpr int64_t kTensorCoreChannels = 8;
+// 16-bit forwards and weight gradients that cuDNN runs as stride-1 convolutions over the input's
+// 2x2 blocks (Note [Stride-2 stems as stride-1 convolutions] in kernels/space_to_depth.h):
+// space_to_depth_fits, and 32-bit indices for x, y and the rewritten input.
+bool space_to_depth_handles(DType dtype, const Conv2dShape& s);
 }  // namespace cuda
 
 }  // namespace frugal::kernels

@@ -46,6 +46,7 @@
 #include "kernels/cuda/few_channel_conv.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/space_to_depth_conv.h"
 #include "kernels/cuda/stem_gemm.h"
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
@@ -286,17 +287,29 @@ ConvPass pass_of(Direction dir) {
 // The workspace of one cuDNN call (Note [Bounded conv workspace]): the bound, allocated once for
 // every candidate the call runs, and one of a candidate's own where it needs more (only when no
 // algorithm fits the bound).
+// A pass's bounded workspace held by its caller: a rewritten stem's, inside the one allocation
+// that also holds the rewritten tensors (Note [Stride-2 stems as stride-1 convolutions]). Empty
+// (data null): the pass allocates cuda_conv_workspace_bytes() itself.
+struct GivenWorkspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
 class CallWorkspace {
  public:
-  CallWorkspace(const Context& ctx, size_t bound)
+  // `given`: `bound` bytes the caller holds, so that the pass asks for none of its own; null:
+  // the call allocates them.
+  CallWorkspace(const Context& ctx, size_t bound, void* given)
       : ctx_(ctx),
         bound_(bound),
-        bounded_(bound > 0 ? ctx.workspace(bound, memory::Category::conv_workspace)
-                           : memory::DataPtr()) {}
+        bounded_(bound > 0 && given == nullptr
+                     ? ctx.workspace(bound, memory::Category::conv_workspace)
+                     : memory::DataPtr()),
+        base_(given != nullptr ? given : bounded_.get()) {}
   size_t bound() const { return bound_; }
   // (pointer, bytes) to launch `c` with.
   std::pair<void*, size_t> for_candidate(const Candidate& c) {
-    if (c.workspace <= bound_) return {bounded_.get(), bound_};
+    if (c.workspace <= bound_) return {base_, bound_};
     own_ = ctx_.workspace(c.workspace);
     return {own_.get(), c.workspace};
   }
@@ -305,6 +318,7 @@ class CallWorkspace {
   const Context& ctx_;
   size_t bound_;
   memory::DataPtr bounded_;
+  void* base_;
   memory::DataPtr own_;
 };
 
@@ -387,9 +401,11 @@ std::vector<Candidate> first_candidates(cudnnHandle_t h, const ConvDescriptors& 
 // Runs the pass with the cached candidates of this configuration, falling back along the list as
 // Note [Conv algorithm cache] says: a legacy algorithm through `legacy(algo, workspace, bytes)`
 // (returning the cuDNN status), a graph API plan on `tensors`.
+// `given`: the pass's bounded workspace when the caller holds it, its bytes the bound.
 template <typename Legacy>
 void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Direction dir,
-              DType dtype, const Conv2dShape& s, const PassTensors& tensors, Legacy legacy) {
+              DType dtype, const Conv2dShape& s, const PassTensors& tensors,
+              const GivenWorkspace& given, Legacy legacy) {
   // Plans are built for 16-byte aligned tensors; a view at another offset takes the legacy
   // candidates, which check alignment when they run. The plans stay cached for the aligned calls
   // of the same configuration (the loop below skips them rather than dropping them); only a first
@@ -410,8 +426,9 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
   const char* op = direction_name(dir);
   const bool tf32 = dtype == DType::f32 && tf32_for(dir, s);
   const bool fixed = deterministic();  // its list holds deterministic algorithms only
-  const size_t bound = cuda_conv_workspace_bytes(pass_of(dir), dtype, s);
-  CallWorkspace workspace(ctx, bound);  // every step asks for these bytes, first call included
+  const size_t bound =
+      given.data != nullptr ? given.bytes : cuda_conv_workspace_bytes(pass_of(dir), dtype, s);
+  CallWorkspace workspace(ctx, bound, given.data);  // every step asks for these, first included
   std::string key = ::frugal::detail::str(op, '|', ctx.device.index, '|', dtype_name(dtype),
                                           tf32 ? "+tf32|" : "|", fixed ? "det|" : "", s.str());
   std::vector<Candidate> list;
@@ -500,6 +517,35 @@ void forget_conv_algorithms() {
 
 namespace {
 
+// y = conv(x, w) on cuDNN; `given`: the pass's workspace bound when the caller holds it.
+void cudnn_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
+                   const void* w, void* y, const GivenWorkspace& given) {
+  ConvDescriptors d(s, dtype, "conv2d_forward");
+  cudnnHandle_t h = cudnn_handle(ctx);
+  float one = 1.0f, zero = 0.0f;
+  run_conv(ctx, h, d, Direction::forward, dtype, s, {x, w, y}, given,
+           [&](int algo, void* ws, size_t bytes) {
+             return cudnnConvolutionForward(h, &one, d.x, x, d.w, w, d.conv,
+                                            static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, bytes,
+                                            &zero, d.y, y);
+           });
+}
+
+// dw = the weight gradient in dtype on cuDNN; `given` as for cudnn_forward.
+void cudnn_backward_weight(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
+                           const void* dy, void* dw, const GivenWorkspace& given) {
+  const char* op = "conv2d_backward_weight";
+  ConvDescriptors d(s, dtype, op);
+  cudnnHandle_t h = cudnn_handle(ctx);
+  float one = 1.0f, zero = 0.0f;
+  run_conv(ctx, h, d, Direction::backward_filter, dtype, s, {x, dw, dy}, given,
+           [&](int algo, void* ws, size_t bytes) {
+             return cudnnConvolutionBackwardFilter(
+                 h, &one, d.x, x, d.y, dy, d.conv,
+                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes, &zero, d.w, dw);
+           });
+}
+
 // conv2d_forward, and conv2d_forward_bn_act where depthwise_reads_bn_act (bn non-null: x is z,
 // normalized in the depthwise kernel's loads).
 void forward(const Context& ctx, DType dtype, const Conv2dShape& s, const BnActInput* bn,
@@ -521,16 +567,19 @@ void forward(const Context& ctx, DType dtype, const Conv2dShape& s, const BnActI
   if (pointwise(s)) {  // y[M, K] = x[M, C] w[K, C]^T
     gemm_tf32(ctx, dtype, false, true, s.n * s.h * s.w, s.k, s.c, x, w, 0.0, y,
               conv_allow_tf32());
+  } else if (space_to_depth_handles(dtype, s)) {  // Note [Stride-2 stems as stride-1 ...]
+    const SpaceToDepth r = space_to_depth(s);
+    memory::DataPtr ws = ctx.workspace(cuda_conv_workspace_bytes(ConvPass::forward, dtype, s),
+                                       memory::Category::conv_workspace);
+    char* z = static_cast<char*>(ws.get());
+    char* w2 = z + space_to_depth_input_bytes(dtype, s);
+    space_to_depth_input(ctx, dtype, s, r, x, z);
+    space_to_depth_weights(ctx, dtype, s, r, w, w2);
+    cudnn_forward(ctx, dtype, r.inner, z, w2, y,
+                  {w2 + space_to_depth_weight_bytes(dtype, s),
+                   space_to_depth_inner_bound(ConvPass::forward, dtype, s)});
   } else {
-    ConvDescriptors d(s, dtype, "conv2d_forward");
-    cudnnHandle_t h = cudnn_handle(ctx);
-    float one = 1.0f, zero = 0.0f;
-    run_conv(ctx, h, d, Direction::forward, dtype, s, {x, w, y},
-             [&](int algo, void* ws, size_t bytes) {
-               return cudnnConvolutionForward(h, &one, d.x, x, d.w, w, d.conv,
-                                              static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws,
-                                              bytes, &zero, d.y, y);
-             });
+    cudnn_forward(ctx, dtype, s, x, w, y, {});
   }
   if (bias != nullptr) {
     int64_t n = s.n * s.oh() * s.ow() * s.k;
@@ -590,7 +639,7 @@ void conv2d_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s
   ConvDescriptors d(s, dtype, "conv2d_backward_input");
   cudnnHandle_t h = cudnn_handle(ctx);
   float one = 1.0f, zero = 0.0f;
-  run_conv(ctx, h, d, Direction::backward_data, dtype, s, {dx, w, dy},
+  run_conv(ctx, h, d, Direction::backward_data, dtype, s, {dx, w, dy}, {},
            [&](int algo, void* ws, size_t bytes) {
              return cudnnConvolutionBackwardData(h, &one, d.w, w, d.y, dy, d.conv,
                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
@@ -650,19 +699,21 @@ void backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv
   } else if (pointwise(s)) {  // dw[K, C] = dy[M, K]^T x[M, C]
     gemm_tf32_out(ctx, dtype, dw_dtype, true, false, s.k, s.c, s.n * s.h * s.w, dy, x, 0.0, dw,
                   conv_allow_tf32());
+  } else if (space_to_depth_handles(dtype, s)) {  // Note [Stride-2 stems as stride-1 ...]
+    const SpaceToDepth r = space_to_depth(s);
+    memory::DataPtr ws =
+        ctx.workspace(cuda_conv_workspace_bytes(ConvPass::backward_weight, dtype, s),
+                      memory::Category::conv_workspace);
+    char* z = static_cast<char*>(ws.get());
+    char* dw2 = z + space_to_depth_input_bytes(dtype, s);
+    space_to_depth_input(ctx, dtype, s, r, x, z);
+    cudnn_backward_weight(ctx, dtype, r.inner, z, dy, dw2,
+                          {dw2 + space_to_depth_weight_bytes(dtype, s),
+                           space_to_depth_inner_bound(ConvPass::backward_weight, dtype, s)});
+    space_to_depth_weight_grad(ctx, dtype, dw_dtype, s, r, dw2, dw);
   } else {
-    write_in_dtype(ctx, dtype, dw_dtype, nw, dw, [&](void* out) {
-      ConvDescriptors d(s, dtype, op);
-      cudnnHandle_t h = cudnn_handle(ctx);
-      float one = 1.0f, zero = 0.0f;
-      run_conv(ctx, h, d, Direction::backward_filter, dtype, s, {x, out, dy},
-               [&](int algo, void* ws, size_t bytes) {
-                 return cudnnConvolutionBackwardFilter(
-                     h, &one, d.x, x, d.y, dy, d.conv,
-                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes, &zero, d.w,
-                     out);
-               });
-    });
+    write_in_dtype(ctx, dtype, dw_dtype, nw, dw,
+                   [&](void* out) { cudnn_backward_weight(ctx, dtype, s, x, dy, out, {}); });
   }
   if (dbias != nullptr) {
     const int64_t rows = s.n * s.oh() * s.ow();

@@ -114,13 +114,14 @@ TEST(ConvWorkspace, TheBoundIsAFractionOfTheLargerTensorAtLeast4MiBAtMost256MiB)
       cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f16, conv(1, 7, 64, 64, 3, 1)),
       16 * kMiB);
   // A 16-bit weight gradient whose input channels are not a multiple of 8 also holds the input
-  // padded to 8 channels (ResNet-18's 7x7 stem at batch 128: 128x224x224x8 in bf16); f32's
-  // bound does not change.
-  kernels::Conv2dShape resnet_stem = conv(128, 224, 3, 64, 7, 2);
+  // padded to 8 channels (a 7x7 stride-2 conv of 6 channels at batch 128: 128x224x224x8 in
+  // bf16); f32's bound does not change.
+  kernels::Conv2dShape resnet_stem = conv(128, 224, 6, 64, 7, 2);
   const size_t stem_out = size_t{128} * 112 * 112 * 64;
   EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::bf16, resnet_stem),
             static_cast<size_t>(0.3 * static_cast<double>(2 * stem_out)) +
                 size_t{128} * 224 * 224 * 8 * 2);
+  resnet_stem.c = 3;
   EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::f32, resnet_stem),
             static_cast<size_t>(0.3 * static_cast<double>(4 * stem_out)));
   resnet_stem.c = 8;
@@ -130,6 +131,44 @@ TEST(ConvWorkspace, TheBoundIsAFractionOfTheLargerTensorAtLeast4MiBAtMost256MiB)
   // At most kConvWorkspaceCap.
   EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, DType::f32, conv(256, 224, 64, 64, 3, 1)),
             kernels::kConvWorkspaceCap);
+}
+
+// Note [Stride-2 stems as stride-1 convolutions]: a 16-bit stem's forward and weight gradient
+// take the rewritten input and weights, then the rewritten convolution's bound cut to keep the
+// whole within the cap, in one allocation; the input gradient and f32 keep their own bounds.
+TEST(ConvWorkspace, RewrittenStemsTakeTheRewriteThenItsBound) {
+  const kernels::Conv2dShape stem = conv(128, 224, 3, 64, 7, 2);
+  kernels::Conv2dShape inner;  // 4x4 over 16 channels of 115x115, stride 1, no padding
+  inner.n = 128, inner.h = inner.w = 115, inner.c = 16, inner.k = 64, inner.kh = inner.kw = 4;
+  const size_t z = size_t{128} * 115 * 115 * 16 * 2;  // 54,169,600: a multiple of 256
+  const size_t w2 = 64 * 4 * 4 * 16 * 2;
+  for (DType t : {DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(t));
+    EXPECT_TRUE(kernels::cuda::space_to_depth_handles(t, stem));
+    EXPECT_TRUE(kernels::cuda_conv_uses_cudnn(ConvPass::forward, t, stem));
+    EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, t, inner), kernels::kConvWorkspaceCap)
+        << "1.6 x y, capped";
+    EXPECT_EQ(kernels::space_to_depth_inner_bound(ConvPass::forward, t, stem),
+              kernels::kConvWorkspaceCap - z - w2);
+    EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, t, stem), kernels::kConvWorkspaceCap);
+    EXPECT_EQ(
+        cuda_conv_workspace_bytes(ConvPass::backward_weight, t, stem),
+        z + w2 + static_cast<size_t>(0.3 * static_cast<double>(size_t{128} * 112 * 112 * 64 * 2)))
+        << "0.3 of y; no padded copy, 16 channels";
+    EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_input, t, stem),
+              static_cast<size_t>(0.25 * static_cast<double>(size_t{128} * 112 * 112 * 64 * 2)))
+        << "the input gradient is not rewritten";
+  }
+  // At batch 1024 the rewritten input alone (433 MB) is over the cap: the inner convolution keeps
+  // its floor, and only then does the whole go over.
+  const kernels::Conv2dShape big = conv(1024, 224, 3, 64, 7, 2);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, DType::bf16, big),
+            8 * z + w2 + (size_t{4} << 20));
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_weight, DType::bf16, big),
+            8 * z + w2 + (size_t{16} << 20));
+  EXPECT_FALSE(kernels::cuda::space_to_depth_handles(DType::f32, stem));
+  EXPECT_FALSE(kernels::cuda::space_to_depth_handles(DType::bf16, conv(128, 224, 3, 32, 3, 2)))
+      << "3x3: the few-channel kernels";
 }
 
 // The bytes of each conv_workspace allocation `run` makes on `device`, in order, and whether
