@@ -67,8 +67,8 @@ bool stem_gemm_handles(DType dtype, const Conv2dShape& s) {
 }
 
 bool space_to_depth_handles(DType dtype, const Conv2dShape& s) {
-  if ((dtype != DType::f16 && dtype != DType::bf16) || !space_to_depth_fits(s) ||
-      !geometry_fits_int32(s)) {
+  // bf16 alone: cuDNN's f16 stem is fast as it is (Note [Stride-2 stems as stride-1 ...])
+  if (dtype != DType::bf16 || !space_to_depth_fits(s) || !geometry_fits_int32(s)) {
     return false;
   }
   const Conv2dShape& in = space_to_depth(s).inner;

@@ -117,7 +117,7 @@ constexpr int64_t stem_window_width(int64_t stride_w, int64_t kw) {
 }
 // The channel multiple cuDNN's 16-bit tensor-core kernels take without padding the input.
 constexpr int64_t kTensorCoreChannels = 8;
-// 16-bit forwards and weight gradients that cuDNN runs as stride-1 convolutions over the input's
+// bf16 forwards and weight gradients that cuDNN runs as stride-1 convolutions over the input's
 // 2x2 blocks (Note [Stride-2 stems as stride-1 convolutions] in kernels/space_to_depth.h):
 // space_to_depth_fits, and 32-bit indices for x, y and the rewritten input.
 bool space_to_depth_handles(DType dtype, const Conv2dShape& s);

@@ -1,5 +1,5 @@
 // The CUDA side of Note [Stride-2 stems as stride-1 convolutions] (kernels/space_to_depth.h):
-// kernels/cuda/conv.cu rewrites the 16-bit forward and weight gradient of the shapes that
+// kernels/cuda/conv.cu rewrites the bf16 forward and weight gradient of the shapes that
 // space_to_depth_handles() accepts with these, and runs the rewritten convolution on cuDNN.
 #pragma once
 
@@ -8,7 +8,7 @@
 
 namespace frugal::kernels::cuda {
 
-// z (r.inner's input) from x, in dtype (f16 or bf16): copied bits, zero outside x and in the
+// z (r.inner's input) from x, in dtype (bf16): copied bits, zero outside x and in the
 // padding channels.
 void space_to_depth_input(const Context& ctx, DType dtype, const Conv2dShape& s,
                           const SpaceToDepth& r, const void* x, void* z);
