@@ -329,9 +329,7 @@ template <typename Launch>
 void benchmark(const Context& ctx, std::vector<Candidate>& list, CallWorkspace& workspace,
                const std::string& what, Launch launch) {
   cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
+  const TimingEvents events;
   std::vector<std::pair<float, Candidate>> timed;
   cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
   for (const Candidate& c : list) {
@@ -340,19 +338,14 @@ void benchmark(const Context& ctx, std::vector<Candidate>& list, CallWorkspace& 
     if (last != CUDNN_STATUS_SUCCESS) {
       int category = CUDNN_STATUS_CATEGORY(last);
       if (category != CUDNN_STATUS_NOT_SUPPORTED && category != CUDNN_STATUS_BAD_PARAM) {
-        CUDA_CHECK_NOTHROW(cudaEventDestroy(start));
-        CUDA_CHECK_NOTHROW(cudaEventDestroy(stop));
         CUDNN_CHECK(last);
       }
       continue;
     }
     // Device time alone (Note [Timing device work alone]): a replayed step pays no host time.
-    const float ms =
-        time_on_device(stream, start, stop, [&] { CUDNN_CHECK(launch(c, ws, bytes)); });
+    const float ms = time_on_device(stream, events, [&] { CUDNN_CHECK(launch(c, ws, bytes)); });
     timed.emplace_back(ms, c);
   }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
   FRUGAL_CHECK(!timed.empty(), "conv2d: no cuDNN algorithm runs this configuration (last status ",
                static_cast<int>(last), ": ", cudnnGetErrorString(last), ")");
   std::stable_sort(timed.begin(), timed.end(),

@@ -1,4 +1,4 @@
-// The stream hold of Note [Timing device work alone] (device_timing.h).
+// The stream hold and the events of Note [Timing device work alone] (device_timing.h).
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/device_timing.h"
 
@@ -18,6 +18,19 @@ __global__ void hold_kernel(uint64_t nanoseconds) {
 }
 
 }  // namespace
+
+TimingEvents::TimingEvents() {
+  CUDA_CHECK(cudaEventCreate(&start));
+  if (cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
+    CUDA_CHECK_NOTHROW(cudaEventDestroy(start));
+    CUDA_CHECK(e);
+  }
+}
+
+TimingEvents::~TimingEvents() {
+  CUDA_CHECK_NOTHROW(cudaEventDestroy(start));
+  CUDA_CHECK_NOTHROW(cudaEventDestroy(stop));
+}
 
 void hold_stream(cudaStream_t stream, int64_t nanoseconds) {
   hold_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(nanoseconds > 0 ? nanoseconds : 0));

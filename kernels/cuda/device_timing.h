@@ -25,19 +25,29 @@ constexpr int64_t kTimingHoldNs = 500'000;
 // Enqueues a one-thread kernel on `stream` that returns after `nanoseconds` of device time.
 void hold_stream(cudaStream_t stream, int64_t nanoseconds);
 
+// The two events time_on_device records, made once for many timings and destroyed with the
+// object, also when a timed call throws.
+struct TimingEvents {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TimingEvents();
+  ~TimingEvents();
+  TimingEvents(const TimingEvents&) = delete;
+  TimingEvents& operator=(const TimingEvents&) = delete;
+};
+
 // Milliseconds of device time from the start to the end of what `work()` enqueues on `stream`,
-// synchronising the host once; `start` and `stop` are events the caller owns. Host time inside
-// work() is not measured while it is shorter than `hold_ns`.
+// synchronising the host once. Host time inside work() is not measured while it is shorter than
+// `hold_ns`.
 template <typename Work>
-float time_on_device(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, Work&& work,
+float time_on_device(cudaStream_t stream, const TimingEvents& events, Work&& work,
                      int64_t hold_ns = kTimingHoldNs) {
   hold_stream(stream, hold_ns);
-  CUDA_CHECK(cudaEventRecord(start, stream));
+  CUDA_CHECK(cudaEventRecord(events.start, stream));
   work();
-  CUDA_CHECK(cudaEventRecord(stop, stream));
-  CUDA_CHECK(cudaEventSynchronize(stop));
+  CUDA_CHECK(cudaEventRecord(events.stop, stream));
+  CUDA_CHECK(cudaEventSynchronize(events.stop));
   float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
   return ms;
 }
 
