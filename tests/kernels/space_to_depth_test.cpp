@@ -31,6 +31,28 @@ Conv2dShape stem(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t 
 
 int i32(int64_t v) { return static_cast<int>(v); }
 
+// fn(w_at, w2_at) for each tap of w2 that holds one of w's, through w2_source: the flat indices of
+// the two.
+template <typename Fn>
+void for_each_tap(const Conv2dShape& s, const kernels::SpaceToDepth& r, Fn fn) {
+  const Conv2dShape& in = r.inner;
+  for (int64_t k = 0; k < in.k; ++k) {
+    for (int64_t ra = 0; ra < in.kh; ++ra) {
+      for (int64_t qb = 0; qb < in.kw; ++qb) {
+        for (int64_t ch2 = 0; ch2 < in.c; ++ch2) {
+          int i = 0, j = 0, ch = 0;
+          if (kernels::w2_source(i32(s.c), i32(s.kh), i32(s.kw), i32(s.pad_h), i32(s.pad_w),
+                                 i32(r.row_first), i32(r.col_first), i32(ra), i32(qb), i32(ch2), &i,
+                                 &j, &ch)) {
+            fn(static_cast<size_t>(((k * s.kh + i) * s.kw + j) * s.c + ch),
+               static_cast<size_t>(((k * in.kh + ra) * in.kw + qb) * in.c + ch2));
+          }
+        }
+      }
+    }
+  }
+}
+
 // z from x and w2 from w through z_source and w2_source.
 void rewrite(const Conv2dShape& s, const kernels::SpaceToDepth& r, const std::vector<double>& x,
              const std::vector<double>& w, std::vector<double>& z, std::vector<double>& w2) {
@@ -51,21 +73,7 @@ void rewrite(const Conv2dShape& s, const kernels::SpaceToDepth& r, const std::ve
     }
   }
   w2.assign(static_cast<size_t>(in.k * in.kh * in.kw * in.c), 0.0);
-  for (int64_t k = 0; k < in.k; ++k) {
-    for (int64_t ra = 0; ra < in.kh; ++ra) {
-      for (int64_t qb = 0; qb < in.kw; ++qb) {
-        for (int64_t ch2 = 0; ch2 < in.c; ++ch2) {
-          int i = 0, j = 0, ch = 0;
-          if (kernels::w2_source(i32(s.c), i32(s.kh), i32(s.kw), i32(s.pad_h), i32(s.pad_w),
-                                 i32(r.row_first), i32(r.col_first), i32(ra), i32(qb), i32(ch2), &i,
-                                 &j, &ch)) {
-            w2[static_cast<size_t>(((k * in.kh + ra) * in.kw + qb) * in.c + ch2)] =
-                w[static_cast<size_t>(((k * s.kh + i) * s.kw + j) * s.c + ch)];
-          }
-        }
-      }
-    }
-  }
+  for_each_tap(s, r, [&](size_t w_at, size_t w2_at) { w2[w2_at] = w[w_at]; });
 }
 
 void expect_rewrite_matches(const Conv2dShape& s) {
@@ -96,22 +104,10 @@ void expect_rewrite_matches(const Conv2dShape& s) {
                                   nullptr);
   std::vector<double> gathered(static_cast<size_t>(nw), 0.0);
   std::vector<int> reached(static_cast<size_t>(nw), 0);
-  for (int64_t k = 0; k < in.k; ++k) {
-    for (int64_t ra = 0; ra < in.kh; ++ra) {
-      for (int64_t qb = 0; qb < in.kw; ++qb) {
-        for (int64_t ch2 = 0; ch2 < in.c; ++ch2) {
-          int i = 0, j = 0, ch = 0;
-          if (kernels::w2_source(i32(s.c), i32(s.kh), i32(s.kw), i32(s.pad_h), i32(s.pad_w),
-                                 i32(r.row_first), i32(r.col_first), i32(ra), i32(qb), i32(ch2), &i,
-                                 &j, &ch)) {
-            const auto at = static_cast<size_t>(((k * s.kh + i) * s.kw + j) * s.c + ch);
-            gathered[at] = dw2[static_cast<size_t>(((k * in.kh + ra) * in.kw + qb) * in.c + ch2)];
-            ++reached[at];
-          }
-        }
-      }
-    }
-  }
+  for_each_tap(s, r, [&](size_t w_at, size_t w2_at) {
+    gathered[w_at] = dw2[w2_at];
+    ++reached[w_at];
+  });
   for (size_t e = 0; e < reached.size(); ++e) ASSERT_EQ(reached[e], 1) << "dw element " << e;
   expect_close(dw, gathered, 1e-12, "weight gradient");
 }
