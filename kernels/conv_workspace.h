@@ -30,7 +30,7 @@
 //     (cuBLAS, whose workspace is kCublasWorkspaceBytes, made once), and 16-bit weight gradients
 //     of 3x3 convs with at most 4 input channels (frugal's kernel); f32 weight gradients of
 //     few-channel stems larger than 3x3, on frugal's TF32 kernel, take the bound as cuDNN
-//     would and keep their split sums in it (Note [Stem weight gradients as GEMMs]). 16-bit
+//     would and keep their split sums in it (Note [Stem weight gradients as GEMMs]). bf16
 //     forwards and weight gradients of stride-2 stems larger than 3x3 with at most 4 input
 //     channels run on cuDNN rewritten (Note [Stride-2 stems as stride-1 convolutions]): their
 //     workspace is the rewritten input and weights (or weight gradient), then the rewritten

@@ -284,9 +284,6 @@ ConvPass pass_of(Direction dir) {
   return ConvPass::forward;
 }
 
-// The workspace of one cuDNN call (Note [Bounded conv workspace]): the bound, allocated once for
-// every candidate the call runs, and one of a candidate's own where it needs more (only when no
-// algorithm fits the bound).
 // A pass's bounded workspace held by its caller: a rewritten stem's, inside the one allocation
 // that also holds the rewritten tensors (Note [Stride-2 stems as stride-1 convolutions]). Empty
 // (data null): the pass allocates cuda_conv_workspace_bytes() itself.
@@ -295,6 +292,9 @@ struct GivenWorkspace {
   size_t bytes = 0;
 };
 
+// The workspace of one cuDNN call (Note [Bounded conv workspace]): the bound, allocated once for
+// every candidate the call runs, and one of a candidate's own where it needs more (only when no
+// algorithm fits the bound).
 class CallWorkspace {
  public:
   // `given`: `bound` bytes the caller holds, so that the pass asks for none of its own; null:
