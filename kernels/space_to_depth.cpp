@@ -8,6 +8,8 @@ namespace {
 
 int64_t floor_half64(int64_t v) { return v >= 0 ? v / 2 : -((-v + 1) / 2); }
 
+size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 }  // namespace
 
 bool space_to_depth_fits(const Conv2dShape& s) {
@@ -34,12 +36,6 @@ SpaceToDepth space_to_depth(const Conv2dShape& s) {
   in.kw = col_taps;
   return r;  // stride 1, no padding, no dilation, one group: Conv2dShape's defaults
 }
-
-namespace {
-
-size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-}  // namespace
 
 size_t space_to_depth_input_bytes(DType dtype, const Conv2dShape& s) {
   const Conv2dShape& in = space_to_depth(s).inner;

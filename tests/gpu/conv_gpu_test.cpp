@@ -4,10 +4,11 @@
 // and odd channel counts and a batch big enough for many weight-gradient splits, and 16-bit 3x3
 // forwards and weight gradients with 1-4 input channels (frugal's own kernels: K in one block,
 // over a block, not in packs of 8; dilation, padding 0-2), f32 weight gradients of 5x5
-// and 7x7 stems (frugal's TF32 kernel where TF32 is allowed, cuDNN otherwise), 16-bit forwards
+// and 7x7 stems (frugal's TF32 kernel where TF32 is allowed, cuDNN otherwise), bf16 forwards
 // and weight gradients of stride-2 stems rewritten as stride-1 convolutions (1, 3 and 4
-// channels, odd sizes, unequal pads), in f32 (TF32 off, so 1e-5 holds), f16 and bf16; then f32
-// with TF32 allowed (PyTorch's default) within TF32's rounding.
+// channels, odd sizes, unequal pads; f16 runs them on cuDNN as they are), in f32 (TF32 off, so
+// 1e-5 holds), f16 and bf16; then f32 with TF32 allowed (PyTorch's default) within TF32's
+// rounding.
 #include "base/deterministic.h"
 #include "gpu_test_util.h"
 #include "kernels/conv.h"
@@ -68,7 +69,7 @@ std::vector<kernels::Conv2dShape> configs() {
       conv(2, 20, 18, 3, 72, 7, 7, 2, 3, 3, 1, 1),   // K = 72: two blocks of 64 channels
       conv(3, 10, 12, 1, 24, 5, 7, 1, 2, 3, 1, 1),   // one channel, a 5x7 kernel
       conv(2, 40, 41, 3, 16, 7, 7, 3, 3, 3, 1, 1),   // stride 3: fragment rows 12 floats apart
-      conv(2, 13, 15, 1, 8, 5, 5, 2, 2, 1, 1, 1),    // 16-bit: space to depth, 1 channel, pads 2, 1
+      conv(2, 13, 15, 1, 8, 5, 5, 2, 2, 1, 1, 1),    // bf16: space to depth, 1 channel, pads 2, 1
   };
 }
 

@@ -134,8 +134,8 @@ TEST(MemoryEstimate, ADryRunForCudaCountsAndPlansCudnnWorkspace) {
     EXPECT_NE(a.end, memory::kStillLive);
   }
   // ResNet-18's 3x3 convs and strided 1x1 downsamples run cuDNN: forward, input and weight
-  // gradients; so does its stem, rewritten (Note [Stride-2 stems as stride-1 convolutions]),
-  // whose input gradient is not needed.
+  // gradients; so does its 7x7 stem, forward and weight gradient (rewritten in bf16 alone, Note
+  // [Stride-2 stems as stride-1 convolutions]); its input gradient is not needed.
   EXPECT_GE(asked, 40);
   for (const auto& a : cpu.allocations) EXPECT_NE(a.category, memory::Category::conv_workspace);
   const memory::StepPlan plan = memory::plan_step(cuda);
