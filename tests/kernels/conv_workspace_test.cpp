@@ -142,23 +142,21 @@ TEST(ConvWorkspace, RewrittenStemsTakeTheRewriteThenItsBound) {
   inner.n = 128, inner.h = inner.w = 115, inner.c = 16, inner.k = 64, inner.kh = inner.kw = 4;
   const size_t z = size_t{128} * 115 * 115 * 16 * 2;  // 54,169,600: a multiple of 256
   const size_t w2 = 64 * 4 * 4 * 16 * 2;
-  {
-    const DType t = DType::bf16;
-    EXPECT_TRUE(kernels::cuda::space_to_depth_handles(t, stem));
-    EXPECT_TRUE(kernels::cuda_conv_uses_cudnn(ConvPass::forward, t, stem));
-    EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, t, inner), kernels::kConvWorkspaceCap)
-        << "1.6 x y, capped";
-    EXPECT_EQ(kernels::space_to_depth_inner_bound(ConvPass::forward, t, stem),
-              kernels::kConvWorkspaceCap - z - w2);
-    EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, t, stem), kernels::kConvWorkspaceCap);
-    EXPECT_EQ(
-        cuda_conv_workspace_bytes(ConvPass::backward_weight, t, stem),
-        z + w2 + static_cast<size_t>(0.3 * static_cast<double>(size_t{128} * 112 * 112 * 64 * 2)))
-        << "0.3 of y; no padded copy, 16 channels";
-    EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_input, t, stem),
-              static_cast<size_t>(0.25 * static_cast<double>(size_t{128} * 112 * 112 * 64 * 2)))
-        << "the input gradient is not rewritten";
-  }
+  const DType t = DType::bf16;
+  EXPECT_TRUE(kernels::cuda::space_to_depth_handles(t, stem));
+  EXPECT_TRUE(kernels::cuda_conv_uses_cudnn(ConvPass::forward, t, stem));
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, t, inner), kernels::kConvWorkspaceCap)
+      << "1.6 x y, capped";
+  EXPECT_EQ(kernels::space_to_depth_inner_bound(ConvPass::forward, t, stem),
+            kernels::kConvWorkspaceCap - z - w2);
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::forward, t, stem), kernels::kConvWorkspaceCap);
+  EXPECT_EQ(
+      cuda_conv_workspace_bytes(ConvPass::backward_weight, t, stem),
+      z + w2 + static_cast<size_t>(0.3 * static_cast<double>(size_t{128} * 112 * 112 * 64 * 2)))
+      << "0.3 of y; no padded copy, 16 channels";
+  EXPECT_EQ(cuda_conv_workspace_bytes(ConvPass::backward_input, t, stem),
+            static_cast<size_t>(0.25 * static_cast<double>(size_t{128} * 112 * 112 * 64 * 2)))
+      << "the input gradient is not rewritten";
   // At batch 1024 the rewritten input alone (433 MB) is over the cap: the inner convolution keeps
   // its floor, and only then does the whole go over.
   const kernels::Conv2dShape big = conv(1024, 224, 3, 64, 7, 2);
