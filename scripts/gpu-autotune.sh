@@ -6,11 +6,17 @@
 # leaves once frugal is built and measured; a compile whose timings are all in the cache times
 # none (174 s for the same step). So calls of this script time the candidates, a cell at a time,
 # and the measuring call (scripts/gpu-bench.sh) compiles from the timings they leave.
-# A compile cut off by the deadline keeps the rounds it finished. Prints each cell's outcome (its
+# A compile cut off by the deadline keeps the rounds it finished. Inductor's cache lives in
+# "$BUILD_DIR/inductor-cache", which a warm device machine keeps between calls: a call that follows
+# within the machine's idle window finds the graphs, Triton kernels and tuned pointwise
+# configurations of the cut-off compile and goes on from there, where a fresh machine would only
+# have the timings and would compile and tune the rest again. Prints each cell's outcome (its
 # img/s line when it finished) and the count of timed inputs; the grown file comes back as
 # "$OUT/torch_autotune_timings.json", to commit over bench/torch_autotune_timings.json.
 # When "$BUILD_DIR/train_step_bench" (default build-gpu) is built, each finished cell is followed
 # by frugal's replayed step of the same model and precision, and the ratio of the two.
+# AUTOTUNE_BUILD=1 builds it in the background, niced, while the compiles run: nvcc takes the
+# CPUs the compiles leave and never the GPU, so the timings stay as a quiet machine reads them.
 #   scripts/gpu-autotune.sh resnet18:bf16 resnet18:f16
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -18,9 +24,15 @@ cd "$(dirname "$0")/.."
 OUTDIR="${OUT:-/tmp}"
 mkdir -p "$OUTDIR"
 TIMINGS=bench/torch_autotune_timings.json
-BIN="${BUILD_DIR:-build-gpu}/train_step_bench"
-export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/frugal-inductor-cache}"
+BUILD="${BUILD_DIR:-build-gpu}"
+BIN="$BUILD/train_step_bench"
+mkdir -p "$BUILD"
+export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$PWD/$BUILD/inductor-cache}"
 deadline=$(( $(date +%s) + ${AUTOTUNE_SECONDS:-540} ))
+if [ "${AUTOTUNE_BUILD:-0}" = 1 ]; then
+  nice -n 19 scripts/gpu-build.sh train_step_bench > "$OUTDIR/autotune-build.log" 2>&1 &
+  builder=$!
+fi
 
 # timed: how many (op, inputs) pairs the cache holds timings for.
 timed() { python3 bench/autotune_timings.py count "$TORCHINDUCTOR_CACHE_DIR"; }
@@ -46,6 +58,7 @@ for cell in "$@"; do
   echo "== $cell: exit $rc after $(( $(date +%s) - start )) s ($how);" \
     "timed inputs $before -> $(timed)"
   [ "$rc" = 0 ] || { status=1; continue; }
+  [ -n "${builder:-}" ] && { wait "$builder" || echo "== the build of $BIN failed"; builder=; }
   [ -x "$BIN" ] || continue
   "$BIN" --device cuda --model "$model" --batch 128 --input 3x224x224 --classes 1000 \
     --precision "$precision" --warmup 5 --steps 20 --json --graph \
@@ -60,6 +73,8 @@ print(f"== {frugal['model']} {frugal['precision']}: frugal replayed {ours:,.0f} 
       f"max-autotune {theirs:,.0f}: {ours / theirs:.2f}x")
 EOF
 done
+# The build outlives no call (it takes a few minutes of the call's ten), and is there for the next.
+[ -n "${builder:-}" ] && { wait "$builder" || echo "== the build of $BIN failed"; }
 python3 bench/autotune_timings.py collect "$TORCHINDUCTOR_CACHE_DIR" \
   "$OUTDIR/torch_autotune_timings.json" || status=1
 exit $status
