@@ -2,7 +2,9 @@
 # Issue 17 on the two-GPU machine (kind nvidia-h200-x2), one lease, one command: build, the GPU
 # tests (NcclOneGpu.*, NcclTwoGpus.* with the rest), then the scaling table (frugal and PyTorch
 # DDP, one GPU against two, same per-GPU batch, in this call), the f16 loss curves and the
-# per-GPU peaks. Logs under "${OUT:-/tmp}". NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+# per-GPU peaks, and, when Fashion-MNIST's .gz files are in DATA_DIR (default .data, carried),
+# the 10-epoch f16 recipe of scripts/gpu-train.sh on one GPU and on two at the same global batch.
+# Logs under "${OUT:-/tmp}". NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 #   STEPS=30 SKIP_TESTS=1 scripts/gpu-dist-check.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -73,5 +75,17 @@ PY
 say "f16 loss curves, 200 steps, global batch 256"
 DEVICE=cuda PRECISION=f16 BATCH=256 BUILD=build-gpu OUT="$OUT/loss-curve" \
   scripts/dist-loss-curve.sh 2>&1 | grep -v '\[' | tee -a "$LOG" || status=1
+DATA_DIR="${DATA_DIR:-.data}"
+if [ -d "$DATA_DIR" ] && [ -z "${SKIP_FMNIST:-}" ]; then
+  say "Fashion-MNIST, 10 epochs f16, global batch 128: one GPU, then two ranks of 64"
+  for gpus in 1 2; do
+    flags=""
+    [ "$gpus" -gt 1 ] && flags="--gpus $gpus"
+    OUT="$OUT/fmnist-$gpus" DATA_DIR="$DATA_DIR" TRAIN_PRECISIONS=f16 \
+      TRAIN_BATCH=$(( 128 / gpus )) TRAIN_FLAGS="$flags" scripts/gpu-train.sh 2>&1 |
+      grep -iE "^== |accuracy|error" | tail -12 | tee -a "$LOG"
+    grep -qi "accuracy" "$OUT/fmnist-$gpus/train-f16.log" || status=1
+  done
+fi
 say "done, status $status"
 exit $status
