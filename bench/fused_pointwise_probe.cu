@@ -1,25 +1,26 @@
-// Can a 1x1 convolution that normalizes its input as it loads it, and sums its output's channel
-// statistics as it stores it, beat today's three passes? The question behind issue 16's HBM goal
-// (bench/RESULTS.md, "What the HBM goal asks"): batch norm's normalize and statistics passes take
-// 3-4 ms of MobileNetV2's f16 step, and they exist because cuBLAS's GEMMs can neither apply the
-// previous batch norm to their input nor sum their output. A standalone CUDA program, not linked
-// with frugal; `build-gpu/fused_pointwise_probe` prints a line per shape and exits 1 on a wrong
-// result.
+// Can a 1x1 convolution that normalizes its input as it loads it, and sums the channel statistics
+// batch norm needs as it stores its output, beat today's separate passes? The question behind
+// issue 16's HBM goal (bench/RESULTS.md, "What the HBM goal asks"): batch norm's normalize and
+// statistics passes take 3-4 ms of MobileNetV2's f16 step, and they exist because cuBLAS's GEMMs
+// can neither apply the previous batch norm to their input nor sum their output. A standalone
+// CUDA program, not linked with frugal; `build-gpu/fused_pointwise_probe` prints a line per shape
+// and direction and exits 1 on a wrong result. The kernels are in pointwise_probe_kernels.cuh.
 //
-// For each 1x1 convolution of MobileNetV2's forward (f16, batch 128, 224x224; rows = N*H*W pixels
-// of NHWC, K input and N output channels), with f(x) = clamp(x * scale + shift, 0, 6) per input
-// channel (the batch norm and ReLU6 before a projection; the expansions take the batch norm alone):
-// - three passes: a = f(x) written out, cuBLAS z = a W^T, then z read again for each channel's
-//   sum and sum of squares (a partial row per block, and a finish that adds them);
-// - fused: one kernel loads x, applies f in registers, multiplies on the tensor cores (WMMA,
-//   f32 accumulation), writes z and the same partials from the tile it holds; the same finish.
-// Both read the weights and write the same z and statistics. Times are medians over replayed
-// CUDA graphs that rotate among enough input sets to keep the working set above the 50 MB L2.
-// Left out: the residual sums some expansions read (a block's output is stored for its skip, so
-// there the fused form saves the statistics pass alone) and the backward pass.
+// For each 1x1 convolution z = f(x) w^T of MobileNetV2 (f16, batch 128, 224x224; rows = N*H*W
+// pixels of NHWC, k input and n output channels; f the previous batch norm, with ReLU6 before a
+// projection, alone before an expansion):
+// - forward, today: a = f(x) written out, cuBLAS z = a w^T, z read again for its channels' sums
+//   and sums of squares; fused: one kernel that applies f as it loads x, writes z and the sums.
+// - backward from g = dL/dz, today: a = f(x) recomputed, cuBLAS dw = g^T a and da = g w, then da
+//   and x read again for the previous batch norm's sums (dy = da where the ReLU6 passes, dy and
+//   dy * x); fused: dw from a kernel that applies f as it loads x (and a sum of its row splits),
+//   and da from one that reads x in its epilogue and sums dy and dy * x there.
+// Both forms write the same outputs; each sums the partials in the same finish kernel. Times are
+// medians over replayed CUDA graphs that rotate among enough input sets to keep the working set
+// above twice the 50 MB L2. Left out: the residual sums some expansions read (a block's output is
+// stored for its skip, so there the fused forward saves the sums pass alone), and batch norm's
+// own elementwise passes.
 #include <cublas_v2.h>
-#include <cuda_fp16.h>
-#include <mma.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,9 +29,11 @@
 #include <random>
 #include <vector>
 
-namespace wmma = nvcuda::wmma;
+#include "pointwise_probe_kernels.cuh"
 
 namespace {
+
+using namespace pointwise_probe;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
@@ -67,254 +70,11 @@ constexpr Shape kShapes[] = {
     {128L * 7 * 7, 320, 1280, false, 1},
 };
 
-constexpr int kRowsPerBlock = 128;  // rows of one tile
-constexpr int kDepth = 32;          // input channels a tile holds at once
-constexpr int kThreads = 256;       // 8 warps: warp w computes rows 16w..16w+15 of the tile
-constexpr int kPad = 8;             // halves after each shared row, against bank conflicts
+constexpr int kBlocksAtOnce = 3 * 132;  // three 256-thread blocks on each of the H200's 132 SMs
 
-__device__ __forceinline__ float apply(float x, float scale, float shift, bool relu6) {
-  float v = fmaf(x, scale, shift);
-  return relu6 ? fminf(fmaxf(v, 0.0f), 6.0f) : v;
-}
-
-// Eight consecutive channels c..c+7 of one row, normalized; c is a multiple of 8, so the scales
-// and shifts come as float4 pairs.
-__device__ __forceinline__ uint4 apply8(uint4 raw, const float* scale, const float* shift, int c,
-                                        bool relu6) {
-  const float4 s0 = reinterpret_cast<const float4*>(scale + c)[0];
-  const float4 s1 = reinterpret_cast<const float4*>(scale + c)[1];
-  const float4 t0 = reinterpret_cast<const float4*>(shift + c)[0];
-  const float4 t1 = reinterpret_cast<const float4*>(shift + c)[1];
-  const float sc[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-  const float sh[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
-  __half2* h = reinterpret_cast<__half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __half22float2(h[i]);
-    h[i] = __floats2half2_rn(apply(v.x, sc[2 * i], sh[2 * i], relu6),
-                             apply(v.y, sc[2 * i + 1], sh[2 * i + 1], relu6));
-  }
-  return raw;
-}
-
-// ---- the three passes -------------------------------------------------------------------------
-
-__global__ void normalize_kernel(const __half* __restrict__ x, const float* __restrict__ scale,
-                                 const float* __restrict__ shift, __half* __restrict__ a,
-                                 long vectors, int k, bool relu6) {
-  for (long i = blockIdx.x * long{blockDim.x} + threadIdx.x; i < vectors;
-       i += long{gridDim.x} * blockDim.x) {
-    const int c = static_cast<int>(i * 8 % k);
-    reinterpret_cast<uint4*>(a)[i] =
-        apply8(reinterpret_cast<const uint4*>(x)[i], scale, shift, c, relu6);
-  }
-}
-
-// Sum and sum of squares of each channel of z over the 128-row tiles blockIdx.x, blockIdx.x +
-// gridDim.x, ...: partial row blockIdx.x.
-__global__ void statistics_kernel(const __half* __restrict__ z, long rows, int n,
-                                  float* __restrict__ part_sum, float* __restrict__ part_sq) {
-  __shared__ float sums[2][kThreads * 8];
-  const int vectors = n / 8;             // at most 160 (1,280 channels)
-  const int lanes = kThreads / vectors;  // rows read side by side
-  const int v = threadIdx.x % vectors, lane = threadIdx.x / vectors;
-  float s[8] = {}, q[8] = {};
-  if (lane < lanes) {
-    for (long first = blockIdx.x * long{kRowsPerBlock}; first < rows;
-         first += gridDim.x * long{kRowsPerBlock}) {
-      const int here =
-          rows - first < kRowsPerBlock ? static_cast<int>(rows - first) : kRowsPerBlock;
-      for (int r = lane; r < here; r += lanes) {
-        uint4 raw = reinterpret_cast<const uint4*>(z + (first + r) * n)[v];
-        const __half* h = reinterpret_cast<const __half*>(&raw);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float f = __half2float(h[i]);
-          s[i] += f;
-          q[i] = fmaf(f, f, q[i]);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      sums[0][lane * n + v * 8 + i] = s[i];
-      sums[1][lane * n + v * 8 + i] = q[i];
-    }
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < n; c += kThreads) {
-    float ts = 0, tq = 0;
-    for (int l = 0; l < lanes; ++l) {
-      ts += sums[0][l * n + c];
-      tq += sums[1][l * n + c];
-    }
-    part_sum[blockIdx.x * long{n} + c] = ts;
-    part_sq[blockIdx.x * long{n} + c] = tq;
-  }
-}
-
-// ---- the fused kernel -------------------------------------------------------------------------
-
-// One tile: kRowsPerBlock rows of z by kCols channels. Requires k and n to be multiples of 8
-// (every MobileNetV2 layer's are); channels past k or n are zeros in shared memory.
-template <int kCols>
-struct FusedShared {
-  union {
-    struct {
-      __half a[kRowsPerBlock][kDepth + kPad];  // f(x), this step's input channels
-      __half w[kCols][kDepth + kPad];          // the weights' rows for the tile's channels
-    } in;
-    float z[kRowsPerBlock][kCols + 4];  // the finished tile, for the stores and statistics
-  };
-  float sums[2][kThreads];
-};
-
-// At most 80 registers for 64 columns, 64 for fewer: three or four blocks a multiprocessor.
-template <int kCols>
-__global__ void __launch_bounds__(kThreads, kCols == 64 ? 3 : 4)
-    fused_kernel(const __half* __restrict__ x, const __half* __restrict__ w,
-                 const float* __restrict__ scale, const float* __restrict__ shift,
-                 __half* __restrict__ z, float* __restrict__ part_sum, float* __restrict__ part_sq,
-                 long rows, int k, int n, bool relu6) {
-  static_assert(kCols % 16 == 0 && kThreads % kCols == 0, "tile columns: 16, 32 or 64");
-  __shared__ __align__(128) FusedShared<kCols> sh;
-  constexpr int kFrags = kCols / 16;
-  constexpr int kVecPerRow = kDepth / 8;
-  constexpr int kAVecs = kRowsPerBlock * kVecPerRow / kThreads;  // x vectors a thread moves: 2
-  constexpr int kWVecs = kCols * kVecPerRow;                     // w vectors a step, <= kThreads
-  constexpr int kLanes = kThreads / kCols;  // threads that share a column's statistics
-  // blockIdx.x walks the channel tiles fastest, so the tiles that read the same rows of x run
-  // side by side and all but the first find them in L2. Each block strides over the row tiles
-  // and keeps its statistics across them: one partial row a block, not a tile.
-  const int col0 = blockIdx.x * kCols;
-  const int warp = threadIdx.x / 32, col = threadIdx.x % kCols, lane = threadIdx.x / kCols;
-  float s = 0, q = 0;
-  for (long row0 = blockIdx.y * long{kRowsPerBlock}; row0 < rows;
-       row0 += gridDim.y * long{kRowsPerBlock}) {
-    auto load_a = [&](int depth0, int i) -> uint4 {
-      const int e = threadIdx.x + i * kThreads, r = e / kVecPerRow;
-      const int c = depth0 + e % kVecPerRow * 8;
-      if (row0 + r >= rows || c >= k) return make_uint4(0, 0, 0, 0);
-      return apply8(*reinterpret_cast<const uint4*>(x + (row0 + r) * k + c), scale, shift, c,
-                    relu6);
-    };
-    auto load_w = [&](int depth0) -> uint4 {
-      const int r = threadIdx.x / kVecPerRow, c = depth0 + threadIdx.x % kVecPerRow * 8;
-      if (threadIdx.x >= kWVecs || col0 + r >= n || c >= k) return make_uint4(0, 0, 0, 0);
-      return *reinterpret_cast<const uint4*>(w + long{col0 + r} * k + c);
-    };
-
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFrags];
-#pragma unroll
-    for (int f = 0; f < kFrags; ++f) wmma::fill_fragment(acc[f], 0.0f);
-
-    // The next step's vectors are loaded before this step's products, so their latency hides.
-    uint4 next_a[kAVecs], next_w = load_w(0);
-#pragma unroll
-    for (int i = 0; i < kAVecs; ++i) next_a[i] = load_a(0, i);
-    for (int depth0 = 0; depth0 < k; depth0 += kDepth) {
-#pragma unroll
-      for (int i = 0; i < kAVecs; ++i) {
-        const int e = threadIdx.x + i * kThreads;
-        *reinterpret_cast<uint4*>(&sh.in.a[e / kVecPerRow][e % kVecPerRow * 8]) = next_a[i];
-      }
-      if (threadIdx.x < kWVecs) {
-        *reinterpret_cast<uint4*>(
-            &sh.in.w[threadIdx.x / kVecPerRow][threadIdx.x % kVecPerRow * 8]) = next_w;
-      }
-      __syncthreads();
-      if (depth0 + kDepth < k) {
-#pragma unroll
-        for (int i = 0; i < kAVecs; ++i) next_a[i] = load_a(depth0 + kDepth, i);
-        next_w = load_w(depth0 + kDepth);
-      }
-#pragma unroll
-      for (int step = 0; step < kDepth / 16; ++step) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-        wmma::load_matrix_sync(a, &sh.in.a[warp * 16][step * 16], kDepth + kPad);
-#pragma unroll
-        for (int f = 0; f < kFrags; ++f) {
-          // w is [channel][input channel]: as a 16x16 block of W^T it is column-major.
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
-          wmma::load_matrix_sync(b, &sh.in.w[f * 16][step * 16], kDepth + kPad);
-          wmma::mma_sync(acc[f], a, b, acc[f]);
-        }
-      }
-      __syncthreads();
-    }
-
-    // The tile goes through shared memory: stored as f16, and summed as the stored values.
-#pragma unroll
-    for (int f = 0; f < kFrags; ++f) {
-      wmma::store_matrix_sync(&sh.z[warp * 16][f * 16], acc[f], kCols + 4, wmma::mem_row_major);
-    }
-    __syncthreads();
-    const int here = rows - row0 < kRowsPerBlock ? static_cast<int>(rows - row0) : kRowsPerBlock;
-    for (int e = threadIdx.x; e < kRowsPerBlock * kCols / 8; e += kThreads) {
-      const int r = e / (kCols / 8), c = e % (kCols / 8) * 8;
-      uint4 out;
-      __half2* h = reinterpret_cast<__half2*>(&out);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        h[i] = __floats2half2_rn(sh.z[r][c + 2 * i], sh.z[r][c + 2 * i + 1]);
-        const float2 rounded = __half22float2(h[i]);
-        sh.z[r][c + 2 * i] = rounded.x;
-        sh.z[r][c + 2 * i + 1] = rounded.y;
-      }
-      if (r < here && col0 + c < n) *reinterpret_cast<uint4*>(z + (row0 + r) * n + col0 + c) = out;
-    }
-    __syncthreads();
-    for (int r = lane; r < here; r += kLanes) {
-      const float v = sh.z[r][col];
-      s += v;
-      q = fmaf(v, v, q);
-    }
-    __syncthreads();  // the next tile's inputs overwrite sh.z
-  }
-  sh.sums[0][threadIdx.x] = s;
-  sh.sums[1][threadIdx.x] = q;
-  __syncthreads();
-  if (threadIdx.x < kCols && col0 + threadIdx.x < n) {
-    float ts = 0, tq = 0;
-    for (int l = 0; l < kLanes; ++l) {
-      ts += sh.sums[0][l * kCols + threadIdx.x];
-      tq += sh.sums[1][l * kCols + threadIdx.x];
-    }
-    part_sum[blockIdx.y * long{n} + col0 + threadIdx.x] = ts;
-    part_sq[blockIdx.y * long{n} + col0 + threadIdx.x] = tq;
-  }
-}
-
-// Adds the partial rows: 32 channels a block, 8 rows of threads striding over the partials.
-__global__ void finish_kernel(const float* __restrict__ part_sum, const float* __restrict__ part_sq,
-                              int parts, int n, float* __restrict__ sum, float* __restrict__ sq) {
-  __shared__ float red[2][8][33];
-  const int c = blockIdx.x * 32 + threadIdx.x % 32, lane = threadIdx.x / 32;
-  float s = 0, q = 0;
-  if (c < n) {
-    for (int p = lane; p < parts; p += 8) {
-      s += part_sum[long{p} * n + c];
-      q += part_sq[long{p} * n + c];
-    }
-  }
-  red[0][lane][threadIdx.x % 32] = s;
-  red[1][lane][threadIdx.x % 32] = q;
-  __syncthreads();
-  if (lane == 0 && c < n) {
-    for (int l = 1; l < 8; ++l) {
-      s += red[0][l][threadIdx.x];
-      q += red[1][l][threadIdx.x];
-    }
-    sum[c] = s;
-    sq[c] = q;
-  }
-}
-
-// ---- the harness ------------------------------------------------------------------------------
-
-struct Buffers {  // one input set: x, its normalized copy and z, with the statistics of z
-  __half *x, *a, *z;
-  float *part_sum, *part_sq, *sum, *sq;
+struct Buffers {  // one input set, and what both forms write from it
+  __half *x, *a, *z, *g, *da;
+  float *part_first, *part_second, *first, *second, *dw, *dw_part;
 };
 
 struct Layer {
@@ -322,53 +82,122 @@ struct Layer {
   __half* w;
   float *scale, *shift;
   std::vector<Buffers> sets;
-  // Partial rows of statistics, the same in both versions: one per block, at most 8 blocks for
-  // each of the H200's 132 multiprocessors, each striding over the 128-row tiles.
+  // Partial rows of the channel sums, the same in both forms: one per block, at most 8 blocks
+  // for each multiprocessor, each striding over the 128-row tiles.
   long parts() const {
     return std::min<long>((shape.rows + kRowsPerBlock - 1) / kRowsPerBlock, 8 * 132);
   }
+  int grad_tiles() const {
+    return ((shape.n + kGradTile - 1) / kGradTile) * ((shape.k + kGradTile - 1) / kGradTile);
+  }
+  // Row splits of the fused weight gradient: about three waves of blocks.
+  int splits() const {
+    const long steps = (shape.rows + kGradRows - 1) / kGradRows;
+    return static_cast<int>(std::clamp<long>(3L * kBlocksAtOnce / grad_tiles(), 1, steps));
+  }
 };
 
-int columns_for(int n) { return n <= 16 ? 16 : n <= 32 ? 32 : 64; }
+int columns_for(int width) { return width <= 16 ? 16 : width <= 32 ? 32 : 64; }
 
-void run_three_passes(const Layer& l, const Buffers& b, cublasHandle_t blas, cudaStream_t s) {
+// out[rows][width] = a_src w^T or a_src w, with its sums (pointwise_probe::fused_gemm_kernel).
+template <Sums kSums>
+void launch_fused_gemm(const Layer& l, const __half* a_src, const __half* x, __half* out,
+                       const Buffers& b, int depth, int width, cudaStream_t s) {
+  const int cols = columns_for(width);
+  const dim3 grid((width + cols - 1) / cols, static_cast<unsigned>(l.parts()));
   const Shape& sh = l.shape;
-  const long vectors = sh.rows * sh.k / 8;
+  if (cols == 16) {
+    fused_gemm_kernel<16, kSums><<<grid, kThreads, 0, s>>>(a_src, l.w, x, l.scale, l.shift,
+                                                           sh.relu6, out, b.part_first,
+                                                           b.part_second, sh.rows, depth, width);
+  } else if (cols == 32) {
+    fused_gemm_kernel<32, kSums><<<grid, kThreads, 0, s>>>(a_src, l.w, x, l.scale, l.shift,
+                                                           sh.relu6, out, b.part_first,
+                                                           b.part_second, sh.rows, depth, width);
+  } else {
+    fused_gemm_kernel<64, kSums><<<grid, kThreads, 0, s>>>(a_src, l.w, x, l.scale, l.shift,
+                                                           sh.relu6, out, b.part_first,
+                                                           b.part_second, sh.rows, depth, width);
+  }
+  check(cudaGetLastError(), "fused GEMM launch");
+}
+
+void launch_finish(const Layer& l, const Buffers& b, int width, cudaStream_t s) {
+  finish_kernel<<<(width + 31) / 32, kThreads, 0, s>>>(
+      b.part_first, b.part_second, static_cast<int>(l.parts()), width, b.first, b.second);
+  check(cudaGetLastError(), "finish launch");
+}
+
+void launch_normalize(const Layer& l, const Buffers& b, cudaStream_t s) {
+  const long vectors = l.shape.rows * l.shape.k / 8;
   normalize_kernel<<<static_cast<int>(std::min<long>((vectors + kThreads - 1) / kThreads, 8 * 132)),
-                     kThreads, 0, s>>>(b.x, l.scale, l.shift, b.a, vectors, sh.k, sh.relu6);
+                     kThreads, 0, s>>>(b.x, l.scale, l.shift, b.a, vectors, l.shape.k,
+                                       l.shape.relu6);
   check(cudaGetLastError(), "normalize launch");
-  // Column-major cuBLAS sees z^T (n x rows) = W (n x k, stored as its k x n transpose) a^T.
+}
+
+// cuBLAS is column-major: a row-major [r][c] matrix is its c x r. So z^T = w a^T (forward),
+// dw^T = a^T g (k x n, f32) and da^T = w^T g^T (k x rows).
+void forward_gemm(const Layer& l, const Buffers& b, cublasHandle_t blas) {
+  const Shape& sh = l.shape;
   const float one = 1.0f, zero = 0.0f;
   check(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, static_cast<int>(sh.rows), sh.k, &one,
                      l.w, CUDA_R_16F, sh.k, b.a, CUDA_R_16F, sh.k, &zero, b.z, CUDA_R_16F, sh.n,
                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "cublasGemmEx");
-  statistics_kernel<<<static_cast<int>(l.parts()), kThreads, 0, s>>>(b.z, sh.rows, sh.n, b.part_sum,
-                                                                     b.part_sq);
-  check(cudaGetLastError(), "statistics launch");
-  finish_kernel<<<(sh.n + 31) / 32, kThreads, 0, s>>>(
-      b.part_sum, b.part_sq, static_cast<int>(l.parts()), sh.n, b.sum, b.sq);
-  check(cudaGetLastError(), "finish launch");
+        "forward cublasGemmEx");
 }
 
-void run_fused(const Layer& l, const Buffers& b, cudaStream_t s) {
+void backward_gemms(const Layer& l, const Buffers& b, cublasHandle_t blas) {
   const Shape& sh = l.shape;
-  const int cols = columns_for(sh.n);
-  const dim3 grid((sh.n + cols - 1) / cols, static_cast<unsigned>(l.parts()));
-  if (cols == 16) {
-    fused_kernel<16><<<grid, kThreads, 0, s>>>(b.x, l.w, l.scale, l.shift, b.z, b.part_sum,
-                                               b.part_sq, sh.rows, sh.k, sh.n, sh.relu6);
-  } else if (cols == 32) {
-    fused_kernel<32><<<grid, kThreads, 0, s>>>(b.x, l.w, l.scale, l.shift, b.z, b.part_sum,
-                                               b.part_sq, sh.rows, sh.k, sh.n, sh.relu6);
-  } else {
-    fused_kernel<64><<<grid, kThreads, 0, s>>>(b.x, l.w, l.scale, l.shift, b.z, b.part_sum,
-                                               b.part_sq, sh.rows, sh.k, sh.n, sh.relu6);
-  }
-  check(cudaGetLastError(), "fused launch");
-  finish_kernel<<<(sh.n + 31) / 32, kThreads, 0, s>>>(
-      b.part_sum, b.part_sq, static_cast<int>(l.parts()), sh.n, b.sum, b.sq);
-  check(cudaGetLastError(), "finish launch");
+  const float one = 1.0f, zero = 0.0f;
+  check(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, sh.k, sh.n, static_cast<int>(sh.rows), &one,
+                     b.a, CUDA_R_16F, sh.k, b.g, CUDA_R_16F, sh.n, &zero, b.dw, CUDA_R_32F, sh.k,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "weight gradient cublasGemmEx");
+  check(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, sh.k, static_cast<int>(sh.rows), sh.n, &one,
+                     l.w, CUDA_R_16F, sh.k, b.g, CUDA_R_16F, sh.n, &zero, b.da, CUDA_R_16F, sh.k,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "input gradient cublasGemmEx");
+}
+
+void forward_passes(const Layer& l, const Buffers& b, cublasHandle_t blas, cudaStream_t s) {
+  launch_normalize(l, b, s);
+  forward_gemm(l, b, blas);
+  channel_sums_kernel<Sums::output><<<static_cast<int>(l.parts()), kThreads, 0, s>>>(
+      b.z, nullptr, nullptr, nullptr, false, l.shape.rows, l.shape.n, b.part_first, b.part_second);
+  check(cudaGetLastError(), "sums launch");
+  launch_finish(l, b, l.shape.n, s);
+}
+
+void forward_fused(const Layer& l, const Buffers& b, cudaStream_t s) {
+  launch_fused_gemm<Sums::output>(l, b.x, nullptr, b.z, b, l.shape.k, l.shape.n, s);
+  launch_finish(l, b, l.shape.n, s);
+}
+
+void backward_passes(const Layer& l, const Buffers& b, cublasHandle_t blas, cudaStream_t s) {
+  launch_normalize(l, b, s);
+  backward_gemms(l, b, blas);
+  channel_sums_kernel<Sums::input_gradient><<<static_cast<int>(l.parts()), kThreads, 0, s>>>(
+      b.da, b.x, l.scale, l.shift, l.shape.relu6, l.shape.rows, l.shape.k, b.part_first,
+      b.part_second);
+  check(cudaGetLastError(), "sums launch");
+  launch_finish(l, b, l.shape.k, s);
+}
+
+void backward_fused(const Layer& l, const Buffers& b, cudaStream_t s) {
+  const Shape& sh = l.shape;
+  const dim3 grid((sh.k + kGradTile - 1) / kGradTile, (sh.n + kGradTile - 1) / kGradTile,
+                  l.splits());
+  fused_weight_gradient_kernel<<<grid, kThreads, 0, s>>>(b.g, b.x, l.scale, l.shift, sh.relu6,
+                                                         sh.rows, sh.n, sh.k, b.dw_part);
+  check(cudaGetLastError(), "weight gradient launch");
+  const long count = long{sh.n} * sh.k;
+  reduce_splits_kernel<<<static_cast<int>(
+                             std::min<long>((count + kThreads - 1) / kThreads, 8 * 132)),
+                         kThreads, 0, s>>>(b.dw_part, l.splits(), count, b.dw);
+  check(cudaGetLastError(), "reduce launch");
+  launch_fused_gemm<Sums::input_gradient>(l, b.g, b.x, b.da, b, sh.n, sh.k, s);
+  launch_finish(l, b, sh.k, s);
 }
 
 template <typename T>
@@ -386,9 +215,34 @@ std::vector<T> host_copy(const T* d, size_t count) {
   return host;
 }
 
+template <typename T>
+T* device_alloc(size_t count) {
+  T* d;
+  check(cudaMalloc(&d, count * sizeof(T)), "malloc");
+  return d;
+}
+
+// N(0, 1) values in f16: 1 MiB runs copied from random places in a pool of 16 M draws, which is
+// fast enough to fill the probe's 2 G inputs inside a device call.
+std::vector<__half> random_halves(size_t count, std::mt19937& rng) {
+  static const std::vector<__half> pool = [] {
+    std::mt19937 seed(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<__half> p(size_t{1} << 24);
+    for (auto& e : p) e = __float2half(normal(seed));
+    return p;
+  }();
+  constexpr size_t kRun = size_t{1} << 19;
+  std::vector<__half> v(count);
+  for (size_t at = 0; at < count; at += kRun) {
+    const size_t n = std::min(kRun, count - at), from = rng() % (pool.size() - kRun);
+    std::copy_n(pool.begin() + static_cast<long>(from), n, v.begin() + static_cast<long>(at));
+  }
+  return v;
+}
+
 Layer make_layer(const Shape& sh, std::mt19937& rng) {
   Layer l{sh};
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<__half> w(static_cast<size_t>(sh.n) * sh.k);
   for (auto& v : w) v = __float2half(uniform(rng) / std::sqrt(float(sh.k)));
@@ -401,19 +255,23 @@ Layer make_layer(const Shape& sh, std::mt19937& rng) {
   l.scale = device_copy(scale);
   l.shift = device_copy(shift);
   // Enough sets that one round of them is over twice the L2 (50 MB on the H200).
-  const double set_bytes = 2.0 * sh.rows * (2.0 * sh.k + sh.n);
+  const double set_bytes = 2.0 * sh.rows * (3.0 * sh.k + 2.0 * sh.n);
   const int sets = static_cast<int>(std::clamp(std::ceil(100e6 / set_bytes), 1.0, 16.0));
-  std::vector<__half> x(static_cast<size_t>(sh.rows) * sh.k);
+  const size_t xs = static_cast<size_t>(sh.rows) * sh.k, zs = static_cast<size_t>(sh.rows) * sh.n;
+  const size_t widest = std::max(sh.n, sh.k), weights = static_cast<size_t>(sh.n) * sh.k;
   for (int i = 0; i < sets; ++i) {
-    for (auto& v : x) v = __float2half(normal(rng));
     Buffers b;
-    b.x = device_copy(x);
-    check(cudaMalloc(&b.a, x.size() * sizeof(__half)), "malloc");
-    check(cudaMalloc(&b.z, static_cast<size_t>(sh.rows) * sh.n * sizeof(__half)), "malloc");
-    check(cudaMalloc(&b.part_sum, l.parts() * sh.n * sizeof(float)), "malloc");
-    check(cudaMalloc(&b.part_sq, l.parts() * sh.n * sizeof(float)), "malloc");
-    check(cudaMalloc(&b.sum, sh.n * sizeof(float)), "malloc");
-    check(cudaMalloc(&b.sq, sh.n * sizeof(float)), "malloc");
+    b.x = device_copy(random_halves(xs, rng));
+    b.g = device_copy(random_halves(zs, rng));
+    b.a = device_alloc<__half>(xs);
+    b.da = device_alloc<__half>(xs);
+    b.z = device_alloc<__half>(zs);
+    b.part_first = device_alloc<float>(l.parts() * widest);
+    b.part_second = device_alloc<float>(l.parts() * widest);
+    b.first = device_alloc<float>(widest);
+    b.second = device_alloc<float>(widest);
+    b.dw = device_alloc<float>(weights);
+    b.dw_part = device_alloc<float>(l.splits() * weights);
     l.sets.push_back(b);
   }
   return l;
@@ -421,79 +279,165 @@ Layer make_layer(const Shape& sh, std::mt19937& rng) {
 
 void free_layer(Layer& l) {
   for (Buffers& b : l.sets) {
-    for (void* p : {static_cast<void*>(b.x), static_cast<void*>(b.a), static_cast<void*>(b.z),
-                    static_cast<void*>(b.part_sum), static_cast<void*>(b.part_sq),
-                    static_cast<void*>(b.sum), static_cast<void*>(b.sq)}) {
+    for (void* p :
+         {static_cast<void*>(b.x), static_cast<void*>(b.a), static_cast<void*>(b.z),
+          static_cast<void*>(b.g), static_cast<void*>(b.da), static_cast<void*>(b.part_first),
+          static_cast<void*>(b.part_second), static_cast<void*>(b.first),
+          static_cast<void*>(b.second), static_cast<void*>(b.dw), static_cast<void*>(b.dw_part)}) {
       check(cudaFree(p), "free");
     }
   }
-  check(cudaFree(l.w), "free");
-  check(cudaFree(l.scale), "free");
-  check(cudaFree(l.shift), "free");
+  for (void* p :
+       {static_cast<void*>(l.w), static_cast<void*>(l.scale), static_cast<void*>(l.shift)}) {
+    check(cudaFree(p), "free");
+  }
 }
 
-struct Errors {
-  double z = 0, sum = 0, sq = 0;  // ||out - ref|| / ||ref||
+// ||got - ref|| / ||ref||, accumulated; infinite once a NaN (an unwritten output) is seen.
+struct Relative {
+  double num = 0, den = 0;
+  void add(double got, double ref) {
+    num += (got - ref) * (got - ref);
+    den += ref * ref;
+  }
+  double value() const { return std::isfinite(num) ? std::sqrt(num / den) : INFINITY; }
 };
 
-// z of set 0 against a float64 reference on every 61st row (and the last), from the same f16
-// inputs; the statistics against float64 sums of all of z as the kernel stored it. z is poisoned
-// (0xFFFF, a NaN) first, so a row the kernel did not write fails.
-Errors check_set(const Layer& l, bool fused, cublasHandle_t blas, cudaStream_t s) {
+struct Errors {
+  double out = 0, first = 0, second = 0, dw = 0;
+};
+
+// The inputs and outputs of set 0, on the host.
+struct HostSet {
+  std::vector<__half> x, w, g, out;
+  std::vector<float> scale, shift, first, second, dw;
+};
+
+// Every 61st row, and the last.
+std::vector<long> sampled_rows(long rows) {
+  std::vector<long> r;
+  for (long i = 0; i < rows; i += 61) r.push_back(i);
+  if (r.back() != rows - 1) r.push_back(rows - 1);
+  return r;
+}
+
+// f(x) as the kernels compute it (one fused multiply-add), rounded to f16 as they store it.
+double normalized(const HostSet& h, const Shape& sh, long r, int c) {
+  const float v = std::fma(__half2float(h.x[r * sh.k + c]), h.scale[c], h.shift[c]);
+  return __half2float(__float2half(sh.relu6 ? std::min(std::max(v, 0.0f), 6.0f) : v));
+}
+
+// One run of a form on set 0, its outputs poisoned first (0xFF bytes: NaN in f16 and f32) so
+// that an output it did not write fails, then copied back with the inputs.
+template <typename Run>
+HostSet run_once(const Layer& l, bool backward, cudaStream_t s, Run run) {
   const Shape& sh = l.shape;
   const Buffers& b = l.sets[0];
-  const size_t z_count = static_cast<size_t>(sh.rows) * sh.n;
-  check(cudaMemsetAsync(b.z, 0xFF, z_count * sizeof(__half), s), "poison");
-  check(cudaMemsetAsync(b.sum, 0xFF, sh.n * sizeof(float), s), "poison");
-  check(cudaMemsetAsync(b.sq, 0xFF, sh.n * sizeof(float), s), "poison");
-  if (fused) {
-    run_fused(l, b, s);
-  } else {
-    run_three_passes(l, b, blas, s);
+  const size_t out_count = static_cast<size_t>(sh.rows) * (backward ? sh.k : sh.n);
+  const int width = backward ? sh.k : sh.n;
+  __half* out = backward ? b.da : b.z;
+  check(cudaMemsetAsync(out, 0xFF, out_count * sizeof(__half), s), "poison");
+  check(cudaMemsetAsync(b.first, 0xFF, width * sizeof(float), s), "poison");
+  check(cudaMemsetAsync(b.second, 0xFF, width * sizeof(float), s), "poison");
+  check(cudaMemsetAsync(b.dw, 0xFF, long{sh.n} * sh.k * sizeof(float), s), "poison");
+  run(b);
+  check(cudaStreamSynchronize(s), "checked run");
+  HostSet h;
+  h.x = host_copy(b.x, static_cast<size_t>(sh.rows) * sh.k);
+  h.w = host_copy(l.w, static_cast<size_t>(sh.n) * sh.k);
+  h.scale = host_copy(l.scale, sh.k);
+  h.shift = host_copy(l.shift, sh.k);
+  h.out = host_copy(out, out_count);
+  h.first = host_copy(b.first, width);
+  h.second = host_copy(b.second, width);
+  if (backward) {
+    h.g = host_copy(b.g, static_cast<size_t>(sh.rows) * sh.n);
+    h.dw = host_copy(b.dw, static_cast<size_t>(sh.n) * sh.k);
   }
-  check(cudaStreamSynchronize(s), "check run");
-  const auto x = host_copy(b.x, static_cast<size_t>(sh.rows) * sh.k);
-  const auto w = host_copy(l.w, static_cast<size_t>(sh.n) * sh.k);
-  const auto scale = host_copy(l.scale, sh.k), shift = host_copy(l.shift, sh.k);
-  const auto z = host_copy(b.z, z_count);
-  const auto sum = host_copy(b.sum, sh.n), sq = host_copy(b.sq, sh.n);
+  return h;
+}
+
+// The forward's z on the sampled rows against float64 products of the same f16 inputs, and its
+// sums against float64 sums of all of z as stored.
+Errors check_forward(const HostSet& h, const Shape& sh) {
   Errors e;
-  double num = 0, den = 0;
-  std::vector<double> a(sh.k);
-  std::vector<long> sampled;
-  for (long r = 0; r < sh.rows; r += 61) sampled.push_back(r);
-  if (sampled.back() != sh.rows - 1) sampled.push_back(sh.rows - 1);
-  for (long r : sampled) {
-    for (int c = 0; c < sh.k; ++c) {
-      // f(x) is rounded to f16 before the product, in both versions.
-      const float v = std::fma(__half2float(x[r * sh.k + c]), scale[c], shift[c]);
-      a[c] = __half2float(__float2half(sh.relu6 ? std::min(std::max(v, 0.0f), 6.0f) : v));
-    }
+  Relative z, first, second;
+  for (long r : sampled_rows(sh.rows)) {
+    std::vector<double> a(sh.k);
+    for (int c = 0; c < sh.k; ++c) a[c] = normalized(h, sh, r, c);
     for (int o = 0; o < sh.n; ++o) {
       double ref = 0;
-      for (int c = 0; c < sh.k; ++c) ref += a[c] * __half2float(w[long{o} * sh.k + c]);
-      const double got = __half2float(z[r * sh.n + o]);
-      num += (got - ref) * (got - ref);
-      den += ref * ref;
+      for (int c = 0; c < sh.k; ++c) ref += a[c] * __half2float(h.w[long{o} * sh.k + c]);
+      z.add(__half2float(h.out[r * sh.n + o]), ref);
     }
   }
-  e.z = std::isfinite(num) ? std::sqrt(num / den) : INFINITY;
-  std::vector<double> ref_sum(sh.n, 0.0), ref_sq(sh.n, 0.0);
-  for (size_t i = 0; i < z_count; ++i) {
-    const double v = __half2float(z[i]);
-    ref_sum[i % sh.n] += v;
-    ref_sq[i % sh.n] += v * v;
+  std::vector<double> s(sh.n, 0.0), q(sh.n, 0.0);
+  for (size_t i = 0; i < h.out.size(); ++i) {
+    const double v = __half2float(h.out[i]);
+    s[i % sh.n] += v;
+    q[i % sh.n] += v * v;
   }
-  double ns = 0, ds = 0, nq = 0, dq = 0;
   for (int o = 0; o < sh.n; ++o) {
-    ns += (sum[o] - ref_sum[o]) * (sum[o] - ref_sum[o]);
-    ds += ref_sum[o] * ref_sum[o];
-    nq += (sq[o] - ref_sq[o]) * (sq[o] - ref_sq[o]);
-    dq += ref_sq[o] * ref_sq[o];
+    first.add(h.first[o], s[o]);
+    second.add(h.second[o], q[o]);
   }
-  e.sum = std::isfinite(ns) ? std::sqrt(ns / ds) : INFINITY;
-  e.sq = std::isfinite(nq) ? std::sqrt(nq / dq) : INFINITY;
+  e.out = z.value();
+  e.first = first.value();
+  e.second = second.value();
   return e;
+}
+
+// The backward's da on the sampled rows; the previous batch norm's sums from all of da as stored
+// and x; dw at 48 sampled entries, each summed over every row in float64.
+Errors check_backward(const HostSet& h, const Shape& sh) {
+  Errors e;
+  Relative da, first, second, dw;
+  for (long r : sampled_rows(sh.rows)) {
+    for (int c = 0; c < sh.k; ++c) {
+      double ref = 0;
+      for (int o = 0; o < sh.n; ++o) {
+        ref += double(__half2float(h.g[r * sh.n + o])) * __half2float(h.w[long{o} * sh.k + c]);
+      }
+      da.add(__half2float(h.out[r * sh.k + c]), ref);
+    }
+  }
+  std::vector<double> s(sh.k, 0.0), q(sh.k, 0.0);
+  for (size_t i = 0; i < h.out.size(); ++i) {
+    const int c = static_cast<int>(i % sh.k);
+    const float xv = __half2float(h.x[i]), v = std::fma(xv, h.scale[c], h.shift[c]);
+    const bool passed = !sh.relu6 || (v > 0.0f && v < 6.0f);
+    const double dy = passed ? double(__half2float(h.out[i])) : 0.0;
+    s[c] += dy;
+    q[c] += dy * xv;
+  }
+  for (int c = 0; c < sh.k; ++c) {
+    first.add(h.first[c], s[c]);
+    second.add(h.second[c], q[c]);
+  }
+  std::mt19937 pick(sh.n * 7919 + sh.k);
+  for (int t = 0; t < 48; ++t) {
+    const int o = static_cast<int>(pick() % sh.n), c = static_cast<int>(pick() % sh.k);
+    double ref = 0;
+    for (long r = 0; r < sh.rows; ++r) {
+      ref += double(__half2float(h.g[r * sh.n + o])) * normalized(h, sh, r, c);
+    }
+    dw.add(h.dw[long{o} * sh.k + c], ref);
+  }
+  e.out = da.value();
+  e.first = first.value();
+  e.second = second.value();
+  e.dw = dw.value();
+  return e;
+}
+
+// f16 products summed in f32 land near 1e-3 of the norm; sums in f32 of f16 values far under.
+bool good(const Errors& e, bool backward) {
+  return e.out < 3e-3 && e.first < 1e-4 && e.second < 1e-4 && (!backward || e.dw < 1e-3);
+}
+
+Errors worst(const Errors& a, const Errors& b) {
+  return {std::max(a.out, b.out), std::max(a.first, b.first), std::max(a.second, b.second),
+          std::max(a.dw, b.dw)};
 }
 
 // Microseconds a layer: the median of 7 timings of 10 replays of a graph that runs the layer once
@@ -529,6 +473,30 @@ float time_layer(const Layer& l, cudaStream_t s, Run run) {
   return us[3];
 }
 
+struct Totals {
+  double passes = 0, fused = 0, bound = 0;
+};
+
+void print_header(const char* direction) {
+  std::printf(
+      "\n%s: us a layer (median of 7 x 10 replays); bound: the fused form's fewest bytes "
+      "at 4.8 TB/s\n",
+      direction);
+  std::printf("%9s %4s %4s %5s | %8s %8s %7s | %6s | %8s %7s %7s %7s | %8s\n", "rows", "k", "n",
+              "act", "passes", "fused", "ratio", "bound", "out err", "sum1 er", "sum2 er", "dw err",
+              "cuBLAS");
+}
+
+void print_row(const Shape& sh, float passes, float fused, double bound, const Errors& e, bool ok,
+               float gemms, Totals& t) {
+  std::printf("%9ld %4d %4d %5s | %8.1f %8.1f %6.2fx | %6.1f | %8.1e %7.1e %7.1e %7.1e | %8.1f%s\n",
+              sh.rows, sh.k, sh.n, sh.relu6 ? "relu6" : "bn", passes, fused, passes / fused, bound,
+              e.out, e.first, e.second, e.dw, gemms, ok ? "" : "  WRONG");
+  t.passes += passes * sh.count;
+  t.fused += fused * sh.count;
+  t.bound += bound * sh.count;
+}
+
 }  // namespace
 
 int main() {
@@ -543,48 +511,47 @@ int main() {
   check(cublasSetWorkspace(blas, blas_workspace, 32 << 20), "cublasSetWorkspace");
   cudaDeviceProp prop;
   check(cudaGetDeviceProperties(&prop, 0), "properties");
-  std::printf(
-      "%s: MobileNetV2's 1x1 convolutions, f16, batch 128; us a layer (median of 7 x 10 "
-      "replays), HBM bound at 4.8 TB/s\n",
-      prop.name);
-  std::printf("%9s %4s %4s %5s | %8s %8s %7s | %6s | %8s %7s %7s | %9s\n", "rows", "k", "n", "act",
-              "3 passes", "fused", "ratio", "bound", "z error", "sum err", "sq err", "cuBLAS");
+  std::printf("%s: MobileNetV2's 1x1 convolutions, f16, batch 128, 224x224\n", prop.name);
   std::mt19937 rng(20261204);
-  double total_passes = 0, total_fused = 0, total_bound = 0;
+  std::vector<Layer> layers;
   bool ok = true;
-  for (const Shape& sh : kShapes) {
-    Layer l = make_layer(sh, rng);
-    const Errors ep = check_set(l, false, blas, s);
-    const Errors ef = check_set(l, true, blas, s);
-    const float passes =
-        time_layer(l, s, [&](const Buffers& b) { run_three_passes(l, b, blas, s); });
-    const float fused = time_layer(l, s, [&](const Buffers& b) { run_fused(l, b, s); });
-    // The GEMM alone, on the normalized input the passes left: what cuBLAS takes of the three.
-    const float gemm = time_layer(l, s, [&](const Buffers& b) {
-      const float one = 1.0f, zero = 0.0f;
-      check(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, static_cast<int>(sh.rows), sh.k,
-                         &one, l.w, CUDA_R_16F, sh.k, b.a, CUDA_R_16F, sh.k, &zero, b.z, CUDA_R_16F,
-                         sh.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-            "cublasGemmEx");
-    });
-    // The fewest bytes: x and the weights read once, z written once.
-    const double bound = 2.0 * (sh.rows * double(sh.k + sh.n) + double(sh.k) * sh.n) / 4.8e12 * 1e6;
-    // f16 products with f32 sums land near 1e-3 of the norm; sums of f16 values in f32, far under.
-    const bool good = ep.z < 3e-3 && ef.z < 3e-3 && ep.sum < 1e-4 && ef.sum < 1e-4 &&
-                      ep.sq < 1e-4 && ef.sq < 1e-4;
-    ok = ok && good;
-    std::printf("%9ld %4d %4d %5s | %8.1f %8.1f %6.2fx | %6.1f | %8.1e %7.1e %7.1e | %9.1f%s\n",
-                sh.rows, sh.k, sh.n, sh.relu6 ? "relu6" : "bn", passes, fused, passes / fused,
-                bound, std::max(ep.z, ef.z), std::max(ep.sum, ef.sum), std::max(ep.sq, ef.sq), gemm,
-                good ? "" : "  WRONG");
-    total_passes += passes * sh.count;
-    total_fused += fused * sh.count;
-    total_bound += bound * sh.count;
-    free_layer(l);
+  for (int backward = 0; backward < 2; ++backward) {
+    print_header(backward ? "backward (dw, da and the previous batch norm's sums)"
+                          : "forward (z and its sums)");
+    Totals t;
+    for (const Shape& sh : kShapes) {
+      Layer l = make_layer(sh, rng);
+      Errors e;
+      float passes, fused, gemms;
+      double bytes;
+      if (!backward) {
+        const auto p =
+            run_once(l, false, s, [&](const Buffers& b) { forward_passes(l, b, blas, s); });
+        const auto f = run_once(l, false, s, [&](const Buffers& b) { forward_fused(l, b, s); });
+        e = worst(check_forward(p, sh), check_forward(f, sh));
+        passes = time_layer(l, s, [&](const Buffers& b) { forward_passes(l, b, blas, s); });
+        fused = time_layer(l, s, [&](const Buffers& b) { forward_fused(l, b, s); });
+        gemms = time_layer(l, s, [&](const Buffers& b) { forward_gemm(l, b, blas); });
+        bytes = 2.0 * sh.rows * (sh.k + sh.n);  // x read, z written
+      } else {
+        const auto p =
+            run_once(l, true, s, [&](const Buffers& b) { backward_passes(l, b, blas, s); });
+        const auto f = run_once(l, true, s, [&](const Buffers& b) { backward_fused(l, b, s); });
+        e = worst(check_backward(p, sh), check_backward(f, sh));
+        passes = time_layer(l, s, [&](const Buffers& b) { backward_passes(l, b, blas, s); });
+        fused = time_layer(l, s, [&](const Buffers& b) { backward_fused(l, b, s); });
+        gemms = time_layer(l, s, [&](const Buffers& b) { backward_gemms(l, b, blas); });
+        bytes = 2.0 * sh.rows * (sh.n + 2.0 * sh.k);  // g and x read, da written
+      }
+      const double bound = (bytes + 2.0 * sh.k * sh.n) / 4.8e12 * 1e6;
+      const bool layer_ok = good(e, backward);
+      ok = ok && layer_ok;
+      print_row(sh, passes, fused, bound, e, layer_ok, gemms, t);
+      free_layer(l);
+    }
+    std::printf("MobileNetV2's 34 layers: passes %.1f us, fused %.1f us (%.2fx), bound %.1f us\n",
+                t.passes, t.fused, t.passes / t.fused, t.bound);
   }
-  std::printf(
-      "MobileNetV2's 34 layers: three passes %.1f us, fused %.1f us (%.2fx), bound %.1f us\n",
-      total_passes, total_fused, total_passes / total_fused, total_bound);
   check(cublasDestroy(blas), "cublasDestroy");
   check(cudaFree(blas_workspace), "free");
   if (!ok) std::printf("fused_pointwise_probe: a result is wrong (the rows marked WRONG)\n");
