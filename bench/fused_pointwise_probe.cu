@@ -97,13 +97,19 @@ struct Layer {
   }
 };
 
-int columns_for(int width) { return width <= 16 ? 16 : width <= 32 ? 32 : 64; }
+// Tile columns of the fused GEMMs: the widest of 64, 32 and 16 the width needs, narrowed
+// while the grid is under two waves (the 14x14 and 7x7 layers have few 128-row tiles).
+int columns_for(const Layer& l, int width) {
+  int cols = width <= 16 ? 16 : width <= 32 ? 32 : 64;
+  while (cols > 16 && long{(width + cols - 1) / cols} * l.parts() < 2L * kBlocksAtOnce) cols /= 2;
+  return cols;
+}
 
 // out[rows][width] = a_src w^T or a_src w, with its sums (pointwise_probe::fused_gemm_kernel).
 template <Sums kSums>
 void launch_fused_gemm(const Layer& l, const __half* a_src, const __half* x, __half* out,
                        const Buffers& b, int depth, int width, cudaStream_t s) {
-  const int cols = columns_for(width);
+  const int cols = columns_for(l, width);
   const dim3 grid((width + cols - 1) / cols, static_cast<unsigned>(l.parts()));
   const Shape& sh = l.shape;
   if (cols == 16) {
