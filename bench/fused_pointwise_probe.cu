@@ -112,18 +112,16 @@ void launch_fused_gemm(const Layer& l, const __half* a_src, const __half* x, __h
   const int cols = columns_for(l, width);
   const dim3 grid((width + cols - 1) / cols, static_cast<unsigned>(l.parts()));
   const Shape& sh = l.shape;
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, kThreads, 0, s>>>(a_src, l.w, x, l.scale, l.shift, sh.relu6, out, b.part_first,
+                                     b.part_second, sh.rows, depth, width);
+  };
   if (cols == 16) {
-    fused_gemm_kernel<16, kSums><<<grid, kThreads, 0, s>>>(a_src, l.w, x, l.scale, l.shift,
-                                                           sh.relu6, out, b.part_first,
-                                                           b.part_second, sh.rows, depth, width);
+    launch(fused_gemm_kernel<16, kSums>);
   } else if (cols == 32) {
-    fused_gemm_kernel<32, kSums><<<grid, kThreads, 0, s>>>(a_src, l.w, x, l.scale, l.shift,
-                                                           sh.relu6, out, b.part_first,
-                                                           b.part_second, sh.rows, depth, width);
+    launch(fused_gemm_kernel<32, kSums>);
   } else {
-    fused_gemm_kernel<64, kSums><<<grid, kThreads, 0, s>>>(a_src, l.w, x, l.scale, l.shift,
-                                                           sh.relu6, out, b.part_first,
-                                                           b.part_second, sh.rows, depth, width);
+    launch(fused_gemm_kernel<64, kSums>);
   }
   check(cudaGetLastError(), "fused GEMM launch");
 }
@@ -345,7 +343,7 @@ HostSet run_once(const Layer& l, bool backward, cudaStream_t s, Run run) {
   check(cudaMemsetAsync(out, 0xFF, out_count * sizeof(__half), s), "poison");
   check(cudaMemsetAsync(b.first, 0xFF, width * sizeof(float), s), "poison");
   check(cudaMemsetAsync(b.second, 0xFF, width * sizeof(float), s), "poison");
-  check(cudaMemsetAsync(b.dw, 0xFF, long{sh.n} * sh.k * sizeof(float), s), "poison");
+  if (backward) check(cudaMemsetAsync(b.dw, 0xFF, long{sh.n} * sh.k * sizeof(float), s), "poison");
   run(b);
   check(cudaStreamSynchronize(s), "checked run");
   HostSet h;
@@ -503,6 +501,25 @@ void print_row(const Shape& sh, float passes, float fused, double bound, const E
   t.bound += bound * sh.count;
 }
 
+// What one direction runs, checks and must move at the least.
+struct Direction {
+  const char* title;
+  bool backward;
+  void (*passes)(const Layer&, const Buffers&, cublasHandle_t, cudaStream_t);
+  void (*fused)(const Layer&, const Buffers&, cudaStream_t);
+  void (*gemms)(const Layer&, const Buffers&, cublasHandle_t);
+  Errors (*check)(const HostSet&, const Shape&);
+  double (*fewest_bytes)(const Shape&);  // activations only; the weights are added to both
+};
+
+const Direction kDirections[] = {
+    {"forward (z and its sums)", false, forward_passes, forward_fused, forward_gemm, check_forward,
+     [](const Shape& sh) { return 2.0 * sh.rows * (sh.k + sh.n); }},  // x read, z written
+    {"backward (dw, da and the previous batch norm's sums)", true, backward_passes, backward_fused,
+     backward_gemms, check_backward,
+     [](const Shape& sh) { return 2.0 * sh.rows * (sh.n + 2.0 * sh.k); }},  // g, x read, da written
+};
+
 }  // namespace
 
 int main() {
@@ -519,40 +536,22 @@ int main() {
   check(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("%s: MobileNetV2's 1x1 convolutions, f16, batch 128, 224x224\n", prop.name);
   std::mt19937 rng(20261204);
-  std::vector<Layer> layers;
   bool ok = true;
-  for (int backward = 0; backward < 2; ++backward) {
-    print_header(backward ? "backward (dw, da and the previous batch norm's sums)"
-                          : "forward (z and its sums)");
+  for (const Direction& d : kDirections) {
+    print_header(d.title);
     Totals t;
     for (const Shape& sh : kShapes) {
       Layer l = make_layer(sh, rng);
-      Errors e;
-      float passes, fused, gemms;
-      double bytes;
-      if (!backward) {
-        const auto p =
-            run_once(l, false, s, [&](const Buffers& b) { forward_passes(l, b, blas, s); });
-        const auto f = run_once(l, false, s, [&](const Buffers& b) { forward_fused(l, b, s); });
-        e = worst(check_forward(p, sh), check_forward(f, sh));
-        passes = time_layer(l, s, [&](const Buffers& b) { forward_passes(l, b, blas, s); });
-        fused = time_layer(l, s, [&](const Buffers& b) { forward_fused(l, b, s); });
-        gemms = time_layer(l, s, [&](const Buffers& b) { forward_gemm(l, b, blas); });
-        bytes = 2.0 * sh.rows * (sh.k + sh.n);  // x read, z written
-      } else {
-        const auto p =
-            run_once(l, true, s, [&](const Buffers& b) { backward_passes(l, b, blas, s); });
-        const auto f = run_once(l, true, s, [&](const Buffers& b) { backward_fused(l, b, s); });
-        e = worst(check_backward(p, sh), check_backward(f, sh));
-        passes = time_layer(l, s, [&](const Buffers& b) { backward_passes(l, b, blas, s); });
-        fused = time_layer(l, s, [&](const Buffers& b) { backward_fused(l, b, s); });
-        gemms = time_layer(l, s, [&](const Buffers& b) { backward_gemms(l, b, blas); });
-        bytes = 2.0 * sh.rows * (sh.n + 2.0 * sh.k);  // g and x read, da written
-      }
-      const double bound = (bytes + 2.0 * sh.k * sh.n) / 4.8e12 * 1e6;
-      const bool layer_ok = good(e, backward);
+      auto passes = [&](const Buffers& b) { d.passes(l, b, blas, s); };
+      auto fused = [&](const Buffers& b) { d.fused(l, b, s); };
+      const Errors e = worst(d.check(run_once(l, d.backward, s, passes), sh),
+                             d.check(run_once(l, d.backward, s, fused), sh));
+      const float passes_us = time_layer(l, s, passes), fused_us = time_layer(l, s, fused);
+      const float gemms_us = time_layer(l, s, [&](const Buffers& b) { d.gemms(l, b, blas); });
+      const double bound = (d.fewest_bytes(sh) + 2.0 * sh.k * sh.n) / 4.8e12 * 1e6;
+      const bool layer_ok = good(e, d.backward);
       ok = ok && layer_ok;
-      print_row(sh, passes, fused, bound, e, layer_ok, gemms, t);
+      print_row(sh, passes_us, fused_us, bound, e, layer_ok, gemms_us, t);
       free_layer(l);
     }
     std::printf("MobileNetV2's 34 layers: passes %.1f us, fused %.1f us (%.2fx), bound %.1f us\n",

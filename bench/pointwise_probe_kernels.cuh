@@ -180,12 +180,14 @@ __global__ void reduce_splits_kernel(const float* __restrict__ part, int splits,
 // or the width are zeros in shared memory.
 template <int kCols>
 struct TileShared {
+  static constexpr int kWSide = kCols > kDepth ? kCols : kDepth;  // w's tile is square
+  static constexpr int kWLd = kWSide + kPad;
   union {
     struct {
       __half a[kRowsPerBlock][kDepth + kPad];  // this step's slice of the rows' depth
       // The weights of the tile's columns for this step: w[column][depth] for the forward,
       // w[depth][column] for the input gradient (there the summed dimension is w's first).
-      __half w[kCols > kDepth ? kCols : kDepth][(kCols > kDepth ? kCols : kDepth) + kPad];
+      __half w[kWSide][kWLd];
     } in;
     float out[kRowsPerBlock][kCols + 4];  // the finished tile, for the stores and the sums
   };
@@ -212,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, kCols == 64 ? 3 : 4)
   constexpr int kAVecs = kRowsPerBlock * kVecPerRow / kThreads;  // vectors a thread moves: 2
   constexpr int kWVecs = kCols * kDepth / 8;                     // w vectors a step, <= kThreads
   constexpr int kLanes = kThreads / kCols;  // threads that share a column's sums
-  constexpr int kWLd = (kCols > kDepth ? kCols : kDepth) + kPad;
+  constexpr int kWLd = TileShared<kCols>::kWLd;
   // blockIdx.x walks the column tiles fastest, so the tiles that read the same rows run side by
   // side and all but the first find them in L2.
   const int col0 = blockIdx.x * kCols;

@@ -29,10 +29,17 @@ BIN="$BUILD/train_step_bench"
 mkdir -p "$BUILD"
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$PWD/$BUILD/inductor-cache}"
 deadline=$(( $(date +%s) + ${AUTOTUNE_SECONDS:-540} ))
+builder=
 if [ "${AUTOTUNE_BUILD:-0}" = 1 ]; then
   nice -n 19 scripts/gpu-build.sh train_step_bench > "$OUTDIR/autotune-build.log" 2>&1 &
   builder=$!
 fi
+# Waits for the background build, once.
+await_build() {
+  [ -n "$builder" ] || return 0
+  wait "$builder" || echo "== the build of $BIN failed"
+  builder=
+}
 
 # timed: how many (op, inputs) pairs the cache holds timings for.
 timed() { python3 bench/autotune_timings.py count "$TORCHINDUCTOR_CACHE_DIR"; }
@@ -58,7 +65,7 @@ for cell in "$@"; do
   echo "== $cell: exit $rc after $(( $(date +%s) - start )) s ($how);" \
     "timed inputs $before -> $(timed)"
   [ "$rc" = 0 ] || { status=1; continue; }
-  [ -n "${builder:-}" ] && { wait "$builder" || echo "== the build of $BIN failed"; builder=; }
+  await_build
   [ -x "$BIN" ] || continue
   "$BIN" --device cuda --model "$model" --batch 128 --input 3x224x224 --classes 1000 \
     --precision "$precision" --warmup 5 --steps 20 --json --graph \
@@ -74,7 +81,7 @@ print(f"== {frugal['model']} {frugal['precision']}: frugal replayed {ours:,.0f} 
 EOF
 done
 # The build outlives no call (it takes a few minutes of the call's ten), and is there for the next.
-[ -n "${builder:-}" ] && { wait "$builder" || echo "== the build of $BIN failed"; }
+await_build
 python3 bench/autotune_timings.py collect "$TORCHINDUCTOR_CACHE_DIR" \
   "$OUTDIR/torch_autotune_timings.json" || status=1
 exit $status
