@@ -186,6 +186,9 @@ def main():
     p.add_argument("--profile", action="store_true",
                    help="after the timed steps, print the GPU kernels of one more step "
                         "(torch.profiler) to stderr")
+    p.add_argument("--ncu-range", action="store_true",
+                   help="CUDA: after the timed steps, run one more step between "
+                        "cudaProfilerStart and cudaProfilerStop, for ncu --profile-from-start off")
     a = p.parse_args()
     if a.batch < 1 or a.classes < 2 or a.warmup < 1 or a.steps < 1:
         p.error("--batch, --warmup and --steps must be >= 1 and --classes >= 2")
@@ -321,6 +324,12 @@ def main():
 
     if a.profile and dev.type == "cuda":
         print_kernel_profile(torch, step)
+    if a.ncu_range and dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        step()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
 
     peak_rss_timed = proc_status_bytes("VmHWM") if rss_reset else -1
     med = statistics.median(times)

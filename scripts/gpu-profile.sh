@@ -7,6 +7,8 @@
 # timed steps (FRUGAL_HOST_PROFILE=1, kernels/host_profile.h) to profile-host-<precision>.txt.
 #   PROFILE_PRECISIONS="f32 bf16" PROFILE_CASE="128 3x224x224 1000" scripts/gpu-profile.sh
 # PROFILE_DRAM=1 also sums each kernel's HBM bytes (bench/ncu_summary.py: the traffic bound).
+# PROFILE_TORCH_NCU="none default" adds the same ncu summary of one PyTorch step for each
+# torch.compile mode listed ("none": eager), after its warm-up.
 # PROFILE_KERNEL=REGEX instead takes ncu's detailed sections (speed of light, occupancy, warp
 # stall reasons, pipe utilization, memory workload) for the first PROFILE_COUNT (default 3)
 # launches of the step's kernels whose names match REGEX, after PROFILE_SKIP (default 0) of them,
@@ -54,6 +56,20 @@ for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
     { echo "ncu failed for $p"; status=1; continue; }
   python3 bench/ncu_summary.py "$csv" --top 60 > "$OUTDIR/profile-frugal-$p.txt" || status=1
   rm -f "$csv"
+  # PROFILE_TORCH_NCU="none default ...": the same ncu over one PyTorch step per torch.compile
+  # mode ("none" is eager), the step after its warm-up and timed steps (--ncu-range), so that
+  # PyTorch's kernel time and HBM bound are measured exactly as frugal's.
+  for mode in ${PROFILE_TORCH_NCU:-}; do
+    csv="$OUTDIR/ncu-torch-$mode-$p.csv"
+    TORCHINDUCTOR_COMPILE_THREADS=1 ncu --clock-control none --profile-from-start off \
+      --metrics "$metrics" --csv --print-units base --log-file "$csv" \
+      python3 bench/torch_train_step.py "${args[@]}" --compile "$mode" --ncu-range > /dev/null ||
+      { echo "ncu failed for PyTorch $mode $p"; status=1; continue; }
+    python3 bench/ncu_summary.py "$csv" --top 60 > "$OUTDIR/profile-torch-$mode-$p.txt" ||
+      status=1
+    rm -f "$csv"
+    head -8 "$OUTDIR/profile-torch-$mode-$p.txt"
+  done
   python3 bench/torch_train_step.py "${args[@]}" --profile 2>&1 > /dev/null |
     grep -v -i "warn" > "$OUTDIR/profile-pytorch-$p.txt" || status=1
   head -25 "$OUTDIR/profile-frugal-$p.txt" "$OUTDIR/profile-pytorch-$p.txt"
