@@ -35,6 +35,8 @@
 #include <utility>
 #include <vector>
 
+#include "probe_timing.cuh"
+
 namespace {
 
 void check(cudaError_t e, const char* what) {
@@ -457,25 +459,10 @@ float time_plan(cudnnHandle_t h, cudaStream_t st, cudnnBackendDescriptor_t plan,
   };
   once();
   check(cudaStreamSynchronize(st), "warm-up");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
-  std::vector<float> us;
-  for (int t = 0; t < 7; ++t) {
-    check(cudaEventRecord(start, st), "record");
-    for (int r = 0; r < 10; ++r) once();
-    check(cudaEventRecord(stop, st), "record");
-    check(cudaEventSynchronize(stop), "synchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    us.push_back(ms * 1000.0f / (10.0f * d.sets.size()));
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const float us = probe_timing::median_us(st, d.sets.size(), once);
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);
-  std::nth_element(us.begin(), us.begin() + 3, us.end());
-  return us[3];
+  return us;
 }
 
 // ---- the reference ----------------------------------------------------------------------------

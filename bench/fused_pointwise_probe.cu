@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "pointwise_probe_kernels.cuh"
+#include "probe_timing.cuh"
 
 namespace {
 
@@ -456,25 +457,11 @@ float time_layer(const Layer& l, cudaStream_t s, Run run) {
   check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
   check(cudaGraphLaunch(exec, s), "warm-up replay");
   check(cudaStreamSynchronize(s), "warm-up");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
-  std::vector<float> us;
-  for (int t = 0; t < 7; ++t) {
-    check(cudaEventRecord(start, s), "record");
-    for (int r = 0; r < 10; ++r) check(cudaGraphLaunch(exec, s), "replay");
-    check(cudaEventRecord(stop, s), "record");
-    check(cudaEventSynchronize(stop), "synchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    us.push_back(ms * 1000.0f / (10.0f * l.sets.size()));
-  }
-  check(cudaEventDestroy(start), "event");
-  check(cudaEventDestroy(stop), "event");
+  const float us =
+      probe_timing::median_us(s, l.sets.size(), [&] { check(cudaGraphLaunch(exec, s), "replay"); });
   check(cudaGraphExecDestroy(exec), "destroy");
   check(cudaGraphDestroy(graph), "destroy");
-  std::nth_element(us.begin(), us.begin() + 3, us.end());
-  return us[3];
+  return us;
 }
 
 struct Totals {
