@@ -60,58 +60,70 @@ def _activate(x, scale, shift, RELU6: tl.constexpr):
 @triton.jit
 def forward_kernel(x_ptr, w_ptr, scale_ptr, shift_ptr, z_ptr, sum_ptr, sq_ptr, R, K, N,
                    RELU6: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """z[R, N] = f(x[R, K]) w[N, K]^T in f16; sum_ptr/sq_ptr[N] += the tile's column sums of z
-    and z^2 (as stored)."""
-    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    """z[R, N] = f(x[R, K]) w[N, K]^T in f16; sum_ptr/sq_ptr[N] += the column sums of z and z^2
+    (as stored). Programs along axis 0 stride over the row tiles and add their sums once, so the
+    atomics do not pile onto the few addresses of the sums."""
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        ks = k0 + tl.arange(0, BK)
-        x = tl.load(x_ptr + rows[:, None] * K + ks[None, :],
-                    mask=(rows[:, None] < R) & (ks[None, :] < K), other=0.0)
-        scale = tl.load(scale_ptr + ks, mask=ks < K, other=0.0)
-        shift = tl.load(shift_ptr + ks, mask=ks < K, other=0.0)
-        a = _activate(x.to(tl.float32), scale[None, :], shift[None, :], RELU6).to(tl.float16)
-        # w^T's tile [BK, BN]; depths past K are zeros, so a's values there do not count.
-        wt = tl.load(w_ptr + cols[None, :] * K + ks[:, None],
-                     mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
-        acc = tl.dot(a, wt, acc)
-    z = acc.to(tl.float16)
-    inside = (rows[:, None] < R) & (cols[None, :] < N)
-    tl.store(z_ptr + rows[:, None] * N + cols[None, :], z, mask=inside)
-    zf = tl.where(inside, z.to(tl.float32), 0.0)
-    tl.atomic_add(sum_ptr + cols, tl.sum(zf, axis=0), mask=cols < N)
-    tl.atomic_add(sq_ptr + cols, tl.sum(zf * zf, axis=0), mask=cols < N)
+    first = tl.zeros((BN,), dtype=tl.float32)
+    second = tl.zeros((BN,), dtype=tl.float32)
+    for tile in range(tl.program_id(0), tl.cdiv(R, BM), tl.num_programs(0)):
+        rows = tile * BM + tl.arange(0, BM)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            ks = k0 + tl.arange(0, BK)
+            x = tl.load(x_ptr + rows[:, None] * K + ks[None, :],
+                        mask=(rows[:, None] < R) & (ks[None, :] < K), other=0.0)
+            scale = tl.load(scale_ptr + ks, mask=ks < K, other=0.0)
+            shift = tl.load(shift_ptr + ks, mask=ks < K, other=0.0)
+            a = _activate(x.to(tl.float32), scale[None, :], shift[None, :], RELU6).to(tl.float16)
+            # w^T's tile [BK, BN]; depths past K are zeros, so a's values there do not count.
+            wt = tl.load(w_ptr + cols[None, :] * K + ks[:, None],
+                         mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+            acc = tl.dot(a, wt, acc)
+        z = acc.to(tl.float16)
+        inside = (rows[:, None] < R) & (cols[None, :] < N)
+        tl.store(z_ptr + rows[:, None] * N + cols[None, :], z, mask=inside)
+        zf = tl.where(inside, z.to(tl.float32), 0.0)
+        first += tl.sum(zf, axis=0)
+        second += tl.sum(zf * zf, axis=0)
+    tl.atomic_add(sum_ptr + cols, first, mask=cols < N)
+    tl.atomic_add(sq_ptr + cols, second, mask=cols < N)
 
 
 @triton.jit
 def input_gradient_kernel(g_ptr, w_ptr, x_ptr, scale_ptr, shift_ptr, da_ptr, sum_ptr, sq_ptr,
                           R, K, N, RELU6: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
                           BN: tl.constexpr):
-    """da[R, K] = g[R, N] w[N, K] in f16; sum_ptr/sq_ptr[K] += the tile's column sums of dy and
-    dy * x, dy = da (as stored) where the activation passes."""
-    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    """da[R, K] = g[R, N] w[N, K] in f16; sum_ptr/sq_ptr[K] += the column sums of dy and dy * x,
+    dy = da (as stored) where the activation passes. Row tiles strided as in forward_kernel."""
     cols = tl.program_id(1) * BK + tl.arange(0, BK)  # input channels, da's columns
-    acc = tl.zeros((BM, BK), dtype=tl.float32)
-    for n0 in range(0, N, BN):
-        ns = n0 + tl.arange(0, BN)
-        g = tl.load(g_ptr + rows[:, None] * N + ns[None, :],
-                    mask=(rows[:, None] < R) & (ns[None, :] < N), other=0.0)
-        w = tl.load(w_ptr + ns[:, None] * K + cols[None, :],
-                    mask=(ns[:, None] < N) & (cols[None, :] < K), other=0.0)
-        acc = tl.dot(g, w, acc)
-    da = acc.to(tl.float16)
-    inside = (rows[:, None] < R) & (cols[None, :] < K)
-    tl.store(da_ptr + rows[:, None] * K + cols[None, :], da, mask=inside)
-    x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=inside, other=0.0).to(tl.float32)
     scale = tl.load(scale_ptr + cols, mask=cols < K, other=0.0)
     shift = tl.load(shift_ptr + cols, mask=cols < K, other=0.0)
-    dy = tl.where(inside, da.to(tl.float32), 0.0)
-    if RELU6:
-        v = x * scale[None, :] + shift[None, :]
-        dy = tl.where((v > 0.0) & (v < 6.0), dy, 0.0)
-    tl.atomic_add(sum_ptr + cols, tl.sum(dy, axis=0), mask=cols < K)
-    tl.atomic_add(sq_ptr + cols, tl.sum(dy * x, axis=0), mask=cols < K)
+    first = tl.zeros((BK,), dtype=tl.float32)
+    second = tl.zeros((BK,), dtype=tl.float32)
+    for tile in range(tl.program_id(0), tl.cdiv(R, BM), tl.num_programs(0)):
+        rows = tile * BM + tl.arange(0, BM)
+        acc = tl.zeros((BM, BK), dtype=tl.float32)
+        for n0 in range(0, N, BN):
+            ns = n0 + tl.arange(0, BN)
+            g = tl.load(g_ptr + rows[:, None] * N + ns[None, :],
+                        mask=(rows[:, None] < R) & (ns[None, :] < N), other=0.0)
+            w = tl.load(w_ptr + ns[:, None] * K + cols[None, :],
+                        mask=(ns[:, None] < N) & (cols[None, :] < K), other=0.0)
+            acc = tl.dot(g, w, acc)
+        da = acc.to(tl.float16)
+        inside = (rows[:, None] < R) & (cols[None, :] < K)
+        tl.store(da_ptr + rows[:, None] * K + cols[None, :], da, mask=inside)
+        x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=inside,
+                    other=0.0).to(tl.float32)
+        dy = tl.where(inside, da.to(tl.float32), 0.0)
+        if RELU6:
+            v = x * scale[None, :] + shift[None, :]
+            dy = tl.where((v > 0.0) & (v < 6.0), dy, 0.0)
+        first += tl.sum(dy, axis=0)
+        second += tl.sum(dy * x, axis=0)
+    tl.atomic_add(sum_ptr + cols, first, mask=cols < K)
+    tl.atomic_add(sq_ptr + cols, second, mask=cols < K)
 
 
 @triton.jit
@@ -138,6 +150,12 @@ def weight_gradient_kernel(g_ptr, x_ptr, scale_ptr, shift_ptr, dw_ptr, R, K, N, 
         acc = tl.dot(tl.trans(g), a, acc)
     tl.atomic_add(dw_ptr + ns[:, None] * K + ks[None, :], acc,
                   mask=(ns[:, None] < N) & (ks[None, :] < K))
+
+
+def row_programs(rows, bm, column_tiles):
+    """A grid of about eight programs per multiprocessor (132 on the H200), each striding over
+    the row tiles of its column tile."""
+    return (max(1, min(triton.cdiv(rows, bm), 8 * 132 // column_tiles)), column_tiles)
 
 
 def pow2_between(v, lo, hi):
@@ -185,7 +203,7 @@ class Layer:
 def forward_fused(l, s, cfg):
     bm, bn, bk, warps, stages = cfg
     s["sums"].zero_()
-    grid = (triton.cdiv(l.rows, bm), triton.cdiv(l.n, bn))
+    grid = row_programs(l.rows, bm, triton.cdiv(l.n, bn))
     forward_kernel[grid](s["x"], l.w, l.scale, l.shift, s["z"], s["sums"][0], s["sums"][1],
                          l.rows, l.k, l.n, RELU6=l.relu6, BM=bm, BN=bn, BK=bk,
                          num_warps=warps, num_stages=stages)
@@ -212,7 +230,7 @@ def backward_fused(l, s, cfg):
     weight_gradient_kernel[grid_w](s["g"], s["x"], l.scale, l.shift, s["dw"], l.rows, l.k, l.n,
                                    rows_per_split, RELU6=l.relu6, BN=bn, BK=bk, BR=br,
                                    num_warps=warps_w, num_stages=stages_w)
-    grid_d = (triton.cdiv(l.rows, bm), triton.cdiv(l.k, bk_in))
+    grid_d = row_programs(l.rows, bm, triton.cdiv(l.k, bk_in))
     input_gradient_kernel[grid_d](s["g"], l.w, s["x"], l.scale, l.shift, s["da"], s["sums"][0],
                                   s["sums"][1], l.rows, l.k, l.n, RELU6=l.relu6, BM=bm, BK=bk_in,
                                   BN=bn_in, num_warps=warps, num_stages=stages)
