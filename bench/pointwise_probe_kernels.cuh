@@ -220,61 +220,76 @@ __global__ void __launch_bounds__(kThreads, kCols == 64 ? 3 : 4)
   const int col0 = blockIdx.x * kCols;
   const int warp = threadIdx.x / 32, col = threadIdx.x % kCols, lane = threadIdx.x / kCols;
   float first = 0, second = 0;
-  for (long row0 = blockIdx.y * long{kRowsPerBlock}; row0 < rows;
-       row0 += gridDim.y * long{kRowsPerBlock}) {
-    auto load_a = [&](int depth0, int i) -> uint4 {
-      const int e = threadIdx.x + i * kThreads, r = e / kVecPerRow;
-      const int c = depth0 + e % kVecPerRow * 8;
-      if (row0 + r >= rows || c >= depth) return make_uint4(0, 0, 0, 0);
-      const uint4 raw = *reinterpret_cast<const uint4*>(a_src + (row0 + r) * depth + c);
-      return kForward ? apply8(raw, scale, shift, c, relu6) : raw;
-    };
-    // Thread t moves w's vector t of this step: forward, row col0 + t / 4 (a column of the tile)
-    // at depth depth0 + t % 4 * 8; input gradient, row depth0 + t / (kCols / 8) (a depth) at
-    // column col0 + t % (kCols / 8) * 8.
-    auto load_w = [&](int depth0) -> uint4 {
-      if (threadIdx.x >= kWVecs) return make_uint4(0, 0, 0, 0);
-      if constexpr (kForward) {
-        const int r = threadIdx.x / kVecPerRow, c = depth0 + threadIdx.x % kVecPerRow * 8;
-        if (col0 + r >= width || c >= depth) return make_uint4(0, 0, 0, 0);
-        return *reinterpret_cast<const uint4*>(w + long{col0 + r} * depth + c);
-      } else {
-        const int r = depth0 + threadIdx.x / (kCols / 8), c = col0 + threadIdx.x % (kCols / 8) * 8;
-        if (r >= depth || c >= width) return make_uint4(0, 0, 0, 0);
-        return *reinterpret_cast<const uint4*>(w + long{r} * width + c);
-      }
-    };
-    auto store_w = [&](uint4 v) {
-      if (threadIdx.x >= kWVecs) return;
-      if constexpr (kForward) {
-        *reinterpret_cast<uint4*>(
-            &sh.in.w[threadIdx.x / kVecPerRow][threadIdx.x % kVecPerRow * 8]) = v;
-      } else {
-        *reinterpret_cast<uint4*>(
-            &sh.in.w[threadIdx.x / (kCols / 8)][threadIdx.x % (kCols / 8) * 8]) = v;
-      }
-    };
+  // Thread t moves vectors t, t + kThreads, ... of the tile at row0's slice at depth0, as loaded:
+  // f is applied as they are stored to shared memory, a step later, so that nothing waits for a
+  // load where it is issued.
+  auto load_a = [&](long row0, int depth0, int i) -> uint4 {
+    const int e = threadIdx.x + i * kThreads, r = e / kVecPerRow;
+    const int c = depth0 + e % kVecPerRow * 8;
+    if (row0 + r >= rows || c >= depth) return make_uint4(0, 0, 0, 0);
+    return *reinterpret_cast<const uint4*>(a_src + (row0 + r) * depth + c);
+  };
+  // Thread t moves w's vector t of this step: forward, row col0 + t / 4 (a column of the tile)
+  // at depth depth0 + t % 4 * 8; input gradient, row depth0 + t / (kCols / 8) (a depth) at
+  // column col0 + t % (kCols / 8) * 8.
+  auto load_w = [&](int depth0) -> uint4 {
+    if (threadIdx.x >= kWVecs) return make_uint4(0, 0, 0, 0);
+    if constexpr (kForward) {
+      const int r = threadIdx.x / kVecPerRow, c = depth0 + threadIdx.x % kVecPerRow * 8;
+      if (col0 + r >= width || c >= depth) return make_uint4(0, 0, 0, 0);
+      return *reinterpret_cast<const uint4*>(w + long{col0 + r} * depth + c);
+    } else {
+      const int r = depth0 + threadIdx.x / (kCols / 8), c = col0 + threadIdx.x % (kCols / 8) * 8;
+      if (r >= depth || c >= width) return make_uint4(0, 0, 0, 0);
+      return *reinterpret_cast<const uint4*>(w + long{r} * width + c);
+    }
+  };
+  auto store_w = [&](uint4 v) {
+    if (threadIdx.x >= kWVecs) return;
+    if constexpr (kForward) {
+      *reinterpret_cast<uint4*>(&sh.in.w[threadIdx.x / kVecPerRow][threadIdx.x % kVecPerRow * 8]) =
+          v;
+    } else {
+      *reinterpret_cast<uint4*>(
+          &sh.in.w[threadIdx.x / (kCols / 8)][threadIdx.x % (kCols / 8) * 8]) = v;
+    }
+  };
 
+  // The next step's vectors are loaded before this step's products, so their latency hides; after
+  // a tile's last step they are the next tile's first, loaded before this tile's products and its
+  // epilogue. Without that, a tile of a narrow layer (one or two steps) waits for its loads with
+  // nothing else in flight, and the kernel streams at a third of the HBM rate (session 33).
+  const long stride = gridDim.y * long{kRowsPerBlock};
+  uint4 next_a[kAVecs], next_w = make_uint4(0, 0, 0, 0);
+  if (blockIdx.y * long{kRowsPerBlock} < rows) {
+    next_w = load_w(0);
+#pragma unroll
+    for (int i = 0; i < kAVecs; ++i) next_a[i] = load_a(blockIdx.y * long{kRowsPerBlock}, 0, i);
+  }
+  for (long row0 = blockIdx.y * long{kRowsPerBlock}; row0 < rows; row0 += stride) {
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFrags];
 #pragma unroll
     for (int f = 0; f < kFrags; ++f) wmma::fill_fragment(acc[f], 0.0f);
 
-    // The next step's vectors are loaded before this step's products, so their latency hides.
-    uint4 next_a[kAVecs], next_w = load_w(0);
-#pragma unroll
-    for (int i = 0; i < kAVecs; ++i) next_a[i] = load_a(0, i);
     for (int depth0 = 0; depth0 < depth; depth0 += kDepth) {
 #pragma unroll
       for (int i = 0; i < kAVecs; ++i) {
-        const int e = threadIdx.x + i * kThreads;
-        *reinterpret_cast<uint4*>(&sh.in.a[e / kVecPerRow][e % kVecPerRow * 8]) = next_a[i];
+        const int e = threadIdx.x + i * kThreads, c = depth0 + e % kVecPerRow * 8;
+        // Past the depth the vector stays zeros (and scale and shift are not read there).
+        const uint4 v =
+            kForward && c < depth ? apply8(next_a[i], scale, shift, c, relu6) : next_a[i];
+        *reinterpret_cast<uint4*>(&sh.in.a[e / kVecPerRow][e % kVecPerRow * 8]) = v;
       }
       store_w(next_w);
       __syncthreads();
       if (depth0 + kDepth < depth) {
 #pragma unroll
-        for (int i = 0; i < kAVecs; ++i) next_a[i] = load_a(depth0 + kDepth, i);
+        for (int i = 0; i < kAVecs; ++i) next_a[i] = load_a(row0, depth0 + kDepth, i);
         next_w = load_w(depth0 + kDepth);
+      } else if (row0 + stride < rows) {
+#pragma unroll
+        for (int i = 0; i < kAVecs; ++i) next_a[i] = load_a(row0 + stride, 0, i);
+        next_w = load_w(0);
       }
 #pragma unroll
       for (int step = 0; step < kDepth / 16; ++step) {
@@ -374,10 +389,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     gv = av = make_uint4(0, 0, 0, 0);
     if (step >= steps || row >= rows) return;
     if (n0 + c < n) gv = *reinterpret_cast<const uint4*>(g + row * n + n0 + c);
-    if (k0 + c < k) {
-      av = apply8(*reinterpret_cast<const uint4*>(x + row * k + k0 + c), scale, shift, k0 + c,
-                  relu6);
-    }
+    if (k0 + c < k) av = *reinterpret_cast<const uint4*>(x + row * k + k0 + c);
   };
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
   wmma::fill_fragment(acc[0], 0.0f);
@@ -385,8 +397,12 @@ __global__ void __launch_bounds__(kThreads, 3)
   uint4 next_g, next_a;
   load(blockIdx.z, next_g, next_a);
   for (long step = blockIdx.z; step < steps; step += gridDim.z) {
+    // f is applied here, a step after the load, so that the load's latency hides behind the
+    // products; rows past the end and channels past k stay zeros.
+    const bool live = step * kGradRows + r < rows && k0 + c < k;
     *reinterpret_cast<uint4*>(&sh.g[r][c]) = next_g;
-    *reinterpret_cast<uint4*>(&sh.a[r][c]) = next_a;
+    *reinterpret_cast<uint4*>(&sh.a[r][c]) =
+        live ? apply8(next_a, scale, shift, k0 + c, relu6) : next_a;
     __syncthreads();
     load(step + gridDim.z, next_g, next_a);
 #pragma unroll
