@@ -36,18 +36,13 @@
 #include <vector>
 
 #include "cudnn_probe_graphs.cuh"
-#include "probe_timing.cuh"
+#include "probe_common.cuh"
 
 namespace {
 
 using namespace cudnn_probe;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "cudnn_fusion_probe: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using probe::check;
 
 // In the order they run: the question first, in case the time runs out.
 constexpr Variant kVariants[] = {
@@ -205,7 +200,7 @@ float time_plan(cudnnHandle_t h, cudaStream_t st, cudnnBackendDescriptor_t plan,
   };
   once();
   check(cudaStreamSynchronize(st), "warm-up");
-  const float us = probe_timing::median_us(st, d.sets.size(), once);
+  const float us = probe::median_us(st, d.sets.size(), once);
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);
   return us;

@@ -30,18 +30,13 @@
 #include <vector>
 
 #include "pointwise_probe_kernels.cuh"
-#include "probe_timing.cuh"
+#include "probe_common.cuh"
 
 namespace {
 
 using namespace pointwise_probe;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "fused_pointwise_probe: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using probe::check;
 
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) {
@@ -458,7 +453,7 @@ float time_layer(const Layer& l, cudaStream_t s, Run run) {
   check(cudaGraphLaunch(exec, s), "warm-up replay");
   check(cudaStreamSynchronize(s), "warm-up");
   const float us =
-      probe_timing::median_us(s, l.sets.size(), [&] { check(cudaGraphLaunch(exec, s), "replay"); });
+      probe::median_us(s, l.sets.size(), [&] { check(cudaGraphLaunch(exec, s), "replay"); });
   check(cudaGraphExecDestroy(exec), "destroy");
   check(cudaGraphDestroy(graph), "destroy");
   return us;

@@ -16,16 +16,13 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "probe_common.cuh"
+
 namespace cg = cooperative_groups;
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "launch_boundary_probe: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using probe::check;
 
 __device__ __forceinline__ float4 pass(float4 v) {
   return make_float4(v.x * 1.0001f + 1.0f, v.y * 1.0001f + 1.0f, v.z * 1.0001f + 1.0f,

@@ -1,21 +1,23 @@
-// The timing loop the standalone probes share (fused_pointwise_probe, cudnn_fusion_probe): the
-// median of 7 timings of 10 calls of `launch` (a graph replay, or plain launches), in
-// microseconds per unit of work, `units` units a call. Events on `stream`; a CUDA error ends the
-// program with what failed.
+// What the standalone probes (bench/*.cu) share: a CUDA check that ends the program with what
+// failed and the program's name, and the timing loop, the median of 7 timings of 10 calls of
+// `launch` (a graph replay, or plain launches) in microseconds per unit of work, `units` units a
+// call, with events on `stream`.
 #pragma once
 
 #include <cuda_runtime.h>
+#include <errno.h>  // program_invocation_short_name (glibc)
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-namespace probe_timing {
+namespace probe {
 
 inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
-    std::fprintf(stderr, "probe timing: %s: %s\n", what, cudaGetErrorString(e));
+    std::fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what,
+                 cudaGetErrorString(e));
     std::exit(1);
   }
 }
@@ -41,4 +43,4 @@ float median_us(cudaStream_t stream, size_t units, Launch launch) {
   return us[3];
 }
 
-}  // namespace probe_timing
+}  // namespace probe
