@@ -43,6 +43,7 @@ namespace {
 using namespace cudnn_probe;
 
 using probe::check;
+using probe::device_copy;
 
 // In the order they run: the question first, in case the time runs out.
 constexpr Variant kVariants[] = {
@@ -66,14 +67,6 @@ constexpr Shape kShapes[] = {
 };
 
 // ---- data, plans and their timing --------------------------------------------------------------
-
-template <typename T>
-T* device_copy(const std::vector<T>& host) {
-  T* d = nullptr;
-  check(cudaMalloc(&d, host.size() * sizeof(T)), "malloc");
-  check(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "copy");
-  return d;
-}
 
 // One shape's data on the host (for the reference) and its input sets on the device.
 struct Data {

@@ -37,6 +37,7 @@ namespace {
 using namespace pointwise_probe;
 
 using probe::check;
+using probe::device_copy;
 
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) {
@@ -198,14 +199,6 @@ void backward_fused(const Layer& l, const Buffers& b, cudaStream_t s) {
   check(cudaGetLastError(), "reduce launch");
   launch_fused_gemm<Sums::input_gradient>(l, b.g, b.x, b.da, b, sh.n, sh.k, s);
   launch_finish(l, b, sh.k, s);
-}
-
-template <typename T>
-T* device_copy(const std::vector<T>& host) {
-  T* d;
-  check(cudaMalloc(&d, host.size() * sizeof(T)), "malloc");
-  check(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  return d;
 }
 
 template <typename T>

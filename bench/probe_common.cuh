@@ -1,7 +1,7 @@
 // What the standalone probes (bench/*.cu) share: a CUDA check that ends the program with what
-// failed and the program's name, and the timing loop, the median of 7 timings of 10 calls of
-// `launch` (a graph replay, or plain launches) in microseconds per unit of work, `units` units a
-// call, with events on `stream`.
+// failed and the program's name, an upload, and the timing loop, the median of 7 timings of 10
+// calls of `launch` (a graph replay, or plain launches) in microseconds per unit of work, `units`
+// units a call, with events on `stream`.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +20,15 @@ inline void check(cudaError_t e, const char* what) {
                  cudaGetErrorString(e));
     std::exit(1);
   }
+}
+
+// A device copy of `host`; the caller frees it.
+template <typename T>
+T* device_copy(const std::vector<T>& host) {
+  T* d = nullptr;
+  check(cudaMalloc(&d, host.size() * sizeof(T)), "malloc");
+  check(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  return d;
 }
 
 template <typename Launch>

@@ -197,9 +197,9 @@ class Layer:
 
     def bound_us(self, direction):
         """fused_pointwise_probe's bound: forward reads x and writes z; backward reads g and x
-        once and writes da."""
+        once and writes da; both read the weights (f16) once."""
         per_row = self.k + self.n if direction == "forward" else self.n + 2 * self.k
-        return 2 * self.rows * per_row / PEAK_BYTES_PER_US
+        return 2 * (self.rows * per_row + self.k * self.n) / PEAK_BYTES_PER_US
 
     def activate(self, x):
         a = x.float() * self.scale + self.shift
