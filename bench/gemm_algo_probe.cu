@@ -2,11 +2,11 @@
 // cublasGemmEx with CUBLAS_GEMM_DEFAULT (kernels/cuda/matmul.cu), which takes cuBLAS's first
 // heuristic pick untimed. Session 26's `ncu` of the f16 step put those GEMMs at 1.91 ms for
 // 4.30 GB (2.1x their HBM bound) and the 33 `splitKreduce` launches after the split-K weight
-// gradients at 0.17 ms more: together about a sixth of the step's time above the bound (issue
+// gradients at 0.17 ms more: together about a fifth of the step's time above the bound (issue
 // 16's HBM goal). This standalone probe times, for each of the 19 shapes and each of the three
 // GEMMs of a layer (forward, input gradient, weight gradient into f32, as conv.cu calls them):
 // - "GemmEx": cublasGemmEx as frugal calls it, with frugal's 32 MiB workspace;
-// - "Lt first": cublasLt's first heuristic result (what GemmEx should amount to);
+// - "Lt first": cublasLt's first heuristic result (GemmEx's own pick differs on some shapes);
 // - "Lt best": the fastest of up to 32 heuristic results, each timed;
 // - "no reduce": the fastest of those whose split-K, if any, sums in place (reduction scheme
 //   NONE or INPLACE), so that no separate reduction kernel follows.
