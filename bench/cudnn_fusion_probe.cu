@@ -55,17 +55,6 @@ constexpr Variant kVariants[] = {
     {"conv", Prologue::none, Epilogue::none, CUDNN_DATA_HALF},
 };
 
-// MobileNetV2's 34 pointwise convolutions at batch 128, 224x224 (fused_pointwise_probe's table).
-constexpr Shape kShapes[] = {
-    {112, 32, 16, true, 1},   {112, 16, 96, false, 1}, {56, 96, 24, true, 1},
-    {56, 24, 144, false, 2},  {56, 144, 24, true, 1},  {28, 144, 32, true, 1},
-    {28, 32, 192, false, 3},  {28, 192, 32, true, 2},  {14, 192, 64, true, 1},
-    {14, 64, 384, false, 4},  {14, 384, 64, true, 3},  {14, 384, 96, true, 1},
-    {14, 96, 576, false, 3},  {14, 576, 96, true, 2},  {7, 576, 160, true, 1},
-    {7, 160, 960, false, 3},  {7, 960, 160, true, 2},  {7, 960, 320, true, 1},
-    {7, 320, 1280, false, 1},
-};
-
 // ---- data, plans and their timing --------------------------------------------------------------
 
 // One shape's data on the host (for the reference) and its input sets on the device.
@@ -389,7 +378,7 @@ int main() {
   std::vector<bool> complete(kVariantCount, true);
   int layers = 0;
   std::mt19937 gen(33);
-  for (const Shape& s : kShapes) {
+  for (const Shape& s : probe::kMobileNetV2Pointwise) {
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (elapsed > seconds) {

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "mobilenet_v2_pointwise.h"
+
 namespace cudnn_probe {
 
 inline std::string cudnn_reason(cudnnStatus_t st) {
@@ -123,13 +125,8 @@ struct Variant {
   cudnnDataType_t scale_type;  // of scale and shift: f16 for the ConvBNfprop pattern
 };
 
-struct Shape {
-  int hw, k, n;
-  bool relu6;  // the input's batch norm is followed by ReLU6 in MobileNetV2 (else none)
-  int count;   // how many of MobileNetV2's 1x1 convolutions have this shape
-};
-
-constexpr int kBatch = 128;
+using Shape = probe::PointwiseShape;
+constexpr int kBatch = probe::kPointwiseBatch;
 
 // The operation graph of variant v at shape s, built in b (nullptr with b.failure() on failure).
 inline cudnnBackendDescriptor_t operation_graph(Builder& b, cudnnHandle_t h, const Variant& v,

@@ -29,6 +29,7 @@
 #include <random>
 #include <vector>
 
+#include "mobilenet_v2_pointwise.h"
 #include "pointwise_probe_kernels.cuh"
 #include "probe_common.cuh"
 
@@ -38,34 +39,7 @@ using namespace pointwise_probe;
 
 using probe::check;
 using probe::device_copy;
-
-void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "fused_pointwise_probe: %s: cuBLAS status %d\n", what, int(s));
-    std::exit(1);
-  }
-}
-
-struct Shape {
-  long rows;
-  int k, n;
-  bool relu6;  // the input's batch norm is followed by ReLU6 (projections), or not (expansions)
-  int count;   // how many of MobileNetV2's 1x1 convolutions have this shape
-};
-
-// MobileNetV2's 34 pointwise convolutions at batch 128, 224x224.
-constexpr Shape kShapes[] = {
-    {128L * 112 * 112, 32, 16, true, 1}, {128L * 112 * 112, 16, 96, false, 1},
-    {128L * 56 * 56, 96, 24, true, 1},   {128L * 56 * 56, 24, 144, false, 2},
-    {128L * 56 * 56, 144, 24, true, 1},  {128L * 28 * 28, 144, 32, true, 1},
-    {128L * 28 * 28, 32, 192, false, 3}, {128L * 28 * 28, 192, 32, true, 2},
-    {128L * 14 * 14, 192, 64, true, 1},  {128L * 14 * 14, 64, 384, false, 4},
-    {128L * 14 * 14, 384, 64, true, 3},  {128L * 14 * 14, 384, 96, true, 1},
-    {128L * 14 * 14, 96, 576, false, 3}, {128L * 14 * 14, 576, 96, true, 2},
-    {128L * 7 * 7, 576, 160, true, 1},   {128L * 7 * 7, 160, 960, false, 3},
-    {128L * 7 * 7, 960, 160, true, 2},   {128L * 7 * 7, 960, 320, true, 1},
-    {128L * 7 * 7, 320, 1280, false, 1},
-};
+using Shape = probe::PointwiseShape;
 
 constexpr int kBlocksAtOnce = 3 * 132;  // three 256-thread blocks on each of the H200's 132 SMs
 
@@ -433,25 +407,6 @@ Errors worst(const Errors& a, const Errors& b) {
           std::max(a.dw, b.dw)};
 }
 
-// Microseconds a layer: the median of 7 timings of 10 replays of a graph that runs the layer once
-// on each input set.
-template <typename Run>
-float time_layer(const Layer& l, cudaStream_t s, Run run) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-  for (const Buffers& b : l.sets) run(b);
-  check(cudaStreamEndCapture(s, &graph), "end capture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  check(cudaGraphLaunch(exec, s), "warm-up replay");
-  check(cudaStreamSynchronize(s), "warm-up");
-  const float us =
-      probe::median_us(s, l.sets.size(), [&] { check(cudaGraphLaunch(exec, s), "replay"); });
-  check(cudaGraphExecDestroy(exec), "destroy");
-  check(cudaGraphDestroy(graph), "destroy");
-  return us;
-}
-
 struct Totals {
   double passes = 0, fused = 0, bound = 0;
 };
@@ -515,14 +470,17 @@ int main() {
   for (const Direction& d : kDirections) {
     print_header(d.title);
     Totals t;
-    for (const Shape& sh : kShapes) {
+    for (const Shape& sh : probe::kMobileNetV2Pointwise) {
       Layer l = make_layer(sh, rng);
       auto passes = [&](const Buffers& b) { d.passes(l, b, blas, s); };
       auto fused = [&](const Buffers& b) { d.fused(l, b, s); };
       const Errors e = worst(d.check(run_once(l, d.backward, s, passes), sh),
                              d.check(run_once(l, d.backward, s, fused), sh));
-      const float passes_us = time_layer(l, s, passes), fused_us = time_layer(l, s, fused);
-      const float gemms_us = time_layer(l, s, [&](const Buffers& b) { d.gemms(l, b, blas); });
+      // us a layer: replays of a graph that runs the layer once on each input set
+      const float passes_us = probe::graph_median_us(s, l.sets, passes);
+      const float fused_us = probe::graph_median_us(s, l.sets, fused);
+      const float gemms_us =
+          probe::graph_median_us(s, l.sets, [&](const Buffers& b) { d.gemms(l, b, blas); });
       const double bound = (d.fewest_bytes(sh) + 2.0 * sh.k * sh.n) / 4.8e12 * 1e6;
       const bool layer_ok = good(e, d.backward);
       ok = ok && layer_ok;

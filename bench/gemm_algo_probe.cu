@@ -26,38 +26,16 @@
 #include <string>
 #include <vector>
 
+#include "mobilenet_v2_pointwise.h"
 #include "probe_common.cuh"
 
 namespace {
 
 using probe::check;
-
-void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "gemm_algo_probe: %s: cuBLAS status %d\n", what, int(s));
-    std::exit(1);
-  }
-}
+using Shape = probe::PointwiseShape;
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // kCublasWorkspaceBytes in kernels/matmul.h
 constexpr int kHeuristics = 32;
-
-struct Shape {
-  long rows;
-  int k, n;   // input and output channels
-  int count;  // how many of MobileNetV2's 1x1 convolutions have this shape
-};
-
-// MobileNetV2's 34 pointwise convolutions at batch 128, 224x224 (fused_pointwise_probe's list).
-constexpr Shape kShapes[] = {
-    {128L * 112 * 112, 32, 16, 1}, {128L * 112 * 112, 16, 96, 1}, {128L * 56 * 56, 96, 24, 1},
-    {128L * 56 * 56, 24, 144, 2},  {128L * 56 * 56, 144, 24, 1},  {128L * 28 * 28, 144, 32, 1},
-    {128L * 28 * 28, 32, 192, 3},  {128L * 28 * 28, 192, 32, 2},  {128L * 14 * 14, 192, 64, 1},
-    {128L * 14 * 14, 64, 384, 4},  {128L * 14 * 14, 384, 64, 3},  {128L * 14 * 14, 384, 96, 1},
-    {128L * 14 * 14, 96, 576, 3},  {128L * 14 * 14, 576, 96, 2},  {128L * 7 * 7, 576, 160, 1},
-    {128L * 7 * 7, 160, 960, 3},   {128L * 7 * 7, 960, 160, 2},   {128L * 7 * 7, 960, 320, 1},
-    {128L * 7 * 7, 320, 1280, 1},
-};
 
 // A row-major GEMM as kernels::cuda::gemm_tf32_out takes it: c[m, n] = op(a) op(b), a stored
 // [m, k] ([k, m] when trans_a), b stored [k, n] ([n, k] when trans_b), f16 operands.
@@ -199,24 +177,6 @@ void run_lt(const Probe& pr, const LtProblem& p, const cublasLtMatmulAlgo_t& alg
         "cublasLtMatmul");
 }
 
-// Microseconds a GEMM: a replayed graph that runs it once on each operand set.
-template <typename Run>
-float time_sets(const Probe& pr, const std::vector<Operands>& sets, Run run) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(pr.s, cudaStreamCaptureModeThreadLocal), "capture");
-  for (const Operands& o : sets) run(o);
-  check(cudaStreamEndCapture(pr.s, &graph), "end capture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  check(cudaGraphLaunch(exec, pr.s), "warm-up replay");
-  check(cudaStreamSynchronize(pr.s), "warm-up");
-  const float us =
-      probe::median_us(pr.s, sets.size(), [&] { check(cudaGraphLaunch(exec, pr.s), "replay"); });
-  check(cudaGraphExecDestroy(exec), "destroy");
-  check(cudaGraphDestroy(graph), "destroy");
-  return us;
-}
-
 std::vector<float> download(const Gemm& g, const void* c) {
   std::vector<float> out(static_cast<size_t>(g.c_elems()));
   if (g.f32_out) {
@@ -279,7 +239,8 @@ bool probe_gemm(const Probe& pr, const Gemm& g, int count, Totals& t) {
   const std::vector<float> ref = download(g, sets[0].c);
   bool ok = true;
   double worst = 0;
-  const float gemmex = time_sets(pr, sets, [&](const Operands& o) { run_gemmex(pr, g, o); });
+  const float gemmex =
+      probe::graph_median_us(pr.s, sets, [&](const Operands& o) { run_gemmex(pr, g, o); });
   const LtProblem p(g);
   float first = INFINITY;
   Choice best, no_reduce;
@@ -296,7 +257,7 @@ bool probe_gemm(const Probe& pr, const Gemm& g, int count, Totals& t) {
         continue;
       }
       worst = std::max(worst, e);
-      const float us = time_sets(pr, sets, run);
+      const float us = probe::graph_median_us(pr.s, sets, run);
       if (!in_place_only && i == 0) first = us;
       Choice& into = in_place_only ? no_reduce : best;
       if (us < into.us) into = {us, describe(algo)};
@@ -342,7 +303,7 @@ int main() {
               "best without a reduce kernel");
   bool ok = true;
   Totals all[3];
-  for (const Shape& sh : kShapes) {
+  for (const Shape& sh : probe::kMobileNetV2Pointwise) {
     const std::vector<Gemm> gs = gemms_of(sh);
     for (size_t i = 0; i < gs.size(); ++i) ok = probe_gemm(pr, gs[i], sh.count, all[i]) && ok;
   }

@@ -1,9 +1,11 @@
-// What the standalone probes (bench/*.cu) share: a CUDA check that ends the program with what
-// failed and the program's name, an upload, and the timing loop, the median of 7 timings of 10
-// calls of `launch` (a graph replay, or plain launches) in microseconds per unit of work, `units`
-// units a call, with events on `stream`.
+// What the standalone probes (bench/*.cu) share: CUDA and cuBLAS checks that end the program with
+// what failed and the program's name, an upload, and the timing loop, the median of 7 timings of
+// 10 calls of `launch` (a graph replay, or plain launches) in microseconds per unit of work,
+// `units` units a call, with events on `stream`; and that loop over the replays of a graph that
+// runs one piece of work on each of several input sets.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <errno.h>  // program_invocation_short_name (glibc)
 
@@ -18,6 +20,14 @@ inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
     std::fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what,
                  cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+inline void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "%s: %s: cuBLAS status %d\n", program_invocation_short_name, what,
+                 static_cast<int>(s));
     std::exit(1);
   }
 }
@@ -50,6 +60,25 @@ float median_us(cudaStream_t stream, size_t units, Launch launch) {
   check(cudaEventDestroy(stop), "event");
   std::nth_element(us.begin(), us.begin() + 3, us.end());
   return us[3];
+}
+
+// Microseconds a set: median_us over the replays of a CUDA graph, captured on `stream`, that
+// calls run(set) once for each of `sets` (enough of them to keep a round past the L2).
+template <typename Sets, typename Run>
+float graph_median_us(cudaStream_t stream, const Sets& sets, Run run) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  for (const auto& set : sets) run(set);
+  check(cudaStreamEndCapture(stream, &graph), "end capture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  check(cudaGraphLaunch(exec, stream), "warm-up replay");
+  check(cudaStreamSynchronize(stream), "warm-up");
+  const float us =
+      median_us(stream, sets.size(), [&] { check(cudaGraphLaunch(exec, stream), "replay"); });
+  check(cudaGraphExecDestroy(exec), "destroy");
+  check(cudaGraphDestroy(graph), "destroy");
+  return us;
 }
 
 }  // namespace probe
