@@ -21,6 +21,20 @@ OUTDIR="${OUT:-/tmp}"
 mkdir -p "$OUTDIR"
 read -r batch input classes <<< "${PROFILE_CASE:-128 3x224x224 1000}"
 status=0
+
+# One ncu pass with $metrics over the profiled range of the command after NAME, summed by
+# bench/ncu_summary.py into "$OUTDIR/profile-NAME.txt"; fails, saying so, where ncu does.
+# --clock-control none: leave the clocks as the benchmark sees them (the device tool's METHOD.md).
+ncu_summary() {
+  local name=$1 csv="$OUTDIR/ncu-$1.csv"
+  shift
+  ncu --clock-control none --profile-from-start off --metrics "$metrics" --csv \
+    --print-units base --log-file "$csv" "$@" > /dev/null ||
+    { echo "ncu failed for $name"; return 1; }
+  python3 bench/ncu_summary.py "$csv" --top 60 > "$OUTDIR/profile-$name.txt" || status=1
+  rm -f "$csv"
+}
+
 for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
   args=(--device cuda --model "${PROFILE_MODEL:-mobilenet_v2}" --batch "$batch" --input "$input"
         --classes "$classes" --precision "$p"
@@ -45,29 +59,19 @@ for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
     head -25 "$OUTDIR/profile-host-$p.txt"
   fi
   [[ " ${PROFILE_KINDS:-ncu host} " == *" ncu "* ]] || continue
-  csv="$OUTDIR/ncu-frugal-$p.csv"
-  # --clock-control none: leave the clocks as the benchmark sees them (the device tool's METHOD.md)
   metrics=gpu__time_duration.sum
   # PROFILE_DRAM=1 adds the bytes each kernel moved to and from HBM (the step's traffic bound in
   # the summary); the extra counters cost ncu replay passes, not kernel time.
   [ "${PROFILE_DRAM:-0}" = 1 ] && metrics="$metrics,dram__bytes_read.sum,dram__bytes_write.sum"
-  ncu --clock-control none --profile-from-start off --metrics "$metrics" --csv \
-    --print-units base --log-file "$csv" "$BUILD/train_step_bench" "${args[@]}" --profile > /dev/null ||
-    { echo "ncu failed for $p"; status=1; continue; }
-  python3 bench/ncu_summary.py "$csv" --top 60 > "$OUTDIR/profile-frugal-$p.txt" || status=1
-  rm -f "$csv"
+  ncu_summary "frugal-$p" "$BUILD/train_step_bench" "${args[@]}" --profile ||
+    { status=1; continue; }
   # PROFILE_TORCH_NCU="none default ...": the same ncu over one PyTorch step per torch.compile
   # mode ("none" is eager), the step after its warm-up and timed steps (--ncu-range), so that
   # PyTorch's kernel time and HBM bound are measured exactly as frugal's.
   for mode in ${PROFILE_TORCH_NCU:-}; do
-    csv="$OUTDIR/ncu-torch-$mode-$p.csv"
-    TORCHINDUCTOR_COMPILE_THREADS=1 ncu --clock-control none --profile-from-start off \
-      --metrics "$metrics" --csv --print-units base --log-file "$csv" \
-      python3 bench/torch_train_step.py "${args[@]}" --compile "$mode" --ncu-range > /dev/null ||
-      { echo "ncu failed for PyTorch $mode $p"; status=1; continue; }
-    python3 bench/ncu_summary.py "$csv" --top 60 > "$OUTDIR/profile-torch-$mode-$p.txt" ||
-      status=1
-    rm -f "$csv"
+    ncu_summary "torch-$mode-$p" env TORCHINDUCTOR_COMPILE_THREADS=1 \
+      python3 bench/torch_train_step.py "${args[@]}" --compile "$mode" --ncu-range ||
+      { status=1; continue; }
     head -8 "$OUTDIR/profile-torch-$mode-$p.txt"
   done
   python3 bench/torch_train_step.py "${args[@]}" --profile 2>&1 > /dev/null |
