@@ -15,7 +15,7 @@
 //   stride 2 its strips start where iw + pw is even, so every strip has the same tap parities.
 // - The 3x3 forward at stride 1 walks a strip down several output rows instead, the three
 //   input rows it reads held in registers, so each input row is loaded (and batch norm applied
-//   to it) once a window rather than three times (Note [Row windows] in depthwise_conv.cu).
+//   to it) once a window rather than three times (Note [Row windows] in depthwise_windows.cuh).
 // - Weight gradient: a thread owns a pack, one kernel row (K x 4 accumulators, the 5x5 as cheap
 //   as the 3x3) and a strip, so each x column and dy pixel is loaded once a strip; strips are
 //   spread over row splits, each block sums its rows and writes f32 partials [split, C, taps],

@@ -1,4 +1,4 @@
-// What frugal's own NHWC convolution kernels share (depthwise_conv.cu, few_channel_conv.cu): the
+// What frugal's own NHWC convolution kernels share (depthwise_*.cu, few_channel_conv.cu): the
 // 32-bit geometry, and the two-stage weight gradient (row splits of the output positions summed
 // into an f32 workspace, then the splits added in a fixed order: deterministic, no atomics).
 #pragma once
