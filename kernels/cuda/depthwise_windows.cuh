@@ -29,7 +29,7 @@ namespace {
 // values, so a warp reads 576 consecutive ones, and it reads them once an item. The transpose
 // was a launch of its own before each window (26 of a MobileNetV2 step's 34 transposes).
 template <typename T, class In, bool Mirror = false>
-__global__ void __launch_bounds__(kGatherThreads, 4)
+__global__ void __launch_bounds__(kGatherThreads)
     forward_window_kernel(Geom g, int rows, BnActInput bn, const T* __restrict__ x,
                           const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y) {
   constexpr int K = 3, V = kWindowPack;
@@ -65,87 +65,27 @@ __global__ void __launch_bounds__(kGatherThreads, 4)
     const bool interior = col0 >= 0 && col0 + kCols <= col_end;
     // window[a]: input row oh - ph + a of the current output row oh, zeros outside the image
     float window[K][kCols][V];
-    // Note [Windows load a row ahead]: each step multiplies in its first kernel row (window[0])
-    // first; then it makes over the input row loaded a step before into window[2] and issues the
-    // loads of the next step's new row into `raw`, which stay in flight while the other two
-    // kernel rows multiply, the outputs are stored, and the next step's first kernel row
-    // multiplies. Loaded and made over at once (as before), each step waited out a whole load's
-    // latency: ncu put 33-47% of the windows' stalls on their own loads, at 25% occupancy (124
-    // registers) and 1.3-2.0 TB/s (MobileNetV2 f16, H200). Four blocks of 128 threads a
-    // multiprocessor, as before (__launch_bounds__): on sm_90 the f16 kernels and the plain-input
-    // ones fit them in 128 registers; those that read batch norm through spill 12-16 bytes in
-    // bf16 and 20-32 in f32. The products, their order and the values are the same.
-    // bf16 pairs are held as one packed register each: as a Pack, two bf16 took two registers,
-    // and bf16's kernels spilled 20-40 bytes.
-    constexpr bool kPairs = std::is_same_v<T, __nv_bfloat16>;
-    using Raw = std::conditional_t<kPairs, PairOf<T>, Pack<T, V>>;
-    static_assert(V == 2, "a raw pack is a pair");
-    Raw raw[kCols];
-    int raw_row = -1;  // element offset of the row in raw, or -1: a row outside the image
-    auto load_raw = [&](int ih) {
-      raw_row = row_offset(ih, n, g.h, g.w, g.c, c0);
-      if (raw_row < 0) return;
+    auto load_row = [&](float(&dst)[kCols][V], int ih) {
+      const int row = row_offset(ih, n, g.h, g.w, g.c, c0);
+      if (row < 0) {
 #pragma unroll
-      for (int j = 0; j < kCols; ++j) {
-        // as for_each_column: straight inside the row, clamped into it at its ends
-        const int col = interior ? col0 + j : min(max(col0 + j, 0), g.w - 1);
-        raw[j] = *reinterpret_cast<const Raw*>(x + raw_row + col * g.c);
-      }
-    };
-    // raw made over by In into dst, zeros for columns outside [0, col_end) (load_column)
-    auto make_row = [&](float(&dst)[kCols][V]) {
+        for (int j = 0; j < kCols; ++j) {
 #pragma unroll
-      for (int j = 0; j < kCols; ++j) {
-        float xv[V];
-#pragma unroll
-        for (int v = 0; v < V; ++v) xv[v] = 0.0f;
-        if (raw_row >= 0) {
-          if constexpr (kPairs) {
-            const float2 f = widen_pair<T>(raw[j]);
-            xv[0] = f.x, xv[1] = f.y;
-          } else {
-#pragma unroll
-            for (int v = 0; v < V; ++v) xv[v] = to_f(raw[j].v[v]);
-          }
+          for (int v = 0; v < V; ++v) dst[j][v] = 0.0f;
         }
-        if (raw_row >= 0) in(xv);
-        const bool inside =
-            interior || static_cast<unsigned>(col0 + j) < static_cast<unsigned>(col_end);
+      } else {
+        for_each_column<T, V, kCols>(x, row, col0, col_end, g.w, g.c, interior, in,
+                                     [&](int j, const float(&xv)[V]) {
 #pragma unroll
-        for (int v = 0; v < V; ++v) dst[j][v] = inside && raw_row >= 0 ? xv[v] : 0.0f;
+                                       for (int v = 0; v < V; ++v) dst[j][v] = xv[v];
+                                     });
       }
     };
-    auto add_row = [&](int a, float(&acc)[kStrip][V]) {
-      for_each_tap<Cols>([&](int j, int b, int r) {
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[r][v] = fmaf(window[a][j][v], wr[a][b][v], acc[r][v]);
-      });
-    };
-#pragma unroll
-    for (int a = 0; a < K - 1; ++a) {
-      load_raw(oh_begin - g.ph + a);
-      make_row(window[a]);
-    }
-    load_raw(oh_begin - g.ph + K - 1);
+    for (int a = 0; a < K - 1; ++a) load_row(window[a + 1], oh_begin - g.ph + a);
 #pragma unroll 1
     for (int oh = oh_begin; oh < oh_end; ++oh) {
-      float acc[kStrip][V];
-#pragma unroll
-      for (int r = 0; r < kStrip; ++r) {
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[r][v] = init[v];
-      }
-      add_row(0, acc);
-      make_row(window[K - 1]);
-      if (oh + 1 < oh_end) load_raw(oh + 1 - g.ph + K - 1);
-#pragma unroll
-      for (int a = 1; a < K; ++a) add_row(a, acc);
-      const int out0 = ((n * g.oh + oh) * g.ow + ow0) * g.c + c0;
-#pragma unroll
-      for (int r = 0; r < kStrip; ++r) {
-        if (r < count) store_pack<T, V>(y + (out0 + r * g.c), acc[r]);
-      }
-      // slide down one row: the rows a = 1, 2 of this output row are the next one's 0, 1
+      // slide down one row: the rows a = 1, 2 of the last output row are this one's 0, 1
 #pragma unroll
       for (int a = 0; a < K - 1; ++a) {
 #pragma unroll
@@ -153,6 +93,25 @@ __global__ void __launch_bounds__(kGatherThreads, 4)
 #pragma unroll
           for (int v = 0; v < V; ++v) window[a][j][v] = window[a + 1][j][v];
         }
+      }
+      load_row(window[K - 1], oh - g.ph + K - 1);
+      float acc[kStrip][V];
+#pragma unroll
+      for (int r = 0; r < kStrip; ++r) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[r][v] = init[v];
+      }
+#pragma unroll
+      for (int a = 0; a < K; ++a) {
+        for_each_tap<Cols>([&](int j, int b, int r) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[r][v] = fmaf(window[a][j][v], wr[a][b][v], acc[r][v]);
+        });
+      }
+      const int out0 = ((n * g.oh + oh) * g.ow + ow0) * g.c + c0;
+#pragma unroll
+      for (int r = 0; r < kStrip; ++r) {
+        if (r < count) store_pack<T, V>(y + (out0 + r * g.c), acc[r]);
       }
     }
   }
