@@ -20,9 +20,12 @@ DType parse_dtype(const std::string& s) {
 
 std::string Device::str() const {
   switch (type) {
-    case DeviceType::cpu: return "cpu";
-    case DeviceType::cuda: return "cuda:" + std::to_string(index);
-    case DeviceType::meta: return "meta";
+    case DeviceType::cpu:
+      return "cpu";
+    case DeviceType::cuda:
+      return "cuda:" + std::to_string(index);
+    case DeviceType::meta:
+      return "meta";
   }
   return "?";
 }

@@ -44,14 +44,14 @@ template <typename E = Error>
 }  // namespace detail
 }  // namespace frugal
 
-#define FRUGAL_CHECK(cond, ...)                                                          \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      ::frugal::detail::fail<::frugal::Error>(__FILE__, __LINE__, __func__, #cond,       \
-                                              ::frugal::detail::str(__VA_ARGS__));       \
-    }                                                                                    \
+#define FRUGAL_CHECK(cond, ...)                                                    \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      ::frugal::detail::fail<::frugal::Error>(__FILE__, __LINE__, __func__, #cond, \
+                                              ::frugal::detail::str(__VA_ARGS__)); \
+    }                                                                              \
   } while (0)
 
-#define FRUGAL_FAIL(...)                                                                 \
-  ::frugal::detail::fail<::frugal::Error>(__FILE__, __LINE__, __func__, "",              \
+#define FRUGAL_FAIL(...)                                                    \
+  ::frugal::detail::fail<::frugal::Error>(__FILE__, __LINE__, __func__, "", \
                                           ::frugal::detail::str(__VA_ARGS__))

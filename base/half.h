@@ -14,8 +14,12 @@
 
 namespace frugal {
 
-struct f16_t { uint16_t bits; };
-struct bf16_t { uint16_t bits; };
+struct f16_t {
+  uint16_t bits;
+};
+struct bf16_t {
+  uint16_t bits;
+};
 
 FRUGAL_HD uint32_t float_bits(float f) {
   uint32_t u;
@@ -55,9 +59,9 @@ FRUGAL_HD uint16_t float_to_f16(float f) {
   uint32_t u = float_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (abs < 0x38800000u) {  // subnormal or zero in f16
+  if (abs < 0x38800000u) {                                               // subnormal or zero in f16
     // Add 0.5 (as float) to move the value's bits into the low mantissa, rounding to even.
     float v = bits_float(abs) + 0.5f;
     return static_cast<uint16_t>(sign | (float_bits(v) - 0x3f000000u));

@@ -59,16 +59,14 @@ int run(int argc, char** argv) {
     Tensor images = Tensor::empty({batch, chw[1], chw[2], chw[0]}, {.device = meta});
     Tensor labels = Tensor::empty({batch}, {.dtype = DType::i64, .device = meta});
     std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
-    auto step = [&] {
-      train::train_step(*model, opt, images, labels, precision, scaler.get());
-    };
+    auto step = [&] { train::train_step(*model, opt, images, labels, precision, scaler.get()); };
     for (int64_t i = 0; i < warmup; ++i) step();
     std::vector<double> us;
     for (int64_t i = 0; i < steps; ++i) {
       auto t0 = std::chrono::steady_clock::now();
       step();
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                       .count());
+      us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     std::printf("  %-5s median %8.1f us  (min %.1f)\n", dtype_name(precision), median(us),
                 *std::min_element(us.begin(), us.end()));

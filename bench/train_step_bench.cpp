@@ -4,7 +4,8 @@
 // and loss under autocast with a GradScaler, bf16 under autocast alone (PyTorch's recipe).
 // bench/torch_train_step.py is its PyTorch twin with the same --json fields.
 //
-//   train_step_bench --device cuda --batch 128 --input 3x224x224 --classes 1000 --precision f16 --json
+//   train_step_bench --device cuda --batch 128 --input 3x224x224 --classes 1000 --precision f16
+//   --json
 #include <omp.h>
 
 #include <atomic>
@@ -408,11 +409,12 @@ int run(int argc, char** argv) {
       env.distributed() ? (" per rank, " + std::to_string(env.world_size) + " ranks").c_str() : "",
       input.c_str(), static_cast<long long>(classes), precision.c_str(),
       j["graph"].get<bool>() ? ", replayed from a CUDA graph" : "");
-  std::printf("  %lld warm-up + %lld timed steps (%s): median %.2f ms, min %.2f, max %.2f, "
-              "mean wall %.2f ms\n",
-              static_cast<long long>(warmup), static_cast<long long>(steps),
-              j["timer"].get<std::string>().c_str(), med, j["min_ms"].get<double>(),
-              j["max_ms"].get<double>(), j["mean_wall_ms"].get<double>());
+  std::printf(
+      "  %lld warm-up + %lld timed steps (%s): median %.2f ms, min %.2f, max %.2f, "
+      "mean wall %.2f ms\n",
+      static_cast<long long>(warmup), static_cast<long long>(steps),
+      j["timer"].get<std::string>().c_str(), med, j["min_ms"].get<double>(),
+      j["max_ms"].get<double>(), j["mean_wall_ms"].get<double>());
   std::printf("  %.1f img/s\n", j["img_per_s"].get<double>());
   std::printf("  peak allocated %.1f MiB, peak reserved %.1f MiB (%s)\n",
               static_cast<double>(stats.allocated_bytes.peak) / kMiB,

@@ -143,8 +143,8 @@ Tensor cast_parameter(const Tensor& p, DType dtype) {
 AutocastGuard::AutocastGuard(Device device, DType dtype, bool enabled) : type_(device.type) {
   // Disabled, any dtype is fine (torch.autocast(enabled=False) accepts any); the state keeps
   // its previous low-precision dtype then.
-  FRUGAL_CHECK(!enabled || is_low_precision(dtype), "AutocastGuard: dtype must be f16 or bf16, got ",
-               dtype, " (for ", device, ")");
+  FRUGAL_CHECK(!enabled || is_low_precision(dtype),
+               "AutocastGuard: dtype must be f16 or bf16, got ", dtype, " (for ", device, ")");
   DeviceState& s = state_of(type_);
   prev_enabled_ = s.enabled;
   prev_dtype_ = s.dtype;

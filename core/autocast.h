@@ -38,12 +38,35 @@ enum class AutocastPolicy : uint8_t {
 // Only lower and f32 ops call autocast::apply; promote and pass ops are listed so the table is
 // the one place that says what happens to each op.
 enum class AutocastOp : uint8_t {
-  conv2d, linear, matmul,                                   // lower
-  cross_entropy, batch_norm, sum, mean,                     // f32
-  softmax, log_softmax, exp, log, rsqrt, pow,
-  add, sub, mul, div, maximum, minimum,                     // promote
-  relu, relu6, hardswish, silu, sigmoid,                    // pass
-  max_pool2d, avg_pool2d, global_avg_pool, dropout, reshape,
+  conv2d,
+  linear,
+  matmul,  // lower
+  cross_entropy,
+  batch_norm,
+  sum,
+  mean,  // f32
+  softmax,
+  log_softmax,
+  exp,
+  log,
+  rsqrt,
+  pow,
+  add,
+  sub,
+  mul,
+  div,
+  maximum,
+  minimum,  // promote
+  relu,
+  relu6,
+  hardswish,
+  silu,
+  sigmoid,  // pass
+  max_pool2d,
+  avg_pool2d,
+  global_avg_pool,
+  dropout,
+  reshape,
   kCount
 };
 constexpr size_t kNumAutocastOps = static_cast<size_t>(AutocastOp::kCount);

@@ -90,16 +90,16 @@ Tensor random_tensor(const Shape& shape, TensorOptions opts, Draw draw) {
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts, double lo, double hi) {
   uint64_t offset = gen.take(static_cast<uint64_t>(shape.numel()));
   return random_tensor(shape, opts, [&](const Tensor& t) {
-    kernels::fill_uniform(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(),
-                          offset, lo, hi);
+    kernels::fill_uniform(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(), offset,
+                          lo, hi);
   });
 }
 
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts, double mean, double stddev) {
   uint64_t offset = gen.take(static_cast<uint64_t>(shape.numel()));
   return random_tensor(shape, opts, [&](const Tensor& t) {
-    kernels::fill_normal(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(),
-                         offset, mean, stddev);
+    kernels::fill_normal(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(), offset,
+                         mean, stddev);
   });
 }
 
@@ -118,21 +118,31 @@ Tensor from_blob(const void* data, const Shape& shape, DType dtype, TensorOption
 }
 
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
-  FRUGAL_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ",
-               values.size(), " values for shape ", shape, " (", shape.numel(), " elements)");
+  FRUGAL_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ", values.size(),
+               " values for shape ", shape, " (", shape.numel(), " elements)");
   Tensor host = Tensor::empty(shape, {opts.dtype, Device::cpu(), false});
   void* p = host.data_ptr();
   for (size_t i = 0; i < values.size(); ++i) {
     double v = values[i];
     switch (opts.dtype) {
-      case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DType::f64: static_cast<double*>(p)[i] = v; break;
-      case DType::f16: static_cast<uint16_t*>(p)[i] = float_to_f16(static_cast<float>(v)); break;
+      case DType::f32:
+        static_cast<float*>(p)[i] = static_cast<float>(v);
+        break;
+      case DType::f64:
+        static_cast<double*>(p)[i] = v;
+        break;
+      case DType::f16:
+        static_cast<uint16_t*>(p)[i] = float_to_f16(static_cast<float>(v));
+        break;
       case DType::bf16:
         static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v));
         break;
-      case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-      case DType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+      case DType::i64:
+        static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+        break;
+      case DType::u8:
+        static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+        break;
     }
   }
   Tensor out = opts.device.is_cpu() ? host : host.to(opts.device);

@@ -75,8 +75,8 @@ std::vector<Tensor> empty_flat(const std::vector<FlatSpec>& specs) {
   out.reserve(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto& [shape, opts] = specs[i];
-    out.push_back(Tensor::over(shape, opts,
-                               bytes[i] != 0 ? block->part(offsets[i], bytes[i]) : memory::DataPtr()));
+    out.push_back(Tensor::over(
+        shape, opts, bytes[i] != 0 ? block->part(offsets[i], bytes[i]) : memory::DataPtr()));
   }
   return out;
 }

@@ -4,8 +4,8 @@
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"
-#include "memory/events.h"
 #include "kernels/math.h"
+#include "memory/events.h"
 
 namespace frugal {
 namespace {

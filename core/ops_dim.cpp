@@ -8,8 +8,8 @@
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"
-#include "memory/events.h"
 #include "kernels/dim_reduce.h"
+#include "memory/events.h"
 
 namespace frugal {
 namespace {

@@ -12,10 +12,14 @@ using kernels::BinaryOp;
 
 const char* op_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
-    case BinaryOp::div: return "div";
+    case BinaryOp::add:
+      return "add";
+    case BinaryOp::sub:
+      return "sub";
+    case BinaryOp::mul:
+      return "mul";
+    case BinaryOp::div:
+      return "div";
   }
   return "?";
 }
@@ -90,12 +94,11 @@ Tensor add(const Tensor& a, const Tensor& b) {
   memory::OpScope op_scope("add");  // Note [Allocation events]
   Tensor out = binary_raw(BinaryOp::add, a, b);
   recipe_if_inputs_recomputable(BinaryOp::add, out, a, b);
-  return autograd::record(
-      "add", {a, b}, out,
-      [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](
-          const std::vector<Tensor>& g) -> std::vector<Tensor> {
-        return {reduce_grad(g[0], sa, da), reduce_grad(g[0], sb, db)};
-      });
+  return autograd::record("add", {a, b}, out,
+                          [sa = a.shape(), sb = b.shape(), da = a.dtype(),
+                           db = b.dtype()](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+                            return {reduce_grad(g[0], sa, da), reduce_grad(g[0], sb, db)};
+                          });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
@@ -103,8 +106,8 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(BinaryOp::sub, a, b);
   return autograd::record(
       "sub", {a, b}, out,
-      [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](
-          const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      [sa = a.shape(), sb = b.shape(), da = a.dtype(),
+       db = b.dtype()](const std::vector<Tensor>& g) -> std::vector<Tensor> {
         return {reduce_grad(g[0], sa, da), reduce_grad(affine_raw(g[0], -1.0, 0.0), sb, db)};
       });
 }

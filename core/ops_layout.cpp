@@ -8,8 +8,8 @@
 #include "core/factory.h"
 #include "core/op_util.h"
 #include "core/ops.h"
-#include "memory/events.h"
 #include "kernels/layout.h"
+#include "memory/events.h"
 
 namespace frugal {
 namespace detail {

@@ -18,8 +18,7 @@ Shape keepdim_shape(const Shape& in, std::vector<int64_t>& dims, const char* op)
   }
   std::vector<int64_t> out = in.dims();
   for (int64_t& d : dims) {
-    FRUGAL_CHECK(d >= -in.ndim() && d < in.ndim(), op, ": dim ", d, " out of range for shape ",
-                 in);
+    FRUGAL_CHECK(d >= -in.ndim() && d < in.ndim(), op, ": dim ", d, " out of range for shape ", in);
     d = in.dim(d);
     out[static_cast<size_t>(d)] = 1;
   }
@@ -114,7 +113,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
         // out = a @ op(b): da = g @ op(b)^T; d op(b) = a^T @ g.
         if (b_saved.defined()) ga = gemm_raw(g[0], b_saved, false, !trans_b);
         if (a_saved.defined()) {
-          gb = trans_b ? gemm_raw(g[0], a_saved, true, false) : gemm_raw(a_saved, g[0], true, false);
+          gb =
+              trans_b ? gemm_raw(g[0], a_saved, true, false) : gemm_raw(a_saved, g[0], true, false);
         }
         return std::vector<Tensor>{ga, gb};
       });

@@ -21,18 +21,19 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
     }
   }
   if (infer >= 0) {
-    FRUGAL_CHECK(known > 0 && a.numel() % known == 0, "reshape: cannot reshape ", a.shape(),
-                 " to ", shape);
+    FRUGAL_CHECK(known > 0 && a.numel() % known == 0, "reshape: cannot reshape ", a.shape(), " to ",
+                 shape);
     dims[static_cast<size_t>(infer)] = a.numel() / known;
   }
   Shape target(dims);
-  FRUGAL_CHECK(target.numel() == a.numel(), "reshape: cannot reshape ", a.shape(), " (",
-               a.numel(), " elements) to ", shape);
+  FRUGAL_CHECK(target.numel() == a.numel(), "reshape: cannot reshape ", a.shape(), " (", a.numel(),
+               " elements) to ", shape);
   Tensor out = a.detach();
   out.impl().shape = target;
-  return autograd::record("reshape", {a}, out, [in_shape = a.shape()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{reshape(g[0], in_shape)};
-  });
+  return autograd::record("reshape", {a}, out,
+                          [in_shape = a.shape()](const std::vector<Tensor>& g) {
+                            return std::vector<Tensor>{reshape(g[0], in_shape)};
+                          });
 }
 
 Tensor cast(const Tensor& a, DType dtype) {
@@ -57,9 +58,10 @@ Tensor slice_rows(const Tensor& a, int64_t start, int64_t count) {
   if (a.device().is_meta()) return out;
   const size_t row_bytes = a.nbytes() / static_cast<size_t>(a.size(0));
   const Device d = a.device();
-  kernels::copy_bytes(kernels::Context::of(d), d, out.data_ptr(), d,
-                      static_cast<const char*>(a.data_ptr()) + static_cast<size_t>(start) * row_bytes,
-                      out.nbytes());
+  kernels::copy_bytes(
+      kernels::Context::of(d), d, out.data_ptr(), d,
+      static_cast<const char*>(a.data_ptr()) + static_cast<size_t>(start) * row_bytes,
+      out.nbytes());
   return out;
 }
 

@@ -108,19 +108,17 @@ Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
   Tensor out = move_raw(*this, device);
   Device from = this->device();
-  return autograd::record("to_device", {*this}, out,
-                          [from](const std::vector<Tensor>& g) -> std::vector<Tensor> {
-                            return {g[0].to(from)};
-                          });
+  return autograd::record(
+      "to_device", {*this}, out,
+      [from](const std::vector<Tensor>& g) -> std::vector<Tensor> { return {g[0].to(from)}; });
 }
 
 Tensor Tensor::clone() const {
   memory::OpScope op_scope("clone");  // Note [Allocation events]
   Tensor out = move_raw(*this, device());
-  return autograd::record("clone", {*this}, out,
-                          [](const std::vector<Tensor>& g) -> std::vector<Tensor> {
-                            return {g[0]};
-                          });
+  return autograd::record(
+      "clone", {*this}, out,
+      [](const std::vector<Tensor>& g) -> std::vector<Tensor> { return {g[0]}; });
 }
 
 Tensor Tensor::detach() const {
@@ -139,12 +137,24 @@ std::vector<double> Tensor::to_vector() const {
   const void* p = host.data_ptr();
   for (size_t i = 0; i < out.size(); ++i) {
     switch (dtype()) {
-      case DType::f32: out[i] = static_cast<const float*>(p)[i]; break;
-      case DType::f64: out[i] = static_cast<const double*>(p)[i]; break;
-      case DType::f16: out[i] = f16_to_float(static_cast<const uint16_t*>(p)[i]); break;
-      case DType::bf16: out[i] = bf16_to_float(static_cast<const uint16_t*>(p)[i]); break;
-      case DType::i64: out[i] = static_cast<double>(static_cast<const int64_t*>(p)[i]); break;
-      case DType::u8: out[i] = static_cast<const uint8_t*>(p)[i]; break;
+      case DType::f32:
+        out[i] = static_cast<const float*>(p)[i];
+        break;
+      case DType::f64:
+        out[i] = static_cast<const double*>(p)[i];
+        break;
+      case DType::f16:
+        out[i] = f16_to_float(static_cast<const uint16_t*>(p)[i]);
+        break;
+      case DType::bf16:
+        out[i] = bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+        break;
+      case DType::i64:
+        out[i] = static_cast<double>(static_cast<const int64_t*>(p)[i]);
+        break;
+      case DType::u8:
+        out[i] = static_cast<const uint8_t*>(p)[i];
+        break;
     }
   }
   return out;
@@ -171,8 +181,8 @@ void Tensor::set_grad(const Tensor& g) {
     impl().grad.reset();
     return;
   }
-  FRUGAL_CHECK(g.shape() == shape() && g.device() == device(), "set_grad: gradient ",
-               describe(g), " does not match tensor ", describe(*this));
+  FRUGAL_CHECK(g.shape() == shape() && g.device() == device(), "set_grad: gradient ", describe(g),
+               " does not match tensor ", describe(*this));
   impl().grad = g.detach().impl_ptr();
 }
 

@@ -24,7 +24,7 @@ namespace frugal {
 namespace autograd {
 class Node;
 struct Recipe;
-}
+}  // namespace autograd
 
 struct TensorOptions {
   DType dtype = DType::f32;

@@ -17,7 +17,7 @@ std::pair<Tensor, Tensor> empty_device_batch(const Shape& image_shape, Device de
   // 20 MiB segment would keep its rest cached around it (17 MiB beside a 3 MiB batch of 256
   // 32x32 images).
   memory::ResidentBlockScope own_segment;
-  return {Tensor::empty(image_shape, {DType::f32, device}),   // [N, H, W, C]
+  return {Tensor::empty(image_shape, {DType::f32, device}),        // [N, H, W, C]
           Tensor::empty({image_shape[0]}, {DType::i64, device})};  // [N]
 }
 

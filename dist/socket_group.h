@@ -25,8 +25,8 @@ namespace frugal::dist {
 
 struct SocketGroupOptions {
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;       // torchrun's default
-  double timeout_seconds = 300;  // each collective's wait for a peer
+  int master_port = 29500;                  // torchrun's default
+  double timeout_seconds = 300;             // each collective's wait for a peer
   double rendezvous_timeout_seconds = 300;  // for every rank to connect
   // MASTER_ADDR, MASTER_PORT and FRUGAL_DIST_TIMEOUT (seconds, both timeouts) where set, these
   // defaults otherwise; an error names a variable that does not parse.

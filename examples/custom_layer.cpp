@@ -1,8 +1,9 @@
 // Trains a small CNN that uses a custom op and layer (examples/custom_layer.h) on a synthetic
 // data set and prints the loss falling. Build target: custom_layer.
+#include "custom_layer.h"
+
 #include <cstdio>
 
-#include "custom_layer.h"
 #include "nn/layers.h"
 #include "optim/optimizer.h"
 
@@ -17,7 +18,8 @@ int main() {
   net->push_back(std::make_shared<nn::AdaptiveAvgPool2d>(1));
   net->push_back(std::make_shared<nn::Flatten>());
   net->push_back(std::make_shared<nn::Linear>(8, 3));
-  for (auto& [name, p] : net->named_parameters()) std::printf("%-10s %s\n", name.c_str(), p.shape().str().c_str());
+  for (auto& [name, p] : net->named_parameters())
+    std::printf("%-10s %s\n", name.c_str(), p.shape().str().c_str());
 
   Tensor x = randn({24, 8, 8, 1}, gen);
   std::vector<double> labels;

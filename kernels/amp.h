@@ -20,8 +20,8 @@ FRUGAL_DECLARE_KERNEL(unscale_and_check,
 // of device pointers): GradScaler::unscale_ launches once per few dozen gradients instead of once
 // per gradient, which matters when the host, not the device, bounds a step.
 FRUGAL_DECLARE_KERNEL(unscale_and_check_many,
-                      (const Context& ctx, int64_t count, float* const* grads,
-                       const int64_t* sizes, const float* scale, float* found_inf),
+                      (const Context& ctx, int64_t count, float* const* grads, const int64_t* sizes,
+                       const float* scale, float* found_inf),
                       (ctx, count, grads, sizes, scale, found_inf))
 
 // dsts[t][i] = srcs[t][i] rounded to `to` (f16 or bf16) for i < sizes[t], t < count (host arrays

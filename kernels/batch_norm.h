@@ -17,8 +17,7 @@ namespace frugal::kernels {
 FRUGAL_DECLARE_KERNEL(batch_norm_forward_train,
                       (const Context& ctx, DType dtype, int64_t rows, int64_t c, const void* x,
                        const void* gamma, const void* beta, double eps, double momentum, void* y,
-                       void* save_mean, void* save_invstd, void* running_mean,
-                       void* running_var),
+                       void* save_mean, void* save_invstd, void* running_mean, void* running_var),
                       (ctx, dtype, rows, c, x, gamma, beta, eps, momentum, y, save_mean,
                        save_invstd, running_mean, running_var))
 

@@ -16,8 +16,8 @@ namespace frugal::kernels {
 
 struct Context {
   Device device = Device::cpu();
-  void* stream = nullptr;                 // cudaStream_t on CUDA (the device's compute stream)
-  memory::Allocator* scratch = nullptr;   // workspace source; allocator_for(device) by default
+  void* stream = nullptr;                // cudaStream_t on CUDA (the device's compute stream)
+  memory::Allocator* scratch = nullptr;  // workspace source; allocator_for(device) by default
 
   // The default context of a device: its allocator and (on CUDA) its compute stream.
   static Context of(Device device);
@@ -44,21 +44,21 @@ struct Context {
 // Declares `void name PARAMS` in kernels::cpu and kernels::cuda, and the dispatcher in kernels::
 // that calls one of them by ctx.device. PARAMS must start with `const Context& ctx`; ARGS is the
 // parenthesised argument list that forwards PARAMS.
-#define FRUGAL_DECLARE_KERNEL(name, PARAMS, ARGS)                          \
-  namespace cpu {                                                          \
-  void name PARAMS;                                                        \
-  }                                                                        \
-  namespace cuda {                                                         \
-  void name PARAMS;                                                        \
-  }                                                                        \
-  inline void name PARAMS {                                                \
-    host_profile::Scope frugal_profile_scope_(#name);                      \
-    if (ctx.device.is_cuda()) {                                            \
-      FRUGAL_CUDA_CALL(name, cuda::name ARGS);                             \
-    } else {                                                               \
+#define FRUGAL_DECLARE_KERNEL(name, PARAMS, ARGS)                                      \
+  namespace cpu {                                                                      \
+  void name PARAMS;                                                                    \
+  }                                                                                    \
+  namespace cuda {                                                                     \
+  void name PARAMS;                                                                    \
+  }                                                                                    \
+  inline void name PARAMS {                                                            \
+    host_profile::Scope frugal_profile_scope_(#name);                                  \
+    if (ctx.device.is_cuda()) {                                                        \
+      FRUGAL_CUDA_CALL(name, cuda::name ARGS);                                         \
+    } else {                                                                           \
       FRUGAL_CHECK(ctx.device.is_cpu(), #name ": no kernels for device ", ctx.device); \
-      cpu::name ARGS;                                                      \
-    }                                                                      \
+      cpu::name ARGS;                                                                  \
+    }                                                                                  \
   }
 
 namespace frugal::kernels {

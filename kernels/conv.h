@@ -12,7 +12,7 @@ namespace frugal::kernels {
 
 struct Conv2dShape {
   int64_t n = 0, h = 0, w = 0, c = 0;  // input  [N, H, W, C]
-  int64_t k = 0;                        // output channels
+  int64_t k = 0;                       // output channels
   int64_t kh = 1, kw = 1;
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;
@@ -49,20 +49,21 @@ class Tf32Scope {
 };
 
 // y[N, OH, OW, K] = conv(x, w) (+ bias[K] when bias is not null)
-FRUGAL_DECLARE_KERNEL(conv2d_forward, (const Context& ctx, DType dtype, const Conv2dShape& s,
-                                       const void* x, const void* w, const void* bias, void* y),
+FRUGAL_DECLARE_KERNEL(conv2d_forward,
+                      (const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
+                       const void* w, const void* bias, void* y),
                       (ctx, dtype, s, x, w, bias, y))
 // dx[N, H, W, C] from dy[N, OH, OW, K] (overwritten, not accumulated)
-FRUGAL_DECLARE_KERNEL(conv2d_backward_input, (const Context& ctx, DType dtype,
-                                              const Conv2dShape& s, const void* dy, const void* w,
-                                              void* dx),
+FRUGAL_DECLARE_KERNEL(conv2d_backward_input,
+                      (const Context& ctx, DType dtype, const Conv2dShape& s, const void* dy,
+                       const void* w, void* dx),
                       (ctx, dtype, s, dy, w, dx))
 // dw[K, kh, kw, C/groups] (and dbias[K] when not null) from x and dy (overwritten), stored in
 // dw_dtype: `dtype`, or f32 for 16-bit inputs on CUDA (autocast hands parameters their gradients
 // in f32; writing them so saves a cast launch per weight). The CPU does the same.
-FRUGAL_DECLARE_KERNEL(conv2d_backward_weight, (const Context& ctx, DType dtype, DType dw_dtype,
-                                               const Conv2dShape& s, const void* x,
-                                               const void* dy, void* dw, void* dbias),
+FRUGAL_DECLARE_KERNEL(conv2d_backward_weight,
+                      (const Context& ctx, DType dtype, DType dw_dtype, const Conv2dShape& s,
+                       const void* x, const void* dy, void* dw, void* dbias),
                       (ctx, dtype, dw_dtype, s, x, dy, dw, dbias))
 
 // Note [Batch norm inside the depthwise convolution]

@@ -103,9 +103,9 @@ bool few_channel_handles(const Conv2dShape& s);
 // kStemMaxColumnBlocks 16-column blocks and a window of at most kStemMaxWindow pixels (Note
 // [Stem weight gradients as GEMMs] in kernels/cuda/stem_gemm.h).
 bool stem_gemm_handles(DType dtype, const Conv2dShape& s);
-constexpr int kFewChannelSize = 3;       // kh == kw
-constexpr int kFewChannelMaxInputs = 4;  // kSize^2 x C running sums a thread, in registers
-constexpr int kStemTile = 32;            // output positions of one row a tile
+constexpr int kFewChannelSize = 3;        // kh == kw
+constexpr int kFewChannelMaxInputs = 4;   // kSize^2 x C running sums a thread, in registers
+constexpr int kStemTile = 32;             // output positions of one row a tile
 constexpr int kStemMaxColumnBlocks = 16;  // KH x ceil(KW / 4): two warps' eight fragments
 constexpr int kStemMaxWindow = 1024;      // pixels of x a tile stages: four a thread
 // 16-column blocks of dw a kernel row takes: four taps of four channels (C padded to 4) each.

@@ -27,13 +27,15 @@ Broadcast make_broadcast(const Shape& out, const Shape& a, const Shape& b);
 enum class BinaryOp : uint8_t { add, sub, mul, div };
 
 // out = a op b over bc (out contiguous with bc.out_dims).
-FRUGAL_DECLARE_KERNEL(binary, (const Context& ctx, BinaryOp op, DType dtype, const Broadcast& bc,
-                               const void* a, const void* b, void* out),
+FRUGAL_DECLARE_KERNEL(binary,
+                      (const Context& ctx, BinaryOp op, DType dtype, const Broadcast& bc,
+                       const void* a, const void* b, void* out),
                       (ctx, op, dtype, bc, a, b, out))
 
 // y = alpha * x + beta (neg, scalar add/sub/mul/div, rsub).
-FRUGAL_DECLARE_KERNEL(affine, (const Context& ctx, DType dtype, int64_t n, const void* x,
-                               double alpha, double beta, void* y),
+FRUGAL_DECLARE_KERNEL(affine,
+                      (const Context& ctx, DType dtype, int64_t n, const void* x, double alpha,
+                       double beta, void* y),
                       (ctx, dtype, n, x, alpha, beta, y))
 
 // identity is there for fused kernels (batch norm without an activation); as a standalone kernel
@@ -42,18 +44,20 @@ enum class Activation : uint8_t { relu, relu6, hardswish, silu, sigmoid, identit
 constexpr int kNumActivations = 6;
 
 // y = f(x)
-FRUGAL_DECLARE_KERNEL(activation_forward, (const Context& ctx, Activation act, DType dtype,
-                                           int64_t n, const void* x, void* y),
+FRUGAL_DECLARE_KERNEL(activation_forward,
+                      (const Context& ctx, Activation act, DType dtype, int64_t n, const void* x,
+                       void* y),
                       (ctx, act, dtype, n, x, y))
 // dx = f'(x) * dy, always from the forward input x. relu/relu6 pass the gradient where
 // 0 < x (< 6), as PyTorch does (zero at the kinks).
-FRUGAL_DECLARE_KERNEL(activation_backward, (const Context& ctx, Activation act, DType dtype,
-                                            int64_t n, const void* x, const void* dy, void* dx),
+FRUGAL_DECLARE_KERNEL(activation_backward,
+                      (const Context& ctx, Activation act, DType dtype, int64_t n, const void* x,
+                       const void* dy, void* dx),
                       (ctx, act, dtype, n, x, dy, dx))
 
 // y = (to) x for any floating dtypes (f64 only on the CPU); round to nearest even.
-FRUGAL_DECLARE_KERNEL(cast, (const Context& ctx, DType from, DType to, int64_t n, const void* x,
-                             void* y),
+FRUGAL_DECLARE_KERNEL(cast,
+                      (const Context& ctx, DType from, DType to, int64_t n, const void* x, void* y),
                       (ctx, from, to, n, x, y))
 
 // y[i] += delta for i < n: i64 counters (a synchronized BatchNorm's num_batches_tracked, the

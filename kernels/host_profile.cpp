@@ -84,8 +84,8 @@ std::string report() {
   out += line;
   for (const auto& [name, c] : rows) {
     std::snprintf(line, sizeof line, "%10.3f ms %8lld calls %8.2f us/call  %s\n", ms(c.total),
-                  static_cast<long long>(c.calls), 1000.0 * ms(c.total) / static_cast<double>(c.calls),
-                  name.c_str());
+                  static_cast<long long>(c.calls),
+                  1000.0 * ms(c.total) / static_cast<double>(c.calls), name.c_str());
     out += line;
   }
   return out;

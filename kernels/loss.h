@@ -18,8 +18,8 @@ FRUGAL_DECLARE_KERNEL(cross_entropy_forward,
 // dlogits[i, j] = dloss[i] * (p[i, j] - (1 - s) * [j == y_i] - s / C)
 FRUGAL_DECLARE_KERNEL(cross_entropy_backward,
                       (const Context& ctx, DType dtype, int64_t n, int64_t c, const void* logits,
-                       const int64_t* labels, double smoothing, const void* lse,
-                       const void* dloss, void* dlogits),
+                       const int64_t* labels, double smoothing, const void* lse, const void* dloss,
+                       void* dlogits),
                       (ctx, dtype, n, c, logits, labels, smoothing, lse, dloss, dlogits))
 
 }  // namespace frugal::kernels

@@ -20,8 +20,9 @@ struct SgdParams {
 
 // PyTorch's SGD: g += wd * p; buf = first ? g : momentum * buf + (1 - dampening) * g;
 // g = nesterov ? g + momentum * buf : buf; p -= lr * g. momentum_buf unused when momentum == 0.
-FRUGAL_DECLARE_KERNEL(sgd_step, (const Context& ctx, int64_t n, float* param, const float* grad,
-                                 float* momentum_buf, const SgdParams& p, const float* found_inf),
+FRUGAL_DECLARE_KERNEL(sgd_step,
+                      (const Context& ctx, int64_t n, float* param, const float* grad,
+                       float* momentum_buf, const SgdParams& p, const float* found_inf),
                       (ctx, n, param, grad, momentum_buf, p, found_inf))
 
 // sgd_step over `count` tensors at once (host arrays of device pointers; momentum_bufs may be
@@ -29,8 +30,8 @@ FRUGAL_DECLARE_KERNEL(sgd_step, (const Context& ctx, int64_t n, float* param, co
 // the host bounds a step (158 launches a step for MobileNetV2).
 FRUGAL_DECLARE_KERNEL(sgd_step_many,
                       (const Context& ctx, int64_t count, float* const* params,
-                       const float* const* grads, float* const* momentum_bufs,
-                       const int64_t* sizes, const SgdParams& p, const float* found_inf),
+                       const float* const* grads, float* const* momentum_bufs, const int64_t* sizes,
+                       const SgdParams& p, const float* found_inf),
                       (ctx, count, params, grads, momentum_bufs, sizes, p, found_inf))
 
 struct AdamWParams {
@@ -45,9 +46,10 @@ struct AdamWParams {
 
 // PyTorch's AdamW: p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
-FRUGAL_DECLARE_KERNEL(adamw_step, (const Context& ctx, int64_t n, float* param, const float* grad,
-                                   float* exp_avg, float* exp_avg_sq, const AdamWParams& p,
-                                   const float* found_inf),
+FRUGAL_DECLARE_KERNEL(adamw_step,
+                      (const Context& ctx, int64_t n, float* param, const float* grad,
+                       float* exp_avg, float* exp_avg_sq, const AdamWParams& p,
+                       const float* found_inf),
                       (ctx, n, param, grad, exp_avg, exp_avg_sq, p, found_inf))
 
 }  // namespace frugal::kernels

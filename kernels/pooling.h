@@ -12,7 +12,7 @@ struct Pool2dShape {
   int64_t kh = 1, kw = 1;
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;
-  bool count_include_pad = true;        // average pooling only, PyTorch's default
+  bool count_include_pad = true;  // average pooling only, PyTorch's default
   int64_t oh() const { return (h + 2 * pad_h - kh) / stride_h + 1; }
   int64_t ow() const { return (w + 2 * pad_w - kw) / stride_w + 1; }
 };
@@ -26,26 +26,31 @@ inline size_t cuda_max_pool_backward_scratch_bytes(const Pool2dShape& s) {
   const size_t per_output = s.kh * s.kw < 255 ? 1 : 2;
   return static_cast<size_t>(s.n * s.oh() * s.ow() * s.c) * per_output;
 }
-FRUGAL_DECLARE_KERNEL(max_pool2d_forward, (const Context& ctx, DType dtype, const Pool2dShape& s,
-                                           const void* x, void* y),
+FRUGAL_DECLARE_KERNEL(max_pool2d_forward,
+                      (const Context& ctx, DType dtype, const Pool2dShape& s, const void* x,
+                       void* y),
                       (ctx, dtype, s, x, y))
-FRUGAL_DECLARE_KERNEL(max_pool2d_backward, (const Context& ctx, DType dtype,
-                                            const Pool2dShape& s, const void* x, const void* dy,
-                                            void* dx),
+FRUGAL_DECLARE_KERNEL(max_pool2d_backward,
+                      (const Context& ctx, DType dtype, const Pool2dShape& s, const void* x,
+                       const void* dy, void* dx),
                       (ctx, dtype, s, x, dy, dx))
-FRUGAL_DECLARE_KERNEL(avg_pool2d_forward, (const Context& ctx, DType dtype, const Pool2dShape& s,
-                                           const void* x, void* y),
+FRUGAL_DECLARE_KERNEL(avg_pool2d_forward,
+                      (const Context& ctx, DType dtype, const Pool2dShape& s, const void* x,
+                       void* y),
                       (ctx, dtype, s, x, y))
-FRUGAL_DECLARE_KERNEL(avg_pool2d_backward, (const Context& ctx, DType dtype,
-                                            const Pool2dShape& s, const void* dy, void* dx),
+FRUGAL_DECLARE_KERNEL(avg_pool2d_backward,
+                      (const Context& ctx, DType dtype, const Pool2dShape& s, const void* dy,
+                       void* dx),
                       (ctx, dtype, s, dy, dx))
 
 // y[N, C] = mean over H*W of x[N, H*W, C]; backward spreads dy / (H*W).
-FRUGAL_DECLARE_KERNEL(global_avg_pool_forward, (const Context& ctx, DType dtype, int64_t n,
-                                                int64_t hw, int64_t c, const void* x, void* y),
+FRUGAL_DECLARE_KERNEL(global_avg_pool_forward,
+                      (const Context& ctx, DType dtype, int64_t n, int64_t hw, int64_t c,
+                       const void* x, void* y),
                       (ctx, dtype, n, hw, c, x, y))
-FRUGAL_DECLARE_KERNEL(global_avg_pool_backward, (const Context& ctx, DType dtype, int64_t n,
-                                                 int64_t hw, int64_t c, const void* dy, void* dx),
+FRUGAL_DECLARE_KERNEL(global_avg_pool_backward,
+                      (const Context& ctx, DType dtype, int64_t n, int64_t hw, int64_t c,
+                       const void* dy, void* dx),
                       (ctx, dtype, n, hw, c, dy, dx))
 
 }  // namespace frugal::kernels

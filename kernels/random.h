@@ -22,12 +22,14 @@ FRUGAL_HD float uniform01(uint64_t seed, uint64_t index) {
 }
 
 // y[i] = lo + (hi - lo) * U(seed, offset + i)
-FRUGAL_DECLARE_KERNEL(fill_uniform, (const Context& ctx, DType dtype, int64_t n, void* y,
-                                     uint64_t seed, uint64_t offset, double lo, double hi),
+FRUGAL_DECLARE_KERNEL(fill_uniform,
+                      (const Context& ctx, DType dtype, int64_t n, void* y, uint64_t seed,
+                       uint64_t offset, double lo, double hi),
                       (ctx, dtype, n, y, seed, offset, lo, hi))
 // y[i] = mean + std * N(0,1), Box-Muller over draws 2(offset+i) and 2(offset+i)+1.
-FRUGAL_DECLARE_KERNEL(fill_normal, (const Context& ctx, DType dtype, int64_t n, void* y,
-                                    uint64_t seed, uint64_t offset, double mean, double stddev),
+FRUGAL_DECLARE_KERNEL(fill_normal,
+                      (const Context& ctx, DType dtype, int64_t n, void* y, uint64_t seed,
+                       uint64_t offset, double mean, double stddev),
                       (ctx, dtype, n, y, seed, offset, mean, stddev))
 
 // Dropout: keep[i] = U(seed, o + i) >= p; y = keep ? x / (1 - p) : 0; mask (u8, nullable) keep,
@@ -35,12 +37,14 @@ FRUGAL_DECLARE_KERNEL(fill_normal, (const Context& ctx, DType dtype, int64_t n, 
 // Note [Random draws in captured graphs] in core/factory.h), or o = offset when offset_base is
 // null. The same call on dy with the same draw is the backward: nn::functional::dropout keeps
 // the draw (seed, offset, counter) instead of a mask.
-FRUGAL_DECLARE_KERNEL(dropout_forward, (const Context& ctx, DType dtype, int64_t n, const void* x,
-                                        double p, uint64_t seed, uint64_t offset,
-                                        const uint64_t* offset_base, void* y, uint8_t* mask),
+FRUGAL_DECLARE_KERNEL(dropout_forward,
+                      (const Context& ctx, DType dtype, int64_t n, const void* x, double p,
+                       uint64_t seed, uint64_t offset, const uint64_t* offset_base, void* y,
+                       uint8_t* mask),
                       (ctx, dtype, n, x, p, seed, offset, offset_base, y, mask))
-FRUGAL_DECLARE_KERNEL(dropout_backward, (const Context& ctx, DType dtype, int64_t n,
-                                         const void* dy, const uint8_t* mask, double p, void* dx),
+FRUGAL_DECLARE_KERNEL(dropout_backward,
+                      (const Context& ctx, DType dtype, int64_t n, const void* dy,
+                       const uint8_t* mask, double p, void* dx),
                       (ctx, dtype, n, dy, mask, p, dx))
 
 }  // namespace frugal::kernels

@@ -20,13 +20,15 @@ struct Reduction {
 // Throws when ranks differ, exceed kMaxDims, or an out extent is neither 1 nor the in extent.
 Reduction make_reduction(const Shape& in, const Shape& out_keepdim);
 
-FRUGAL_DECLARE_KERNEL(sum_to, (const Context& ctx, DType dtype, const Reduction& r, const void* x,
-                               double scale, void* y),
+FRUGAL_DECLARE_KERNEL(sum_to,
+                      (const Context& ctx, DType dtype, const Reduction& r, const void* x,
+                       double scale, void* y),
                       (ctx, dtype, r, x, scale, y))
 
 // out[i] = argmax_j x[i, j] (first maximum) for a [rows, cols] matrix; out is i64.
-FRUGAL_DECLARE_KERNEL(argmax_rows, (const Context& ctx, DType dtype, int64_t rows, int64_t cols,
-                                    const void* x, int64_t* out),
+FRUGAL_DECLARE_KERNEL(argmax_rows,
+                      (const Context& ctx, DType dtype, int64_t rows, int64_t cols, const void* x,
+                       int64_t* out),
                       (ctx, dtype, rows, cols, x, out))
 
 }  // namespace frugal::kernels

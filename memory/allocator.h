@@ -101,8 +101,8 @@ class DataPtr {
   size_t size_ = 0;
   Allocator* owner_ = nullptr;
   const AllocationTag* tag_ = nullptr;  // interned (Note [Allocation events]); null: unobserved
-  uint64_t event_id_ = 0;  // names it in events; 0 when nobody observed its allocation
-  bool observed_ = true;   // false: a part of an observed allocation, see Unobserved
+  uint64_t event_id_ = 0;               // names it in events; 0 when nobody observed its allocation
+  bool observed_ = true;                // false: a part of an observed allocation, see Unobserved
 };
 
 class Allocator {

@@ -200,7 +200,7 @@ class CachingAllocator final : public Allocator {
   void insert_free(Block* b);
   void erase_free(Block* b);
   size_t release_free_segments();  // whole free segments back to the source; returns bytes
-  void free_block(Block* b);  // back to its stream's free blocks, merged with free neighbours
+  void free_block(Block* b);       // back to its stream's free blocks, merged with free neighbours
   void merge_and_insert_free(Block* b);
   void free_segment(Block* head);
   struct Arena {

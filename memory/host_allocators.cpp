@@ -163,8 +163,10 @@ void register_device_allocator(Device device, Allocator* allocator) {
 
 Allocator& allocator_for(Device device) {
   switch (device.type) {
-    case DeviceType::cpu: return cpu_allocator();
-    case DeviceType::meta: return meta_allocator();
+    case DeviceType::cpu:
+      return cpu_allocator();
+    case DeviceType::meta:
+      return meta_allocator();
     case DeviceType::cuda: {
       FRUGAL_CHECK(device.index >= 0 && device.index < kMaxCudaDevices, "no such device ",
                    device.str());

@@ -58,14 +58,14 @@ struct StepTrace {
     Category category = Category::resident;
     int64_t begin = 0;         // index of its allocation among the recorded events
     int64_t end = kStillLive;  // index of its release; kStillLive when it outlived the recording
-    Phase phase = Phase::outside;                // of the step, when it was made
+    Phase phase = Phase::outside;               // of the step, when it was made
     std::shared_ptr<const std::string> module;  // running then; null at the top level
   };
   std::vector<Allocation> allocations;  // in the order they were made
   // Releases of allocations made before the recording (the last step's gradients at zero_grad):
   // (event index, bytes).
   std::vector<std::pair<int64_t, size_t>> earlier_releases;
-  int64_t events = 0;  // allocations and releases recorded
+  int64_t events = 0;       // allocations and releases recorded
   int64_t live_before = 0;  // bytes live on the device when the recording began, as told
 };
 
@@ -91,7 +91,7 @@ class StepRecorder : public AllocationObserver {
   bool observing_ = true;
   StepTrace trace_;
   std::unordered_map<uint64_t, size_t> open_;  // event id -> index in trace_.allocations
-  std::unordered_set<uint64_t> foreign_;        // made by other threads while recording
+  std::unordered_set<uint64_t> foreign_;       // made by other threads while recording
 };
 
 // Note [Gradients carried into the next step]
@@ -115,7 +115,7 @@ struct StepPlan {
   };
   std::vector<Entry> entries;  // the trace's plannable allocations, in order
   size_t arena_bytes = 0;
-  size_t lower_bound = 0;  // largest sum of live arena entries at one moment
+  size_t lower_bound = 0;    // largest sum of live arena entries at one moment
   int64_t carried() const {  // entries carried into the next step
     return std::count_if(entries.begin(), entries.end(), [](const Entry& e) { return e.carried; });
   }

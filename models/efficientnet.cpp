@@ -62,9 +62,9 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
       // torchvision: p * block_id / total_blocks, so the first block never drops.
       double p =
           cfg.drop_connect * static_cast<double>(block_id) / static_cast<double>(total_blocks);
-      stage->push_back(wrap(
-          std::make_shared<MBConv>(i == 0 ? ch(st.in) : ch(st.out), ch(st.out), st.kernel,
-                                   i == 0 ? st.stride : 1, st.expand, p, cfg.recompute_depthwise)));
+      stage->push_back(wrap(std::make_shared<MBConv>(i == 0 ? ch(st.in) : ch(st.out), ch(st.out),
+                                                     st.kernel, i == 0 ? st.stride : 1, st.expand,
+                                                     p, cfg.recompute_depthwise)));
       ++block_id;
     }
     features_->push_back(stage);
@@ -84,7 +84,7 @@ EfficientNetB0::EfficientNetB0(const ModelConfig& cfg) {
 Tensor EfficientNetB0::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "EfficientNetB0: expected input [N, H, W, C], got ", describe(x));
   Tensor h = checkpoint_.run_features(*features_, x);  // [N, H/32, W/32, 1280]
-  h = nn::functional::global_avg_pool(h);  // [N, 1, 1, 1280]
+  h = nn::functional::global_avg_pool(h);              // [N, 1, 1, 1280]
   return (*classifier_)(h.flatten(1));
 }
 

@@ -34,8 +34,7 @@ MobileNetV1::MobileNetV1(const ModelConfig& cfg) {
   features_->push_back(std::make_shared<Conv2dNormActivation>(
       cfg.in_channels, in, ConvNormOptions{.kernel = 3, .stride = 2, .act = Act::relu}));
   for (const Block& b : kBlocks) {
-    features_->push_back(
-        wrap(std::make_shared<DepthwiseSeparable>(in, ch(b.c), b.s)));
+    features_->push_back(wrap(std::make_shared<DepthwiseSeparable>(in, ch(b.c), b.s)));
     in = ch(b.c);
   }
   dropout_ = register_module("dropout", std::make_shared<nn::Dropout>(cfg.dropout));
@@ -47,7 +46,7 @@ MobileNetV1::MobileNetV1(const ModelConfig& cfg) {
 Tensor MobileNetV1::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "MobileNetV1: expected input [N, H, W, C], got ", describe(x));
   Tensor h = checkpoint_.run_features(*features_, x);  // [N, H/32, W/32, 1024]
-  h = nn::functional::global_avg_pool(h);  // [N, 1, 1, 1024]
+  h = nn::functional::global_avg_pool(h);              // [N, 1, 1, 1024]
   return (*classifier_)((*dropout_)(h.flatten(1)));
 }
 

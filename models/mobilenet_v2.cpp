@@ -54,8 +54,8 @@ MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
   for (const Stage& st : kStages) {
     const int64_t out = make_divisible(static_cast<double>(st.c) * cfg.width);
     for (int64_t i = 0; i < st.n; ++i) {
-      features_->push_back(wrap(std::make_shared<InvertedResidual>(
-          in, out, i == 0 ? st.s : 1, st.t, cfg.recompute_depthwise)));
+      features_->push_back(wrap(std::make_shared<InvertedResidual>(in, out, i == 0 ? st.s : 1, st.t,
+                                                                   cfg.recompute_depthwise)));
       in = out;
     }
   }
@@ -72,8 +72,8 @@ MobileNetV2::MobileNetV2(const ModelConfig& cfg) {
 Tensor MobileNetV2::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "MobileNetV2: expected input [N, H, W, C], got ", describe(x));
   Tensor h = checkpoint_.run_features(*features_, x);  // [N, H/32, W/32, last]
-  h = nn::functional::global_avg_pool(h);     // [N, 1, 1, last]
-  return (*classifier_)(h.flatten(1));        // [N, classes]
+  h = nn::functional::global_avg_pool(h);              // [N, 1, 1, last]
+  return (*classifier_)(h.flatten(1));                 // [N, classes]
 }
 
 }  // namespace frugal::models

@@ -51,8 +51,7 @@ ResNet18::ResNet18(const ModelConfig& cfg) {
     const int64_t out = ch(kWidths[i]);
     layers_[i] =
         register_module("layer" + std::to_string(i + 1), std::make_shared<nn::Sequential>());
-    layers_[i]->push_back(
-        wrap(std::make_shared<BasicBlock>(in, out, i == 0 ? 1 : 2)));
+    layers_[i]->push_back(wrap(std::make_shared<BasicBlock>(in, out, i == 0 ? 1 : 2)));
     layers_[i]->push_back(wrap(std::make_shared<BasicBlock>(out, out, 1)));
     stages_.push_back(layers_[i]);
     in = out;
@@ -66,9 +65,9 @@ ResNet18::ResNet18(const ModelConfig& cfg) {
 Tensor ResNet18::forward(const Tensor& x) {
   FRUGAL_CHECK(x.ndim() == 4, "ResNet18: expected input [N, H, W, C], got ", describe(x));
   Tensor h = bn1_->forward_with_activation((*conv1_)(x), nn::Activation::relu);
-  h = (*maxpool_)(h);                                                  // [N, H/4, W/4, 64]
-  h = checkpoint_.run_features(stages_, h);                            // [N, H/32, W/32, 512]
-  h = nn::functional::global_avg_pool(h);                              // [N, 1, 1, 512]
+  h = (*maxpool_)(h);                        // [N, H/4, W/4, 64]
+  h = checkpoint_.run_features(stages_, h);  // [N, H/32, W/32, 512]
+  h = nn::functional::global_avg_pool(h);    // [N, 1, 1, 512]
   return (*fc_)(h.flatten(1));
 }
 

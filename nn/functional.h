@@ -1,6 +1,7 @@
 // Differentiable NN ops on NHWC activations: convolution, linear, batch norm, activations,
 // pooling, dropout and cross-entropy. Forward and backward of each op sit together in one
-// file, nn/functional_*.cpp (Note [CPU dtypes]: 16-bit CPU tensors compute in f32 inside the kernels).
+// file, nn/functional_*.cpp (Note [CPU dtypes]: 16-bit CPU tensors compute in f32 inside the
+// kernels).
 //
 //   Tensor y = nn::functional::conv2d(x, w, b, {.stride = 2, .padding = 1});  // x [N,H,W,C]
 //   Tensor loss = nn::functional::cross_entropy(logits, labels, {.label_smoothing = 0.1});

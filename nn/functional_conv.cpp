@@ -30,8 +30,8 @@ kernels::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Conv2dOp
   s.dil_h = s.dil_w = o.dilation;
   s.groups = o.groups;
   FRUGAL_CHECK(s.c % s.groups == 0 && s.k % s.groups == 0 && w.size(3) * s.groups == s.c,
-               "conv2d: input ", describe(x), " with groups=", o.groups,
-               " does not match weight ", describe(w), " (weight must be [K, kh, kw, C/groups])");
+               "conv2d: input ", describe(x), " with groups=", o.groups, " does not match weight ",
+               describe(w), " (weight must be [K, kh, kw, C/groups])");
   FRUGAL_CHECK(s.oh() > 0 && s.ow() > 0, "conv2d: input ", describe(x), " is too small for ",
                s.str());
   return s;

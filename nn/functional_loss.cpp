@@ -74,15 +74,18 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
         Tensor dlogits = Tensor::empty(lc.shape(), lc.options());
         if (!gc.device().is_meta()) {
           kernels::cross_entropy_backward(detail::ctx_of(gc), lc.dtype(), n, c, lc.data_ptr(),
-                                          labels.data<int64_t>(), s, lse.data_ptr(),
-                                          gc.data_ptr(), dlogits.data_ptr());
+                                          labels.data<int64_t>(), s, lse.data_ptr(), gc.data_ptr(),
+                                          dlogits.data_ptr());
         }
         return std::vector<Tensor>{cast_raw(dlogits, dtype)};
       });
   switch (opt.reduction) {
-    case Reduction::mean: return mean(per_row);
-    case Reduction::sum: return sum(per_row);
-    case Reduction::none: return per_row;
+    case Reduction::mean:
+      return mean(per_row);
+    case Reduction::sum:
+      return sum(per_row);
+    case Reduction::none:
+      return per_row;
   }
   return per_row;
 }

@@ -47,25 +47,25 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions opt) {
     }
     return out;
   });
-  return autograd::record("max_pool2d", {x}, y, {x},
-                          [s](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
-                            const Tensor& x_saved = saved[0];
-                            Tensor gx = cast_raw(g[0], x_saved.dtype());
-                            Tensor dx = in_compute_dtype(x_saved, [&](const Tensor& xc) {
-                              Tensor gc = cast_raw(gx, xc.dtype());
-                              Tensor out = Tensor::empty(xc.shape(), xc.options());
-                              if (!xc.device().is_meta()) {
-                                kernels::max_pool2d_backward(detail::ctx_of(xc), xc.dtype(), s,
-                                                             xc.data_ptr(), gc.data_ptr(),
-                                                             out.data_ptr());
-                              } else if (kernels::meta_predicts_cuda()) {  // the CUDA scratch
-                                memory::DataPtr scratch = detail::ctx_of(xc).workspace(
-                                    kernels::cuda_max_pool_backward_scratch_bytes(s));
-                              }
-                              return out;
-                            });
-                            return std::vector<Tensor>{dx};
-                          });
+  return autograd::record(
+      "max_pool2d", {x}, y, {x},
+      [s](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+        const Tensor& x_saved = saved[0];
+        Tensor gx = cast_raw(g[0], x_saved.dtype());
+        Tensor dx = in_compute_dtype(x_saved, [&](const Tensor& xc) {
+          Tensor gc = cast_raw(gx, xc.dtype());
+          Tensor out = Tensor::empty(xc.shape(), xc.options());
+          if (!xc.device().is_meta()) {
+            kernels::max_pool2d_backward(detail::ctx_of(xc), xc.dtype(), s, xc.data_ptr(),
+                                         gc.data_ptr(), out.data_ptr());
+          } else if (kernels::meta_predicts_cuda()) {  // the CUDA scratch
+            memory::DataPtr scratch =
+                detail::ctx_of(xc).workspace(kernels::cuda_max_pool_backward_scratch_bytes(s));
+          }
+          return out;
+        });
+        return std::vector<Tensor>{dx};
+      });
 }
 
 Tensor avg_pool2d(const Tensor& x, Pool2dOptions opt) {
@@ -79,17 +79,19 @@ Tensor avg_pool2d(const Tensor& x, Pool2dOptions opt) {
     }
     return out;
   });
-  return autograd::record("avg_pool2d", {x}, y, [s, dtype = x.dtype()](const std::vector<Tensor>& g) {
-    Tensor gx = cast_raw(g[0], dtype);
-    Tensor dx = in_compute_dtype(gx, [&](const Tensor& gc) {
-      Tensor out = Tensor::empty(Shape{s.n, s.h, s.w, s.c}, gc.options());
-      if (!gc.device().is_meta()) {
-        kernels::avg_pool2d_backward(detail::ctx_of(gc), gc.dtype(), s, gc.data_ptr(), out.data_ptr());
-      }
-      return out;
-    });
-    return std::vector<Tensor>{dx};
-  });
+  return autograd::record("avg_pool2d", {x}, y,
+                          [s, dtype = x.dtype()](const std::vector<Tensor>& g) {
+                            Tensor gx = cast_raw(g[0], dtype);
+                            Tensor dx = in_compute_dtype(gx, [&](const Tensor& gc) {
+                              Tensor out = Tensor::empty(Shape{s.n, s.h, s.w, s.c}, gc.options());
+                              if (!gc.device().is_meta()) {
+                                kernels::avg_pool2d_backward(detail::ctx_of(gc), gc.dtype(), s,
+                                                             gc.data_ptr(), out.data_ptr());
+                              }
+                              return out;
+                            });
+                            return std::vector<Tensor>{dx};
+                          });
 }
 
 Tensor global_avg_pool(const Tensor& x) {
@@ -104,15 +106,17 @@ Tensor global_avg_pool(const Tensor& x) {
     kernels::global_avg_pool_forward(detail::ctx_of(x), x.dtype(), n, hw, c, x.data_ptr(),
                                      y.data_ptr());
   }
-  return autograd::record("global_avg_pool", {x}, y, [n, hw, c, in_shape, dtype = x.dtype()](const std::vector<Tensor>& g) {
-    Tensor gx = cast_raw(g[0], dtype);
-    Tensor dx = Tensor::empty(in_shape, gx.options());
-    if (!gx.device().is_meta()) {
-      kernels::global_avg_pool_backward(detail::ctx_of(gx), gx.dtype(), n, hw, c, gx.data_ptr(),
-                                        dx.data_ptr());
-    }
-    return std::vector<Tensor>{dx};
-  });
+  return autograd::record("global_avg_pool", {x}, y,
+                          [n, hw, c, in_shape, dtype = x.dtype()](const std::vector<Tensor>& g) {
+                            Tensor gx = cast_raw(g[0], dtype);
+                            Tensor dx = Tensor::empty(in_shape, gx.options());
+                            if (!gx.device().is_meta()) {
+                              kernels::global_avg_pool_backward(detail::ctx_of(gx), gx.dtype(), n,
+                                                                hw, c, gx.data_ptr(),
+                                                                dx.data_ptr());
+                            }
+                            return std::vector<Tensor>{dx};
+                          });
 }
 
 }  // namespace frugal::nn::functional

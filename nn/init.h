@@ -11,7 +11,8 @@ void default_uniform_(const Tensor& t, int64_t fan_in, Generator& gen = default_
 void uniform_(const Tensor& t, double lo, double hi, Generator& gen = default_generator());
 void normal_(const Tensor& t, double mean, double stddev, Generator& gen = default_generator());
 // kaiming_normal_(mode="fan_out", nonlinearity="relu"): N(0, sqrt(2 / fan_out)).
-void kaiming_normal_fan_out_(const Tensor& t, int64_t fan_out, Generator& gen = default_generator());
+void kaiming_normal_fan_out_(const Tensor& t, int64_t fan_out,
+                             Generator& gen = default_generator());
 void constant_(const Tensor& t, double value);
 
 }  // namespace frugal::nn::init

@@ -88,8 +88,8 @@ Tensor BatchNorm2d::forward_with_activation(const Tensor& x, Activation act) {
   // batch_norm counts in its statistics kernel; the synchronized path counts here.
   if (is_training() && cross_replica_sum) {
     if (!autograd::recomputing() && !num_batches_tracked.device().is_meta()) {
-      kernels::add_i64(detail::ctx_of(num_batches_tracked), 1,
-                       num_batches_tracked.data<int64_t>(), 1);
+      kernels::add_i64(detail::ctx_of(num_batches_tracked), 1, num_batches_tracked.data<int64_t>(),
+                       1);
     }
     Tensor y = functional::sync_batch_norm(x, weight, bias, running_mean, running_var,
                                            cross_replica_sum, momentum_, eps_);
@@ -100,8 +100,9 @@ Tensor BatchNorm2d::forward_with_activation(const Tensor& x, Activation act) {
 }
 
 std::string pool_repr(const functional::Pool2dOptions& o, bool average) {
-  std::string s = detail::str("kernel_size=", o.kernel, ", stride=", o.stride == 0 ? o.kernel : o.stride,
-                              ", padding=", o.padding);
+  std::string s =
+      detail::str("kernel_size=", o.kernel, ", stride=", o.stride == 0 ? o.kernel : o.stride,
+                  ", padding=", o.padding);
   if (average) s += o.count_include_pad ? ", count_include_pad=True" : ", count_include_pad=False";
   return s;
 }

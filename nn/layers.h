@@ -51,9 +51,9 @@ class BatchNorm2d : public Module {
   bool takes_activation() const override { return true; }
   // act(batch_norm(x)) as one op (Note [Batch norm with its activation]).
   Tensor forward_with_activation(const Tensor& x, Activation act) override;
-  Tensor weight, bias;                // [C] f32
-  Tensor running_mean, running_var;   // [C] f32 buffers
-  Tensor num_batches_tracked;         // i64 scalar buffer, as in PyTorch's state_dict
+  Tensor weight, bias;               // [C] f32
+  Tensor running_mean, running_var;  // [C] f32 buffers
+  Tensor num_batches_tracked;        // i64 scalar buffer, as in PyTorch's state_dict
   // Set by dist::convert_sync_batchnorm: training statistics over every replica's batch
   // (functional::sync_batch_norm); unset, each replica normalises with its own batch's.
   functional::CrossReplicaSum cross_replica_sum;
@@ -95,9 +95,7 @@ std::string pool_repr(const functional::Pool2dOptions& o, bool average);
 class Dropout : public Module {
  public:
   explicit Dropout(double p = 0.5) : p_(p) {}
-  Tensor forward(const Tensor& x) override {
-    return functional::dropout(x, p_, is_training());
-  }
+  Tensor forward(const Tensor& x) override { return functional::dropout(x, p_, is_training()); }
   std::string type_name() const override { return "Dropout"; }
 
  protected:

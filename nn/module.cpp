@@ -22,7 +22,6 @@ std::string child_prefix(const std::string& prefix, const std::string& name) {
 
 }  // namespace
 
-
 Tensor Module::register_parameter(std::string name, Tensor t) {
   FRUGAL_CHECK(t.defined(), "register_parameter: '", name, "' is undefined");
   if (!t.requires_grad()) t.requires_grad_(true);

@@ -44,9 +44,9 @@ void AdamW::update(size_t i, const Tensor& param, const Tensor& grad) {
   kernels::count_step(ctx, steps_[i].data<float>(), found_inf_ptr(param));
   k.step_count = steps_[i].data<float>();
   k.lr_device = lr_device_ptr(param);
-  kernels::adamw_step(ctx, param.numel(), param.data<float>(),
-                      grad.data<float>(), exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(),
-                      k, found_inf_ptr(param));
+  kernels::adamw_step(ctx, param.numel(), param.data<float>(), grad.data<float>(),
+                      exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(), k,
+                      found_inf_ptr(param));
 }
 
 NamedTensors AdamW::state_dict() const {
@@ -56,7 +56,8 @@ NamedTensors AdamW::state_dict() const {
     out.emplace_back(state_name(i, "exp_avg"), exp_avg_[i]);
     out.emplace_back(state_name(i, "exp_avg_sq"), exp_avg_sq_[i]);
     // Reads the device count back: state_dict is a documented synchronisation point.
-    out.emplace_back(state_name(i, "step"), scalar_tensor(steps_[i].device().is_meta() ? 0.0 : steps_[i].item()));
+    out.emplace_back(state_name(i, "step"),
+                     scalar_tensor(steps_[i].device().is_meta() ? 0.0 : steps_[i].item()));
   }
   return out;
 }

@@ -38,8 +38,8 @@ Tensor StateReader::optional_like(size_t i, const char* what) {
   const Tensor* t = find(name);
   if (t == nullptr) return {};
   FRUGAL_CHECK(t->shape() == params_[i].shape() && t->dtype() == DType::f32, optimizer_,
-               " state: entry '", name, "' is ", describe(*t), ", expected ",
-               params_[i].shape(), " f32 like its parameter");
+               " state: entry '", name, "' is ", describe(*t), ", expected ", params_[i].shape(),
+               " f32 like its parameter");
   return *t;
 }
 

@@ -22,9 +22,7 @@ inline double max_gradient_error(const Fn& f, std::vector<Tensor> inputs, double
   Generator gen(1234);
   Tensor probe = f(inputs);
   Tensor weights = randn(probe.shape(), gen, {.dtype = DType::f64});
-  auto objective = [&](const std::vector<Tensor>& in) {
-    return sum(mul(f(in), weights));
-  };
+  auto objective = [&](const std::vector<Tensor>& in) { return sum(mul(f(in), weights)); };
   for (Tensor& t : inputs) {
     if (t.requires_grad()) t.zero_grad();
   }
@@ -46,8 +44,8 @@ inline double max_gradient_error(const Fn& f, std::vector<Tensor> inputs, double
       double down = objective(inputs).item();
       x[i] = saved;
       double numeric = (up - down) / (2 * eps);
-      double err = std::abs(analytic[static_cast<size_t>(i)] - numeric) /
-                   std::max(1.0, std::abs(numeric));
+      double err =
+          std::abs(analytic[static_cast<size_t>(i)] - numeric) / std::max(1.0, std::abs(numeric));
       worst = std::max(worst, err);
     }
   }

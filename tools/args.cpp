@@ -14,8 +14,8 @@
 
 namespace frugal::tools {
 
-Args::Args(const std::string& command, std::vector<std::string> argv,
-           std::set<std::string> valued, std::set<std::string> switches)
+Args::Args(const std::string& command, std::vector<std::string> argv, std::set<std::string> valued,
+           std::set<std::string> switches)
     : command_(command) {
   for (size_t i = 0; i < argv.size(); ++i) {
     std::string a = argv[i];

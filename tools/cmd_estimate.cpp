@@ -61,11 +61,12 @@ constexpr const char* kHelp =
 int print_max_batches(const std::string& model_name, const models::ModelConfig& base,
                       const InputShape& in, DType precision, const std::string& optimizer,
                       int64_t budget, int64_t granularity) {
-  std::printf("%s, input %lldx%lldx%lld, %s, %s: largest batch (a multiple of %lld) whose "
-              "predicted peak allocated fits %.1f MiB\n",
-              model_name.c_str(), static_cast<long long>(in.c), static_cast<long long>(in.h),
-              static_cast<long long>(in.w), dtype_name(precision), optimizer.c_str(),
-              static_cast<long long>(granularity), static_cast<double>(budget) / (1 << 20));
+  std::printf(
+      "%s, input %lldx%lldx%lld, %s, %s: largest batch (a multiple of %lld) whose "
+      "predicted peak allocated fits %.1f MiB\n",
+      model_name.c_str(), static_cast<long long>(in.c), static_cast<long long>(in.h),
+      static_cast<long long>(in.w), dtype_name(precision), optimizer.c_str(),
+      static_cast<long long>(granularity), static_cast<double>(budget) / (1 << 20));
   struct Way {
     const char* name;
     bool recompute;

@@ -10,8 +10,9 @@ namespace frugal::tools {
 int cmd_models(const std::vector<std::string>& argv) {
   Args args("models", argv, {}, {"help"});
   if (args.flag("help")) {
-    std::puts("usage: frugal models\n  Lists the registered models with their parameter counts\n"
-              "  for 1000 classes, 3 input channels and width 1.0.");
+    std::puts(
+        "usage: frugal models\n  Lists the registered models with their parameter counts\n"
+        "  for 1000 classes, 3 input channels and width 1.0.");
     return 0;
   }
   std::printf("%-18s %12s  %s\n", "model", "parameters", "description");

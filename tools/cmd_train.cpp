@@ -212,8 +212,9 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   if (env.distributed() && o.oom_recover) {
     // A rank retrying a step alone would leave the others' collectives unmatched.
-    throw UsageError("train: --oom-recover does not run under several processes; fit the step "
-                     "with --memory-budget (every rank then makes the same choice)");
+    throw UsageError(
+        "train: --oom-recover does not run under several processes; fit the step "
+        "with --memory-budget (every rank then makes the same choice)");
   }
   std::shared_ptr<dist::ProcessGroup> group;
   if (env.distributed()) group = dist::init_process_group(env, device);
@@ -296,9 +297,11 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (o.schedule == "cosine") {
     auto warm = static_cast<int64_t>(o.warmup_epochs * static_cast<double>(steps_per_epoch));
     sched = std::make_unique<optim::CosineWarmup>(
-        *opt, optim::CosineWarmupOptions{.warmup_steps = warm, .total_steps = epochs * steps_per_epoch});
+        *opt,
+        optim::CosineWarmupOptions{.warmup_steps = warm, .total_steps = epochs * steps_per_epoch});
   } else if (o.schedule == "step") {
-    sched = std::make_unique<optim::StepLR>(*opt, std::max<int64_t>(epochs * steps_per_epoch / 3, 1), 0.1);
+    sched = std::make_unique<optim::StepLR>(
+        *opt, std::max<int64_t>(epochs * steps_per_epoch / 3, 1), 0.1);
   }
 
   // f16 needs loss scaling; one scaler for the whole run (saved in checkpoints) so its scale
@@ -432,8 +435,10 @@ int cmd_train(const std::vector<std::string>& argv) {
         static_cast<double>(s.peak_reserved) / 1048576.0);
     std::fflush(stdout);
     if (!o.save.empty() && env.is_main()) {  // the replicas are identical: one file
-      train::TrainingState st{.epoch = epoch + 1, .step = (epoch + 1) * steps_per_epoch,
-                              .seed = seed, .rng_offset = default_generator().offset()};
+      train::TrainingState st{.epoch = epoch + 1,
+                              .step = (epoch + 1) * steps_per_epoch,
+                              .seed = seed,
+                              .rng_offset = default_generator().offset()};
       train::save_checkpoint(o.save, *model, opt.get(), st, scaler.get());
     }
   }

@@ -100,7 +100,7 @@ class CapturedStep {
   uint64_t draws_per_step_ = 0;
   uint64_t pool_ = 0;
   uintptr_t pinned_arena_ = 0;  // the planner's arena, kept for the graph
-  Tensor rng_counter_;  // i64 [1] on the device: the dropout offset base of the next replay
+  Tensor rng_counter_;          // i64 [1] on the device: the dropout offset base of the next replay
   Tensor out_;
   std::unique_ptr<kernels::DeviceGraph> graph_;
 };

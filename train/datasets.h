@@ -14,13 +14,13 @@ namespace frugal::train {
 
 struct DataConfig {
   std::string name = "fashion-mnist";
-  std::string dir;           // empty: the default Fashion-MNIST folder
-  int64_t image_size = 32;   // side after resizing
-  int64_t channels = 1;      // 3 repeats the grey channel
-  int64_t limit = -1;        // use only the first `limit` training samples (-1: all); for
-  int64_t test_limit = -1;   // "synthetic", the sizes of its sets (-1: synthetic_size, 1/4 of it)
-  bool augment = true;       // random crop (padding 2) and horizontal flip when training
-  bool need_train = true;    // false: the training split is not read (DataSplits::train is null)
+  std::string dir;          // empty: the default Fashion-MNIST folder
+  int64_t image_size = 32;  // side after resizing
+  int64_t channels = 1;     // 3 repeats the grey channel
+  int64_t limit = -1;       // use only the first `limit` training samples (-1: all); for
+  int64_t test_limit = -1;  // "synthetic", the sizes of its sets (-1: synthetic_size, 1/4 of it)
+  bool augment = true;      // random crop (padding 2) and horizontal flip when training
+  bool need_train = true;   // false: the training split is not read (DataSplits::train is null)
   int64_t synthetic_classes = 10;
   int64_t synthetic_size = 1024;
 };

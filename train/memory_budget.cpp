@@ -34,8 +34,8 @@ std::string BudgetChoice::str() const {
       how = "checkpoint " + checkpoint.str();
     }
     if (micro_batches > 1) {
-      how += std::string(how.empty() ? "" : ", ") + std::to_string(micro_batches) +
-             " micro-batches";
+      how +=
+          std::string(how.empty() ? "" : ", ") + std::to_string(micro_batches) + " micro-batches";
     }
   }
   std::snprintf(line, sizeof line, "%s%s, predicted peak %.1f MiB", fits ? "" : "nothing fits; ",

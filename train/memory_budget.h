@@ -40,7 +40,6 @@ struct BudgetChoice {
 // Predicted for a CUDA device unless `for_cuda` is false (the CPU's allocator).
 BudgetChoice choose_for_budget(const std::string& name, const models::ModelConfig& base,
                                const Shape& input_nhwc, DType precision,
-                               const std::string& optimizer, int64_t budget,
-                               bool for_cuda = true);
+                               const std::string& optimizer, int64_t budget, bool for_cuda = true);
 
 }  // namespace frugal::train

@@ -36,7 +36,8 @@ Peak find_peak(const memory::StepTrace& t, bool rounding) {
   std::vector<int64_t> earlier(static_cast<size_t>(t.events), 0);
   for (const auto& a : t.allocations) {
     delta[static_cast<size_t>(a.begin)] += counted(a.bytes, rounding);
-    if (a.end != memory::kStillLive) delta[static_cast<size_t>(a.end)] -= counted(a.bytes, rounding);
+    if (a.end != memory::kStillLive)
+      delta[static_cast<size_t>(a.end)] -= counted(a.bytes, rounding);
   }
   for (const auto& [at, bytes] : t.earlier_releases) {
     delta[static_cast<size_t>(at)] -= counted(bytes, rounding);
@@ -81,8 +82,8 @@ void run_steps(
   // The loss outlives its step, as in a training loop that reads it later: a plan made from this
   // run must not give its bytes to the next step.
   auto step = [&] {
-    in.loss = train_step(model, opt, in.images, in.labels, precision, scaler.get(), 0.0,
-                         micro_batches);
+    in.loss =
+        train_step(model, opt, in.images, in.labels, precision, scaler.get(), 0.0, micro_batches);
   };
   for (int s = 0; s < steps; ++s) around(s, step, in);
 }
@@ -149,8 +150,8 @@ MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const S
   e.before_bytes = live_before + cublas;
   b.workspace = cublas;
   // What was live before the step and still is: parameters, optimizer state, and the rest.
-  b.other = std::max<int64_t>(0, trace.live_before - peak.released_before - b.parameters -
-                                     b.optimizer_state);
+  b.other = std::max<int64_t>(
+      0, trace.live_before - peak.released_before - b.parameters - b.optimizer_state);
   for (const auto& a : trace.allocations) {
     if (a.begin > peak.event || a.end <= peak.event) continue;
     const int64_t n = counted(a.bytes, for_cuda);
@@ -160,10 +161,18 @@ MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const S
       case memory::Category::conv_workspace:
         b.workspace += n;
         break;
-      case memory::Category::forward: (kept ? b.other : b.saved_activations) += n; break;
-      case memory::Category::backward: (kept ? b.gradients : b.transients) += n; break;
-      case memory::Category::optimizer: (kept ? b.optimizer_state : b.transients) += n; break;
-      case memory::Category::resident: b.other += n; break;
+      case memory::Category::forward:
+        (kept ? b.other : b.saved_activations) += n;
+        break;
+      case memory::Category::backward:
+        (kept ? b.gradients : b.transients) += n;
+        break;
+      case memory::Category::optimizer:
+        (kept ? b.optimizer_state : b.transients) += n;
+        break;
+      case memory::Category::resident:
+        b.other += n;
+        break;
     }
     if (a.begin == peak.event) {
       e.phase = a.phase;
@@ -180,8 +189,8 @@ MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const S
 
 MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfig& config,
                                const Shape& input_nhwc, DType precision,
-                               const std::string& optimizer, int64_t micro_batches,
-                               bool for_cuda, bool with_arena) {
+                               const std::string& optimizer, int64_t micro_batches, bool for_cuda,
+                               bool with_arena) {
   FRUGAL_CHECK(optimizer == "sgd" || optimizer == "adamw",
                "estimate_memory: optimizer must be sgd or adamw, got '", optimizer, "'");
   // Building a model takes its initial weights' share of the random stream, the steps dropout

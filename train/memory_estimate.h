@@ -63,8 +63,8 @@ struct MemoryEstimate {
   MemoryBreakdown at_peak;
   memory::Phase phase = memory::Phase::outside;  // of the step, when the peak falls
   std::string module;                            // running then ("" at the top level)
-  size_t arena_bytes = 0;        // the step planner's arena for this step
-  size_t arena_lower_bound = 0;  // its bound: the largest sum of live planned bytes
+  size_t arena_bytes = 0;                        // the step planner's arena for this step
+  size_t arena_lower_bound = 0;                  // its bound: the largest sum of live planned bytes
 };
 
 // Two training steps of `model` (on meta for a prediction, or on the CPU to measure) with `opt`,

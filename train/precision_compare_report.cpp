@@ -78,9 +78,8 @@ std::string to_json(const CompareOptions& o, const std::vector<CompareRow>& rows
       "allocator peaks from right after the model is built and moved to the device, each "
       "precision from an emptied cache: parameters, batch, gradients, momentum, autocast copies, "
       "activations";
-  j["timer"] = o.device.is_cuda()
-                   ? "cuda events on the compute stream, no host wait between steps"
-                   : "steady clock around each step";
+  j["timer"] = o.device.is_cuda() ? "cuda events on the compute stream, no host wait between steps"
+                                  : "steady clock around each step";
   nlohmann::ordered_json arr = nlohmann::ordered_json::array();
   for (const CompareRow& r : rows) {
     nlohmann::ordered_json e;

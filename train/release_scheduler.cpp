@@ -75,7 +75,10 @@ std::string ReleasePolicy::str() const {
 ReleaseScheduler::ReleaseScheduler(memory::Allocator& allocator, ReleasePolicy policy,
                                    std::function<int64_t()> capacity,
                                    std::function<void(const std::string&)> log)
-    : allocator_(allocator), policy_(policy), capacity_(std::move(capacity)), log_(std::move(log)) {}
+    : allocator_(allocator),
+      policy_(policy),
+      capacity_(std::move(capacity)),
+      log_(std::move(log)) {}
 
 void ReleaseScheduler::attach(StepCallbacks& callbacks) {
   for (StepPoint p : {StepPoint::step_begin, StepPoint::step_end, StepPoint::epoch_end}) {

@@ -41,8 +41,8 @@ struct PlannerReport {
   size_t lower_bound = 0;     // its largest sum of live arena bytes
   bool gave_up = false;
   size_t trimmed_bytes = 0;  // cached segments given back once the plan settled
-  memory::PlanReplay last;  // the last planned step's replay
-  std::string str() const;  // one line for people
+  memory::PlanReplay last;   // the last planned step's replay
+  std::string str() const;   // one line for people
 };
 
 class StepPlanner {

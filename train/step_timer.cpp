@@ -59,9 +59,8 @@ void StepTimer::begin(int64_t i) {
 void StepTimer::end(int64_t i) {
 #ifdef FRUGAL_WITH_CUDA
   if (device_.is_cuda()) {
-    CUDA_CHECK(
-        cudaEventRecord(static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(2 * i + 1))),
-                        stream_of(device_)));
+    CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(2 * i + 1))),
+                               stream_of(device_)));
     return;
   }
 #endif

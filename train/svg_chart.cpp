@@ -8,7 +8,6 @@
 namespace frugal::train {
 namespace {
 
-
 std::string num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", v);
@@ -113,8 +112,8 @@ std::string render_svg(const Chart& chart) {
     const double ly = top + 10 + 18 * legend++;
     svg += "<line x1=\"" + num(left + w + 12) + "\" x2=\"" + num(left + w + 32) + "\" y1=\"" +
            num(ly) + "\" y2=\"" + num(ly) + "\" stroke=\"" + s.color + "\" stroke-width=\"2\"/>\n";
-    svg += "<text x=\"" + num(left + w + 38) + "\" y=\"" + num(ly + 4) + "\">" + xml_escape(s.name) +
-           "</text>\n";
+    svg += "<text x=\"" + num(left + w + 38) + "\" y=\"" + num(ly + 4) + "\">" +
+           xml_escape(s.name) + "</text>\n";
   }
   svg += "</svg>\n";
   return svg;

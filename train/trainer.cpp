@@ -119,8 +119,9 @@ Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images
                   const Tensor& labels, DType precision, optim::GradScaler* scaler,
                   double label_smoothing, int64_t micro_batches, const StepCallbacks* callbacks) {
   const int64_t n = images.size(0);
-  FRUGAL_CHECK(micro_batches >= 1 && micro_batches <= n, "train_step: micro_batches must be in [1, ",
-               n, "] for a batch of ", n, ", got ", micro_batches);
+  FRUGAL_CHECK(micro_batches >= 1 && micro_batches <= n,
+               "train_step: micro_batches must be in [1, ", n, "] for a batch of ", n, ", got ",
+               micro_batches);
   opt.zero_grad();
   if (micro_batches == 1) {
     Tensor loss = forward_backward(model, images, labels, 0, n, precision, scaler, label_smoothing,
@@ -233,7 +234,11 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
     ++step;
     if (step % options.log_every == 0 || step == steps) {
       double now = seconds_since(t_log);
-      Progress p{epoch, options.epochs, step, steps, loss.item(),
+      Progress p{epoch,
+                 options.epochs,
+                 step,
+                 steps,
+                 loss.item(),
                  now > 0 ? static_cast<double>(since_log) / now : 0,
                  alloc.stats().allocated_bytes.current};
       progress(p);
@@ -244,7 +249,8 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   if (callbacks != nullptr) callbacks->fire(StepPoint::epoch_end);
   stats.seconds = seconds_since(t0);
   stats.loss = stats.samples > 0 ? loss_sum.item() / static_cast<double>(stats.samples) : 0;
-  stats.images_per_second = stats.seconds > 0 ? static_cast<double>(stats.samples) / stats.seconds : 0;
+  stats.images_per_second =
+      stats.seconds > 0 ? static_cast<double>(stats.samples) / stats.seconds : 0;
   memory::MemoryStats ms = alloc.stats();
   stats.peak_allocated = ms.allocated_bytes.peak;
   stats.peak_reserved = ms.reserved_bytes.peak;

@@ -1,8 +1,8 @@
 // The training loop users call from C++ and the `frugal train` command runs: one epoch of
 // forward / loss / backward / step with a progress line, and evaluation (accuracy).
 //
-//   train::EpochStats s = train::train_epoch(*model, opt, &sched, loader, epoch, {.label_smoothing = 0.1});
-//   double acc = train::evaluate(*model, test_loader);
+//   train::EpochStats s = train::train_epoch(*model, opt, &sched, loader, epoch, {.label_smoothing
+//   = 0.1}); double acc = train::evaluate(*model, test_loader);
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@
 namespace frugal::train {
 
 struct EpochStats {
-  double loss = 0;            // mean training loss over the epoch
+  double loss = 0;  // mean training loss over the epoch
   int64_t samples = 0;
   double seconds = 0;
   double images_per_second = 0;
@@ -40,7 +40,7 @@ using ProgressFn = std::function<void(const Progress&)>;
 
 struct EpochOptions {
   double label_smoothing = 0.0;
-  int64_t epochs = 1;   // for the progress line only
+  int64_t epochs = 1;  // for the progress line only
   int64_t log_every = 20;
   ProgressFn progress = nullptr;  // null: print a progress bar to stderr
   // Mixed precision: f16 or bf16 runs forward and loss under an AutocastGuard for the

@@ -50,7 +50,7 @@ void CopyEvent::stream_wait(const kernels::Context& ctx) {
                "CopyEvent::stream_wait: needs a CUDA context with a stream, got ", ctx.device);
   DeviceGuard guard(ctx.device);
   CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx.stream),
-                                             static_cast<cudaEvent_t>(event_), 0));
+                                 static_cast<cudaEvent_t>(event_), 0));
 }
 
 kernels::Context copy_context(Device device) {

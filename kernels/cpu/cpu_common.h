@@ -26,19 +26,19 @@ namespace frugal::kernels::cpu {
 
 // Runs `body` with T bound to the C++ type of `dtype` (float or double); throws naming `op`
 // for other dtypes.
-#define FRUGAL_CPU_FLOAT_SWITCH(dtype, op, ...)                                        \
-  switch (dtype) {                                                                     \
-    case ::frugal::DType::f32: {                                                       \
-      using T = float;                                                                 \
-      __VA_ARGS__;                                                                     \
-      break;                                                                           \
-    }                                                                                  \
-    case ::frugal::DType::f64: {                                                       \
-      using T = double;                                                                \
-      __VA_ARGS__;                                                                     \
-      break;                                                                           \
-    }                                                                                  \
-    default:                                                                           \
+#define FRUGAL_CPU_FLOAT_SWITCH(dtype, op, ...)                                         \
+  switch (dtype) {                                                                      \
+    case ::frugal::DType::f32: {                                                        \
+      using T = float;                                                                  \
+      __VA_ARGS__;                                                                      \
+      break;                                                                            \
+    }                                                                                   \
+    case ::frugal::DType::f64: {                                                        \
+      using T = double;                                                                 \
+      __VA_ARGS__;                                                                      \
+      break;                                                                            \
+    }                                                                                   \
+    default:                                                                            \
       FRUGAL_FAIL(op, ": dtype ", dtype, " is not computed by CPU kernels (f32, f64)"); \
   }
 
@@ -53,7 +53,7 @@ void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
     return;
   }
   int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
   for (int64_t t = 0; t < chunks; ++t) {
     int64_t begin = n * t / chunks, end = n * (t + 1) / chunks;
     fn(begin, end);

@@ -88,9 +88,8 @@ Built build(int64_t m, int64_t n, int64_t k, const GemmOperand& a, const GemmOpe
 }
 
 // Shapes repeat every step, so each is built once; a model has a few dozen.
-const Built& built_for(int64_t m, int64_t n, int64_t k, const GemmOperand& a,
-                       const GemmOperand& b, DType c_dtype, int64_t ldc, bool bias,
-                       bool accumulate) {
+const Built& built_for(int64_t m, int64_t n, int64_t k, const GemmOperand& a, const GemmOperand& b,
+                       DType c_dtype, int64_t ldc, bool bias, bool accumulate) {
   const auto dt = [](DType t) { return static_cast<int64_t>(t); };
   const Key key{m,           n,           k,           ldc,          a.ld,         b.ld,
                 dt(a.dtype), dt(b.dtype), dt(c_dtype), a.transposed, b.transposed, bias,

@@ -59,8 +59,8 @@ void adamw_step(const Context& ctx, int64_t n, float* param, const float* grad, 
   (void)ctx;
   FRUGAL_CHECK(n >= 0, "adamw_step: negative size ", n);
   if (skip_step(found_inf)) return;
-  const double t = p.step_count != nullptr ? static_cast<double>(*p.step_count)
-                                           : static_cast<double>(p.step);
+  const double t =
+      p.step_count != nullptr ? static_cast<double>(*p.step_count) : static_cast<double>(p.step);
   FRUGAL_CHECK(t >= 1, "adamw_step: step ", t, " must be 1-based and positive");
   const double lr = p.lr_device != nullptr ? static_cast<double>(*p.lr_device) : p.lr;
   const float decay = static_cast<float>(1.0 - lr * p.weight_decay);

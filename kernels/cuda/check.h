@@ -26,15 +26,15 @@ bool sync_after_launch() noexcept;
 
 }  // namespace frugal::kernels::cuda::detail
 
-#define FRUGAL_GPU_CHECK_GEN(lib, ok, stmt, on_error)                                        \
-  do {                                                                                       \
-    auto frugal_gpu_status_ = (stmt);                                                        \
-    if (frugal_gpu_status_ != (ok)) {                                                        \
-      ::frugal::kernels::cuda::detail::on_error(                                             \
-          lib, static_cast<int>(frugal_gpu_status_),                                         \
+#define FRUGAL_GPU_CHECK_GEN(lib, ok, stmt, on_error)                                         \
+  do {                                                                                        \
+    auto frugal_gpu_status_ = (stmt);                                                         \
+    if (frugal_gpu_status_ != (ok)) {                                                         \
+      ::frugal::kernels::cuda::detail::on_error(                                              \
+          lib, static_cast<int>(frugal_gpu_status_),                                          \
           ::frugal::kernels::cuda::detail::error_string(frugal_gpu_status_), #stmt, __FILE__, \
-          __LINE__, __func__);                                                               \
-    }                                                                                        \
+          __LINE__, __func__);                                                                \
+    }                                                                                         \
   } while (0)
 
 #define CUDA_CHECK(stmt) FRUGAL_GPU_CHECK_GEN("CUDA", cudaSuccess, stmt, fail_gpu)
@@ -48,10 +48,10 @@ bool sync_after_launch() noexcept;
 
 // After every <<<...>>>: catches bad launch configurations at once and, with FRUGAL_CUDA_SYNC=1,
 // faults inside the kernel too.
-#define FRUGAL_LAUNCH_CHECK()                                                   \
-  do {                                                                          \
-    CUDA_CHECK(cudaGetLastError());                                             \
-    if (::frugal::kernels::cuda::detail::sync_after_launch()) {                 \
-      CUDA_CHECK(cudaDeviceSynchronize());                                      \
-    }                                                                           \
+#define FRUGAL_LAUNCH_CHECK()                                   \
+  do {                                                          \
+    CUDA_CHECK(cudaGetLastError());                             \
+    if (::frugal::kernels::cuda::detail::sync_after_launch()) { \
+      CUDA_CHECK(cudaDeviceSynchronize());                      \
+    }                                                           \
   } while (0)

@@ -103,19 +103,24 @@ struct PassTensors {
 
 cudnnDataType_t cudnn_type(DType dtype, const char* op) {
   switch (dtype) {
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    case DType::f64: FRUGAL_FAIL(op, ": f64 is CPU-only");
-    default: FRUGAL_FAIL(op, ": dtype ", dtype, " is not a floating type");
+    case DType::f32:
+      return CUDNN_DATA_FLOAT;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::f64:
+      FRUGAL_FAIL(op, ": f64 is CPU-only");
+    default:
+      FRUGAL_FAIL(op, ": dtype ", dtype, " is not a floating type");
   }
 }
 
 void check_shape(const Conv2dShape& s, const char* op) {
   FRUGAL_CHECK(s.groups >= 1 && s.c % s.groups == 0 && s.k % s.groups == 0, op,
                ": channels must divide into groups: ", s.str());
-  FRUGAL_CHECK(s.stride_h >= 1 && s.stride_w >= 1 && s.dil_h >= 1 && s.dil_w >= 1 &&
-                   s.pad_h >= 0 && s.pad_w >= 0 && s.kh >= 1 && s.kw >= 1,
+  FRUGAL_CHECK(s.stride_h >= 1 && s.stride_w >= 1 && s.dil_h >= 1 && s.dil_w >= 1 && s.pad_h >= 0 &&
+                   s.pad_w >= 0 && s.kh >= 1 && s.kw >= 1,
                op, ": bad kernel geometry ", s.str());
   FRUGAL_CHECK(s.oh() >= 1 && s.ow() >= 1, op, ": empty output for ", s.str());
   for (int64_t v : {s.n, s.h, s.w, s.c, s.k, s.oh(), s.ow()}) {
@@ -144,12 +149,12 @@ struct ConvDescriptors {
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
     // cuDNN takes dims in N, C, H, W order whatever the format.
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, t, i(s.n), i(s.c), i(s.h),
-                                           i(s.w)));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, t, i(s.n), i(s.k), i(s.oh()),
-                                           i(s.ow())));
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NHWC, i(s.k),
-                                           i(s.cin_per_group()), i(s.kh), i(s.kw)));
+    CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, t, i(s.n), i(s.c), i(s.h), i(s.w)));
+    CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, t, i(s.n), i(s.k), i(s.oh()), i(s.ow())));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NHWC, i(s.k), i(s.cin_per_group()),
+                                           i(s.kh), i(s.kw)));
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, i(s.pad_h), i(s.pad_w), i(s.stride_h),
                                                 i(s.stride_w), i(s.dil_h), i(s.dil_w),
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
@@ -220,7 +225,8 @@ std::vector<Candidate> filter(cudnnHandle_t h, const ConvDescriptors& d, Directi
       }
     }
     bool seen = false;
-    for (const Candidate& c : out) seen |= c.algo == static_cast<int>(perf[i].algo) && c.math == math;
+    for (const Candidate& c : out)
+      seen |= c.algo == static_cast<int>(perf[i].algo) && c.math == math;
     if (seen) continue;
     CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
     cudnnStatus_t st;
@@ -265,9 +271,12 @@ std::unordered_map<std::string, std::vector<Candidate>>& g_cache =
 
 const char* direction_name(Direction dir) {
   switch (dir) {
-    case Direction::forward: return "conv2d_forward";
-    case Direction::backward_data: return "conv2d_backward_input";
-    case Direction::backward_filter: return "conv2d_backward_weight";
+    case Direction::forward:
+      return "conv2d_forward";
+    case Direction::backward_data:
+      return "conv2d_backward_input";
+    case Direction::backward_filter:
+      return "conv2d_backward_weight";
   }
   return "conv2d";
 }
@@ -465,9 +474,9 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
           std::fprintf(stderr,
                        "[cudnn] %s: %zu candidate%s stopped running (first status %d: %s; "
                        "tensors %saligned to %zu bytes) and dropped; now %s\n",
-                       key.c_str(), failed, failed == 1 ? "" : "s",
-                       static_cast<int>(first_failure), cudnnGetErrorString(first_failure),
-                       aligned ? "" : "not ", kGraphAlignment, describe(c).c_str());
+                       key.c_str(), failed, failed == 1 ? "" : "s", static_cast<int>(first_failure),
+                       cudnnGetErrorString(first_failure), aligned ? "" : "not ", kGraphAlignment,
+                       describe(c).c_str());
         }
         kept.insert(kept.end(), list.begin() + static_cast<int64_t>(i), list.end());
         std::lock_guard<std::mutex> lock(g_cache_mu);
@@ -558,8 +567,7 @@ void forward(const Context& ctx, DType dtype, const Conv2dShape& s, const BnActI
     return;
   }
   if (pointwise(s)) {  // y[M, K] = x[M, C] w[K, C]^T
-    gemm_tf32(ctx, dtype, false, true, s.n * s.h * s.w, s.k, s.c, x, w, 0.0, y,
-              conv_allow_tf32());
+    gemm_tf32(ctx, dtype, false, true, s.n * s.h * s.w, s.k, s.c, x, w, 0.0, y, conv_allow_tf32());
   } else if (space_to_depth_handles(dtype, s)) {  // Note [Stride-2 stems as stride-1 ...]
     const SpaceToDepth r = space_to_depth(s);
     memory::DataPtr ws = ctx.workspace(cuda_conv_workspace_bytes(ConvPass::forward, dtype, s),
@@ -668,8 +676,8 @@ void backward_weight(const Context& ctx, DType dtype, DType dw_dtype, const Conv
   cudaStream_t stream = stream_of(ctx, op);
   check_shape(s, op);
   cudnn_type(dtype, op);
-  FRUGAL_CHECK(dw_dtype == dtype || dw_dtype == DType::f32, op, ": ", dtype,
-               " inputs give dw in ", dtype, " or f32, not ", dw_dtype);
+  FRUGAL_CHECK(dw_dtype == dtype || dw_dtype == DType::f32, op, ": ", dtype, " inputs give dw in ",
+               dtype, " or f32, not ", dw_dtype);
   DeviceGuard guard(ctx.device);
   if (s.n == 0) {  // an empty batch contributes nothing
     size_t esize = dtype_size(dw_dtype);

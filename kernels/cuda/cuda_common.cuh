@@ -18,27 +18,27 @@ namespace frugal::kernels::cuda {
 
 // Runs `body` with T bound to the CUDA storage type of `dtype`; f64 and non-floating dtypes throw
 // naming `op`.
-#define FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, ...)                                             \
-  switch (dtype) {                                                                           \
-    case ::frugal::DType::f32: {                                                             \
-      using T = float;                                                                       \
-      __VA_ARGS__;                                                                           \
-      break;                                                                                 \
-    }                                                                                        \
-    case ::frugal::DType::f16: {                                                             \
-      using T = __half;                                                                      \
-      __VA_ARGS__;                                                                           \
-      break;                                                                                 \
-    }                                                                                        \
-    case ::frugal::DType::bf16: {                                                            \
-      using T = __nv_bfloat16;                                                               \
-      __VA_ARGS__;                                                                           \
-      break;                                                                                 \
-    }                                                                                        \
-    case ::frugal::DType::f64:                                                               \
-      FRUGAL_FAIL(op, ": f64 is CPU-only (CUDA kernels take f32, f16, bf16)");               \
-    default:                                                                                 \
-      FRUGAL_FAIL(op, ": dtype ", dtype, " is not a floating type");                         \
+#define FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, ...)                               \
+  switch (dtype) {                                                             \
+    case ::frugal::DType::f32: {                                               \
+      using T = float;                                                         \
+      __VA_ARGS__;                                                             \
+      break;                                                                   \
+    }                                                                          \
+    case ::frugal::DType::f16: {                                               \
+      using T = __half;                                                        \
+      __VA_ARGS__;                                                             \
+      break;                                                                   \
+    }                                                                          \
+    case ::frugal::DType::bf16: {                                              \
+      using T = __nv_bfloat16;                                                 \
+      __VA_ARGS__;                                                             \
+      break;                                                                   \
+    }                                                                          \
+    case ::frugal::DType::f64:                                                 \
+      FRUGAL_FAIL(op, ": f64 is CPU-only (CUDA kernels take f32, f16, bf16)"); \
+    default:                                                                   \
+      FRUGAL_FAIL(op, ": dtype ", dtype, " is not a floating type");           \
   }
 
 // Parameters, statistics, losses and optimizer state are f32 on CUDA; f64 is CPU-only.
@@ -50,9 +50,13 @@ inline void check_f32(DType dtype, const char* what, const char* op) {
 template <typename T>
 __device__ __forceinline__ float to_f(T v);
 template <>
-__device__ __forceinline__ float to_f<float>(float v) { return v; }
+__device__ __forceinline__ float to_f<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f<__half>(__half v) {
+  return __half2float(v);
+}
 template <>
 __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
@@ -61,9 +65,13 @@ __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
 template <typename T>
 __device__ __forceinline__ T from_f(float v);
 template <>
-__device__ __forceinline__ float from_f<float>(float v) { return v; }
+__device__ __forceinline__ float from_f<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_f<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -246,8 +254,8 @@ __device__ __forceinline__ ListSlice list_slice(const ListBlocks& blocks) {
 // tensor t's pointers in slot `slot` (list.n and list.blocks are set here); launch(list, blocks)
 // launches a full list on a 1-D grid of `blocks` blocks, about eight a multiprocessor.
 template <typename List, typename Fill, typename Launch>
-void for_each_tensor_list(const Context& ctx, const char* op, int64_t count,
-                          const int64_t* sizes, Fill fill, Launch launch) {
+void for_each_tensor_list(const Context& ctx, const char* op, int64_t count, const int64_t* sizes,
+                          Fill fill, Launch launch) {
   FRUGAL_CHECK(count >= 0, op, ": negative count ", count);
   const int64_t target = int64_t{sm_count(ctx.device.index)} * 8;
   for (int64_t first = 0; first < count;) {

@@ -45,8 +45,8 @@ bool depthwise_reads_bn_act(DType dtype, const Conv2dShape& s, const BnActInput&
 // rounded to dtype before it is multiplied, and the padding stays zero.
 void depthwise_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
                        const void* w, const void* bias, void* y, const BnActInput* bn = nullptr);
-void depthwise_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s,
-                              const void* dy, const void* w, void* dx);
+void depthwise_backward_input(const Context& ctx, DType dtype, const Conv2dShape& s, const void* dy,
+                              const void* w, void* dx);
 // dw only, in dw_dtype (dtype or f32); the caller sums the bias gradient.
 void depthwise_backward_weight(const Context& ctx, DType dtype, DType dw_dtype,
                                const Conv2dShape& s, const void* x, const void* dy, void* dw,

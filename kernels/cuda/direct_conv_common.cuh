@@ -19,9 +19,8 @@ struct Geom {
 
 inline Geom geom_of(const Conv2dShape& s) {
   auto i = [](int64_t v) { return static_cast<int>(v); };
-  return {i(s.n),        i(s.h),        i(s.w),     i(s.c),     i(s.k),
-          i(s.oh()),     i(s.ow()),     i(s.stride_h), i(s.stride_w), i(s.pad_h),
-          i(s.pad_w),    i(s.dil_h),    i(s.dil_w)};
+  return {i(s.n),        i(s.h),        i(s.w),     i(s.c),     i(s.k),     i(s.oh()), i(s.ow()),
+          i(s.stride_h), i(s.stride_w), i(s.pad_h), i(s.pad_w), i(s.dil_h), i(s.dil_w)};
 }
 
 // Row splits of the weight gradient's output positions: enough blocks to fill the device a few
@@ -30,11 +29,10 @@ constexpr int64_t kPositionsPerThread = 8;
 
 inline int weight_splits(const Context& ctx, int64_t blocks_x, int64_t positions, int rows) {
   int64_t target = int64_t{sm_count(ctx.device.index)} * 4;
-  int64_t by_positions = (positions + int64_t{rows} * kPositionsPerThread - 1) /
-                         (int64_t{rows} * kPositionsPerThread);
-  return static_cast<int>(
-      std::max<int64_t>(1, std::min<int64_t>({target / std::max<int64_t>(blocks_x, 1),
-                                              by_positions, 1024})));
+  int64_t by_positions =
+      (positions + int64_t{rows} * kPositionsPerThread - 1) / (int64_t{rows} * kPositionsPerThread);
+  return static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>({target / std::max<int64_t>(blocks_x, 1), by_positions, 1024})));
 }
 
 // The finish for n weights from inputs of type T, stored as T or, when dw_dtype is f32, as f32:

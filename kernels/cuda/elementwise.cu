@@ -62,10 +62,14 @@ struct BinaryFn {
   BinaryOp op;
   __device__ float operator()(float a, float b) const {
     switch (op) {
-      case BinaryOp::add: return a + b;
-      case BinaryOp::sub: return a - b;
-      case BinaryOp::mul: return a * b;
-      case BinaryOp::div: return a / b;
+      case BinaryOp::add:
+        return a + b;
+      case BinaryOp::sub:
+        return a - b;
+      case BinaryOp::mul:
+        return a * b;
+      case BinaryOp::div:
+        return a / b;
     }
     return 0.0f;
   }
@@ -225,7 +229,7 @@ void launch_map1(const Context& ctx, cudaStream_t s, int64_t n, const void* x, v
   bool vec = aligned16(x) && aligned16(y);
   int64_t work = vec ? n / kVec<T> + kVec<T> : n;
   map1_kernel<T><<<grid_for(ctx, work), kThreads, 0, s>>>(n, static_cast<const T*>(x),
-                                                           static_cast<T*>(y), fn, vec);
+                                                          static_cast<T*>(y), fn, vec);
   FRUGAL_LAUNCH_CHECK();
 }
 
@@ -279,8 +283,8 @@ void affine(const Context& ctx, DType dtype, int64_t n, const void* x, double al
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, "affine", launch_map1<T>(ctx, s, n, x, y, fn));
 }
 
-void activation_forward(const Context& ctx, Activation act, DType dtype, int64_t n,
-                        const void* x, void* y) {
+void activation_forward(const Context& ctx, Activation act, DType dtype, int64_t n, const void* x,
+                        void* y) {
   cudaStream_t s = stream_of(ctx, "activation_forward");
   if (n == 0) return;
   DeviceGuard guard(ctx.device);
@@ -288,8 +292,8 @@ void activation_forward(const Context& ctx, Activation act, DType dtype, int64_t
                            launch_map1<T>(ctx, s, n, x, y, ActForwardFn{act}));
 }
 
-void activation_backward(const Context& ctx, Activation act, DType dtype, int64_t n,
-                         const void* x, const void* dy, void* dx) {
+void activation_backward(const Context& ctx, Activation act, DType dtype, int64_t n, const void* x,
+                         const void* dy, void* dx) {
   cudaStream_t s = stream_of(ctx, "activation_backward");
   if (n == 0) return;
   DeviceGuard guard(ctx.device);
@@ -299,8 +303,8 @@ void activation_backward(const Context& ctx, Activation act, DType dtype, int64_
 
 void cast(const Context& ctx, DType from, DType to, int64_t n, const void* x, void* y) {
   cudaStream_t s = stream_of(ctx, "cast");
-  FRUGAL_CHECK(from != DType::f64 && to != DType::f64, "cast: f64 is CPU-only (", from, " to ",
-               to, " on ", ctx.device, ")");
+  FRUGAL_CHECK(from != DType::f64 && to != DType::f64, "cast: f64 is CPU-only (", from, " to ", to,
+               " on ", ctx.device, ")");
   if (n == 0) return;
   DeviceGuard guard(ctx.device);
   if (from == to) {
@@ -337,16 +341,25 @@ void fill(const Context& ctx, DType dtype, int64_t n, void* y, double value) {
   // The element's bit pattern, made on the host with the same rounding as the CPU.
   uint64_t bits = 0;
   switch (dtype) {
-    case DType::f32: bits = float_bits(static_cast<float>(value)); break;
-    case DType::f16: bits = float_to_f16(static_cast<float>(value)); break;
-    case DType::bf16: bits = float_to_bf16(static_cast<float>(value)); break;
+    case DType::f32:
+      bits = float_bits(static_cast<float>(value));
+      break;
+    case DType::f16:
+      bits = float_to_f16(static_cast<float>(value));
+      break;
+    case DType::bf16:
+      bits = float_to_bf16(static_cast<float>(value));
+      break;
     case DType::i64: {
       auto v = static_cast<int64_t>(value);
       std::memcpy(&bits, &v, 8);
       break;
     }
-    case DType::u8: bits = static_cast<uint8_t>(value); break;
-    default: FRUGAL_FAIL("fill: dtype ", dtype, " is not supported on CUDA");
+    case DType::u8:
+      bits = static_cast<uint8_t>(value);
+      break;
+    default:
+      FRUGAL_FAIL("fill: dtype ", dtype, " is not supported on CUDA");
   }
   size_t size = dtype_size(dtype);
   bool uniform_bytes = true;  // e.g. zero: one memset does it
@@ -354,17 +367,23 @@ void fill(const Context& ctx, DType dtype, int64_t n, void* y, double value) {
     uniform_bytes &= ((bits >> (8 * k)) & 0xffu) == (bits & 0xffu);
   }
   if (uniform_bytes) {
-    CUDA_CHECK(cudaMemsetAsync(y, static_cast<int>(bits & 0xffu), static_cast<size_t>(n) * size,
-                               s));
+    CUDA_CHECK(
+        cudaMemsetAsync(y, static_cast<int>(bits & 0xffu), static_cast<size_t>(n) * size, s));
     return;
   }
   unsigned grid = grid_for(ctx, n);
   switch (size) {
-    case 2: fill_kernel<<<grid, kThreads, 0, s>>>(n, static_cast<uint16_t*>(y),
-                                                 static_cast<uint16_t>(bits)); break;
-    case 4: fill_kernel<<<grid, kThreads, 0, s>>>(n, static_cast<uint32_t*>(y),
-                                                 static_cast<uint32_t>(bits)); break;
-    default: fill_kernel<<<grid, kThreads, 0, s>>>(n, static_cast<uint64_t*>(y), bits); break;
+    case 2:
+      fill_kernel<<<grid, kThreads, 0, s>>>(n, static_cast<uint16_t*>(y),
+                                            static_cast<uint16_t>(bits));
+      break;
+    case 4:
+      fill_kernel<<<grid, kThreads, 0, s>>>(n, static_cast<uint32_t*>(y),
+                                            static_cast<uint32_t>(bits));
+      break;
+    default:
+      fill_kernel<<<grid, kThreads, 0, s>>>(n, static_cast<uint64_t*>(y), bits);
+      break;
   }
   FRUGAL_LAUNCH_CHECK();
 }

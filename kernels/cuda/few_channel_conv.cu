@@ -204,8 +204,8 @@ int tile_splits(const Context& ctx, int64_t blocks_x, int64_t tiles) {
 }
 
 template <typename T, int C>
-void backward_weight_c(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
-                       const void* x, const void* dy, DType dw_dtype, void* dw) {
+void backward_weight_c(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* x,
+                       const void* dy, DType dw_dtype, void* dw) {
   const Geom g = geom_of(s);
   const int64_t blocks_x = (s.k + kBlockChannels - 1) / kBlockChannels;
   const int64_t tiles = (s.n * s.oh() * s.ow() + kTile - 1) / kTile;
@@ -349,10 +349,18 @@ void few_channel_backward_weight(const Context& ctx, DType dtype, DType dw_dtype
   cudaStream_t stream = stream_of(ctx, op);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
     switch (s.c) {
-      case 1: backward_weight_c<T, 1>(ctx, stream, s, x, dy, dw_dtype, dw); break;
-      case 2: backward_weight_c<T, 2>(ctx, stream, s, x, dy, dw_dtype, dw); break;
-      case 3: backward_weight_c<T, 3>(ctx, stream, s, x, dy, dw_dtype, dw); break;
-      default: backward_weight_c<T, 4>(ctx, stream, s, x, dy, dw_dtype, dw); break;
+      case 1:
+        backward_weight_c<T, 1>(ctx, stream, s, x, dy, dw_dtype, dw);
+        break;
+      case 2:
+        backward_weight_c<T, 2>(ctx, stream, s, x, dy, dw_dtype, dw);
+        break;
+      case 3:
+        backward_weight_c<T, 3>(ctx, stream, s, x, dy, dw_dtype, dw);
+        break;
+      default:
+        backward_weight_c<T, 4>(ctx, stream, s, x, dy, dw_dtype, dw);
+        break;
     }
   });
 }

@@ -9,9 +9,8 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;
 
-__global__ void ce_forward_kernel(int64_t n, int64_t c, const float* logits,
-                                  const int64_t* labels, float smoothing, float* loss,
-                                  float* lse) {
+__global__ void ce_forward_kernel(int64_t n, int64_t c, const float* logits, const int64_t* labels,
+                                  float smoothing, float* loss, float* lse) {
   int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= n) return;
   const float* x = logits + row * c;
@@ -36,9 +35,9 @@ __global__ void ce_forward_kernel(int64_t n, int64_t c, const float* logits,
   }
 }
 
-__global__ void ce_backward_kernel(int64_t n, int64_t c, const float* logits,
-                                   const int64_t* labels, float smoothing, const float* lse,
-                                   const float* dloss, float* dlogits) {
+__global__ void ce_backward_kernel(int64_t n, int64_t c, const float* logits, const int64_t* labels,
+                                   float smoothing, const float* lse, const float* dloss,
+                                   float* dlogits) {
   float off = smoothing / static_cast<float>(c);
   int64_t stride = grid_stride();
   int64_t stride_c = stride % c;
@@ -68,8 +67,8 @@ void check_args(const Context& ctx, DType dtype, int64_t n, int64_t c, double sm
 }  // namespace
 
 void cross_entropy_forward(const Context& ctx, DType dtype, int64_t n, int64_t c,
-                           const void* logits, const int64_t* labels, double smoothing,
-                           void* loss, void* lse) {
+                           const void* logits, const int64_t* labels, double smoothing, void* loss,
+                           void* lse) {
   const char* op = "cross_entropy_forward";
   check_args(ctx, dtype, n, c, smoothing, op);
   if (n == 0) return;

@@ -24,10 +24,14 @@ namespace {
 
 cudaDataType_t cublas_type(DType dtype) {
   switch (dtype) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    default: FRUGAL_FAIL("gemm: dtype ", dtype, " is not supported on CUDA");
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      FRUGAL_FAIL("gemm: dtype ", dtype, " is not supported on CUDA");
   }
 }
 
@@ -38,8 +42,8 @@ void gemm_tf32_out(const Context& ctx, DType dtype, DType c_dtype, bool trans_a,
                    void* c, bool allow_tf32) {
   cudaStream_t s = stream_of(ctx, "gemm");
   FRUGAL_CHECK(dtype != DType::f64, "gemm: f64 is CPU-only");
-  FRUGAL_CHECK(c_dtype == dtype || c_dtype == DType::f32, "gemm: ", dtype,
-               " operands give a ", dtype, " or f32 result, not ", c_dtype);
+  FRUGAL_CHECK(c_dtype == dtype || c_dtype == DType::f32, "gemm: ", dtype, " operands give a ",
+               dtype, " or f32 result, not ", c_dtype);
   FRUGAL_CHECK(beta == 0.0 || beta == 1.0, "gemm: beta must be 0 or 1, got ", beta);
   FRUGAL_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm: negative size m=", m, " n=", n, " k=", k);
   FRUGAL_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, "gemm: m=", m, " n=", n, " k=", k,
@@ -61,12 +65,11 @@ void gemm_tf32_out(const Context& ctx, DType dtype, DType c_dtype, bool trans_a,
   auto lda = static_cast<int>(trans_a ? m : k);
   auto ldc = static_cast<int>(n);
   float alpha_f = 1.0f, beta_f = static_cast<float>(beta);  // beta == 0: c is never read
-  CUBLAS_CHECK(cublasGemmEx(cublas_handle(ctx), op_b, op_a, static_cast<int>(n),
-                            static_cast<int>(m), static_cast<int>(k), &alpha_f, b, type, ldb, a,
-                            type, lda, &beta_f, c, c_type, ldc,
-                            dtype == DType::f32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                              : CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(cublasGemmEx(
+      cublas_handle(ctx), op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+      &alpha_f, b, type, ldb, a, type, lda, &beta_f, c, c_type, ldc,
+      dtype == DType::f32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace frugal::kernels::cuda

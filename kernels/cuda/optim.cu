@@ -91,10 +91,14 @@ void check_sgd(const SgdParams& p, const char* op) {
 }
 
 SgdConsts sgd_consts(const SgdParams& p) {
-  return {static_cast<float>(p.lr),       static_cast<float>(p.weight_decay),
-          static_cast<float>(p.momentum), static_cast<float>(1.0 - p.dampening),
-          p.momentum != 0,                p.first_step,
-          p.nesterov,                     p.lr_device};
+  return {static_cast<float>(p.lr),
+          static_cast<float>(p.weight_decay),
+          static_cast<float>(p.momentum),
+          static_cast<float>(1.0 - p.dampening),
+          p.momentum != 0,
+          p.first_step,
+          p.nesterov,
+          p.lr_device};
 }
 
 }  // namespace

@@ -26,9 +26,19 @@ struct Geometry {
 template <typename I = int64_t>
 Geometry<I> geometry(const Pool2dShape& s) {
   auto i = [](int64_t v) { return static_cast<I>(v); };
-  return {i(s.n),        i(s.h),        i(s.w),     i(s.c),     i(s.kh),
-          i(s.kw),       i(s.stride_h), i(s.stride_w), i(s.pad_h), i(s.pad_w),
-          i(s.oh()),     i(s.ow()),     s.count_include_pad};
+  return {i(s.n),
+          i(s.h),
+          i(s.w),
+          i(s.c),
+          i(s.kh),
+          i(s.kw),
+          i(s.stride_h),
+          i(s.stride_w),
+          i(s.pad_h),
+          i(s.pad_w),
+          i(s.oh()),
+          i(s.ow()),
+          s.count_include_pad};
 }
 
 // The window of output (oh, ow) clipped to the input, and PyTorch's count_include_pad divisor
@@ -76,8 +86,7 @@ struct PackPos {
 // its (ih * w + iw), -1 for an empty window.
 template <typename T, int V, typename I>
 __device__ __forceinline__ void window_argmax(const Geometry<I>& g, const T* xn, I ch0,
-                                              const Window<I>& win, float (&best)[V],
-                                              I (&arg)[V]) {
+                                              const Window<I>& win, float (&best)[V], I (&arg)[V]) {
 #pragma unroll
   for (int v = 0; v < V; ++v) best[v] = -INFINITY, arg[v] = -1;
   for (I ih = win.h0; ih < win.h1; ++ih) {
@@ -232,27 +241,27 @@ void check_pool(const Context& ctx, const Pool2dShape& s, const char* op) {
   stream_of(ctx, op);
   FRUGAL_CHECK(s.n >= 0 && s.h > 0 && s.w > 0 && s.c > 0 && s.kh > 0 && s.kw > 0 &&
                    s.stride_h > 0 && s.stride_w > 0 && s.pad_h >= 0 && s.pad_w >= 0,
-               op, ": bad pooling geometry x=[", s.n, ", ", s.h, ", ", s.w, ", ", s.c,
-               "] kernel ", s.kh, "x", s.kw, " stride ", s.stride_h, "x", s.stride_w,
-               " padding ", s.pad_h, "x", s.pad_w);
-  FRUGAL_CHECK(s.oh() > 0 && s.ow() > 0, op, ": empty output for x=[", s.n, ", ", s.h, ", ",
-               s.w, ", ", s.c, "] kernel ", s.kh, "x", s.kw);
-  FRUGAL_CHECK(2 * s.pad_h <= s.kh && 2 * s.pad_w <= s.kw, op, ": padding ", s.pad_h, "x",
-               s.pad_w, " exceeds half the kernel ", s.kh, "x", s.kw);
+               op, ": bad pooling geometry x=[", s.n, ", ", s.h, ", ", s.w, ", ", s.c, "] kernel ",
+               s.kh, "x", s.kw, " stride ", s.stride_h, "x", s.stride_w, " padding ", s.pad_h, "x",
+               s.pad_w);
+  FRUGAL_CHECK(s.oh() > 0 && s.ow() > 0, op, ": empty output for x=[", s.n, ", ", s.h, ", ", s.w,
+               ", ", s.c, "] kernel ", s.kh, "x", s.kw);
+  FRUGAL_CHECK(2 * s.pad_h <= s.kh && 2 * s.pad_w <= s.kw, op, ": padding ", s.pad_h, "x", s.pad_w,
+               " exceeds half the kernel ", s.kh, "x", s.kw);
 }
 
 }  // namespace
 
-#define FRUGAL_POOL_LAUNCH(op, kernel, count, ...)                                   \
-  do {                                                                               \
-    cudaStream_t s_ = stream_of(ctx, op);                                            \
-    int64_t count_ = (count);                                                        \
-    if (count_ == 0) return;                                                         \
-    DeviceGuard guard_(ctx.device);                                                  \
-    FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {                                            \
-      kernel<T><<<grid_for(ctx, count_), kThreads, 0, s_>>>(__VA_ARGS__);            \
-      FRUGAL_LAUNCH_CHECK();                                                         \
-    });                                                                              \
+#define FRUGAL_POOL_LAUNCH(op, kernel, count, ...)                        \
+  do {                                                                    \
+    cudaStream_t s_ = stream_of(ctx, op);                                 \
+    int64_t count_ = (count);                                             \
+    if (count_ == 0) return;                                              \
+    DeviceGuard guard_(ctx.device);                                       \
+    FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {                                 \
+      kernel<T><<<grid_for(ctx, count_), kThreads, 0, s_>>>(__VA_ARGS__); \
+      FRUGAL_LAUNCH_CHECK();                                              \
+    });                                                                   \
   } while (0)
 
 namespace {
@@ -336,15 +345,15 @@ void avg_pool2d_forward(const Context& ctx, DType dtype, const Pool2dShape& s, c
 void avg_pool2d_backward(const Context& ctx, DType dtype, const Pool2dShape& s, const void* dy,
                          void* dx) {
   check_pool(ctx, s, "avg_pool2d_backward");
-  FRUGAL_POOL_LAUNCH("avg_pool2d_backward", avg_backward_kernel, s.n * s.h * s.w * s.c,
-                     geometry(s), static_cast<const T*>(dy), static_cast<T*>(dx));
+  FRUGAL_POOL_LAUNCH("avg_pool2d_backward", avg_backward_kernel, s.n * s.h * s.w * s.c, geometry(s),
+                     static_cast<const T*>(dy), static_cast<T*>(dx));
 }
 
 // The mean over H x W is a middle sum (Note [Middle sums] in reduce.cu) scaled by 1 / hw.
 void global_avg_pool_forward(const Context& ctx, DType dtype, int64_t n, int64_t hw, int64_t c,
                              const void* x, void* y) {
-  FRUGAL_CHECK(n >= 0 && hw > 0 && c > 0, "global_avg_pool_forward: bad shape [", n, ", ", hw,
-               ", ", c, "]");
+  FRUGAL_CHECK(n >= 0 && hw > 0 && c > 0, "global_avg_pool_forward: bad shape [", n, ", ", hw, ", ",
+               c, "]");
   cuda::sum_to(ctx, dtype, make_reduction(Shape{n, hw, c}, Shape{n, 1, c}), x,
                1.0 / static_cast<double>(hw), y);
 }

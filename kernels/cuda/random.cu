@@ -34,9 +34,9 @@ __global__ void normal_kernel(int64_t n, T* y, uint64_t seed, uint64_t offset, d
 }
 
 template <typename T>
-__global__ void dropout_forward_kernel(int64_t n, const T* x, double p, float scale,
-                                       uint64_t seed, uint64_t offset,
-                                       const uint64_t* offset_base, T* y, uint8_t* mask) {
+__global__ void dropout_forward_kernel(int64_t n, const T* x, double p, float scale, uint64_t seed,
+                                       uint64_t offset, const uint64_t* offset_base, T* y,
+                                       uint8_t* mask) {
   if (offset_base != nullptr) offset += *offset_base;
   for (int64_t i = thread_index(); i < n; i += grid_stride()) {
     bool keep = static_cast<double>(uniform01(seed, offset + static_cast<uint64_t>(i))) >= p;
@@ -66,8 +66,8 @@ void fill_uniform(const Context& ctx, DType dtype, int64_t n, void* y, uint64_t 
   if (n == 0) return;
   DeviceGuard guard(ctx.device);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, "fill_uniform", {
-    uniform_kernel<T><<<grid_for(ctx, n), kThreads, 0, s>>>(n, static_cast<T*>(y), seed, offset,
-                                                            lo, hi - lo);
+    uniform_kernel<T>
+        <<<grid_for(ctx, n), kThreads, 0, s>>>(n, static_cast<T*>(y), seed, offset, lo, hi - lo);
     FRUGAL_LAUNCH_CHECK();
   });
 }
@@ -79,8 +79,8 @@ void fill_normal(const Context& ctx, DType dtype, int64_t n, void* y, uint64_t s
   if (n == 0) return;
   DeviceGuard guard(ctx.device);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, "fill_normal", {
-    normal_kernel<T><<<grid_for(ctx, n), kThreads, 0, s>>>(n, static_cast<T*>(y), seed, offset,
-                                                           mean, stddev);
+    normal_kernel<T>
+        <<<grid_for(ctx, n), kThreads, 0, s>>>(n, static_cast<T*>(y), seed, offset, mean, stddev);
     FRUGAL_LAUNCH_CHECK();
   });
 }
@@ -98,8 +98,7 @@ void dropout_forward(const Context& ctx, DType dtype, int64_t n, const void* x, 
   auto scale = static_cast<float>(1.0 / (1.0 - p));
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, "dropout_forward", {
     dropout_forward_kernel<T><<<grid_for(ctx, n), kThreads, 0, s>>>(
-        n, static_cast<const T*>(x), p, scale, seed, offset, offset_base, static_cast<T*>(y),
-        mask);
+        n, static_cast<const T*>(x), p, scale, seed, offset, offset_base, static_cast<T*>(y), mask);
     FRUGAL_LAUNCH_CHECK();
   });
 }

@@ -90,8 +90,7 @@ __global__ void reduce_columns_kernel(ReducePlan p, const T* x, double scale, T*
 
 // Innermost dim reduced: one warp per output, lanes walk neighbouring elements (coalesced).
 template <typename T>
-__global__ void reduce_rows_kernel(ReducePlan p, const T* x, double scale, T* y,
-                                   float* partial) {
+__global__ void reduce_rows_kernel(ReducePlan p, const T* x, double scale, T* y, float* partial) {
   int64_t o = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.y;
   if (o >= p.out) return;
   int64_t base = offset_of(o, p.nk, p.k_dims, p.k_strides);

@@ -1,5 +1,7 @@
 // CUDA runtime pieces: device count, one compute and one copy stream per device, synchronisation,
 // copies, the device guard, per-thread library handles and the error reporting behind check.h.
+#include "kernels/cuda/runtime.h"
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -11,7 +13,6 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/handles.h"
-#include "kernels/cuda/runtime.h"
 
 namespace frugal::kernels::cuda {
 namespace {
@@ -20,8 +21,8 @@ constexpr int kMaxDevices = 16;  // as memory/'s allocator registry
 
 int checked_index(Device device, const char* op) {
   FRUGAL_CHECK(device.is_cuda(), op, ": ", device, " is not a CUDA device");
-  FRUGAL_CHECK(device.index >= 0 && device.index < device_count(), op, ": no device ", device,
-               " (", device_count(), " CUDA devices visible)");
+  FRUGAL_CHECK(device.index >= 0 && device.index < device_count(), op, ": no device ", device, " (",
+               device_count(), " CUDA devices visible)");
   return device.index;
 }
 
@@ -98,8 +99,7 @@ void* device_stream(Device device, const char* op) {
   std::call_once(once[static_cast<size_t>(i)], [&] {
     DeviceGuard guard(device);
     // Non-blocking: it never waits for the legacy default stream, which frugal never uses.
-    CUDA_CHECK(cudaStreamCreateWithFlags(&streams[static_cast<size_t>(i)],
-                                         cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&streams[static_cast<size_t>(i)], cudaStreamNonBlocking));
   });
   return streams[static_cast<size_t>(i)];
 }
@@ -117,8 +117,8 @@ void synchronize(Device device) {
 void copy_bytes(const Context& ctx, Device dst_device, void* dst, Device src_device,
                 const void* src, size_t bytes) {
   if (bytes == 0) return;
-  FRUGAL_CHECK(dst_device.is_cuda() || src_device.is_cuda(), "copy: neither ", src_device,
-               " nor ", dst_device, " is a CUDA device");
+  FRUGAL_CHECK(dst_device.is_cuda() || src_device.is_cuda(), "copy: neither ", src_device, " nor ",
+               dst_device, " is a CUDA device");
   FRUGAL_CHECK(dst != nullptr && src != nullptr, "copy: null pointer copying ", bytes,
                " bytes from ", src_device, " to ", dst_device);
   Device dev = ctx.device.is_cuda() ? ctx.device : (dst_device.is_cuda() ? dst_device : src_device);
@@ -127,9 +127,8 @@ void copy_bytes(const Context& ctx, Device dst_device, void* dst, Device src_dev
                  dst_device, " with a context of ", ctx.device);
   }
   DeviceGuard guard(dev);
-  auto stream = static_cast<cudaStream_t>(ctx.device.is_cuda() && ctx.stream != nullptr
-                                              ? ctx.stream
-                                              : compute_stream(dev));
+  auto stream = static_cast<cudaStream_t>(
+      ctx.device.is_cuda() && ctx.stream != nullptr ? ctx.stream : compute_stream(dev));
   // Unified addressing lets cudaMemcpyDefault infer the direction, peer copies included.
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
   if (dst_device.is_cpu()) CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -222,8 +221,8 @@ cublasHandle_t cublas_handle(const Context& ctx) {
   if (h.cublas_stream[i] != stream || h.cublas_stream[i] == nullptr) {
     CUBLAS_CHECK(cublasSetStream(h.cublas[i], stream));
     // cublasSetStream resets the workspace to cuBLAS's own pool; give it ours again.
-    CUBLAS_CHECK(cublasSetWorkspace(h.cublas[i], cublas_workspace(ctx.device),
-                                    kCublasWorkspaceBytes));
+    CUBLAS_CHECK(
+        cublasSetWorkspace(h.cublas[i], cublas_workspace(ctx.device), kCublasWorkspaceBytes));
     h.cublas_stream[i] = stream;
   }
   return h.cublas[i];

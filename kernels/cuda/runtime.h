@@ -8,8 +8,8 @@
 
 namespace frugal::kernels::cuda {
 
-int device_count();                  // 0 when no driver or device; never throws
-void* compute_stream(Device device); // the one compute stream of a device (cudaStream_t)
+int device_count();                   // 0 when no driver or device; never throws
+void* compute_stream(Device device);  // the one compute stream of a device (cudaStream_t)
 // The one host-to-device copy stream of a device (cudaStream_t, non-blocking), for copies that
 // overlap compute (the DataLoader's). Work on it is ordered with the compute stream only through
 // events: see Note [Loader host copies] in data/loader.h.

@@ -1,8 +1,9 @@
 // The autograd engine: accumulation, no-grad, retain_graph, errors, and eager freeing of saved
 // tensors (live bytes return to the baseline after backward).
+#include "core/autograd.h"
+
 #include <gtest/gtest.h>
 
-#include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
 #include "memory/allocator.h"

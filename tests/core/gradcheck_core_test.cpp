@@ -45,7 +45,11 @@ TEST(GradCheckCore, SumAndMeanOverDims) {
   EXPECT_LT(max_gradient_error([](auto& in) { return mean(in[0], {-1}, true); }, {a}),
             kGradTolerance);
   EXPECT_LT(max_gradient_error([](auto& in) { return mean(in[0], {0, 3}); }, {a}), kGradTolerance);
-  EXPECT_LT(max_gradient_error([](auto& in) { return sum_to(in[0], Shape{3, 1, 5}); }, {a}),
+  EXPECT_LT(max_gradient_error(
+                [](auto& in) {
+                  return sum_to(in[0], Shape{3, 1, 5});
+                },
+                {a}),
             kGradTolerance);
 }
 
@@ -59,14 +63,18 @@ TEST(GradCheckCore, Matmul) {
 
 TEST(GradCheckCore, ReshapeFlattenCloneAndUseTwice) {
   Tensor a = rand64({2, 3, 4}, 12);
-  EXPECT_LT(max_gradient_error([](auto& in) { return in[0].reshape(Shape{4, -1}); }, {a}),
+  EXPECT_LT(max_gradient_error(
+                [](auto& in) {
+                  return in[0].reshape(Shape{4, -1});
+                },
+                {a}),
             kGradTolerance);
   EXPECT_LT(max_gradient_error([](auto& in) { return in[0].flatten(1); }, {a}), kGradTolerance);
   EXPECT_LT(max_gradient_error([](auto& in) { return in[0].clone(); }, {a}), kGradTolerance);
   // A tensor used twice accumulates both gradients: d(a*a)/da = 2a.
   EXPECT_LT(max_gradient_error([](auto& in) { return mul(in[0], in[0]); }, {a}), kGradTolerance);
-  EXPECT_LT(max_gradient_error([](auto& in) { return add(mul(in[0], 3.0), in[0].to(Device::cpu())); },
-                               {a}),
+  EXPECT_LT(max_gradient_error(
+                [](auto& in) { return add(mul(in[0], 3.0), in[0].to(Device::cpu())); }, {a}),
             kGradTolerance);
 }
 

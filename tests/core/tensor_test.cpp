@@ -63,7 +63,9 @@ TEST(Tensor, ReshapeSharesStorageCloneDoesNot) {
   fill_(a, 1.0);
   EXPECT_EQ(r.to_vector()[5], 1.0);
   EXPECT_EQ(c.to_vector()[5], 5.0);
-  EXPECT_NE(error_of([&] { a.reshape(Shape{4, 2}); }).find("reshape: cannot reshape [6]"),
+  EXPECT_NE(error_of([&] {
+              a.reshape(Shape{4, 2});
+            }).find("reshape: cannot reshape [6]"),
             std::string::npos);
 }
 
@@ -95,17 +97,23 @@ TEST(Tensor, MismatchErrorsNameTheOpAndShapes) {
   Tensor a = zeros({2, 3}), b = zeros({4, 3});
   EXPECT_NE(error_of([&] { add(a, b); }).find("add: shapes [2, 3] and [4, 3] cannot be broadcast"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { matmul(a, zeros({2, 2})); }).find("matmul: inner dimensions differ"),
+  EXPECT_NE(error_of([&] {
+              matmul(a, zeros({2, 2}));
+            }).find("matmul: inner dimensions differ"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { matmul(a, zeros({3, 2}, {.dtype = DType::f64})); })
-                .find("matmul: dtypes differ: [2, 3] f32 cpu and [3, 2] f64 cpu"),
+  EXPECT_NE(error_of([&] {
+              matmul(a, zeros({3, 2}, {.dtype = DType::f64}));
+            }).find("matmul: dtypes differ: [2, 3] f32 cpu and [3, 2] f64 cpu"),
             std::string::npos);
   Tensor m = zeros({2, 3}, {.device = Device::meta()});
-  EXPECT_NE(error_of([&] { add(a, m); }).find("add: expected all tensors on one device, got cpu and meta"),
+  EXPECT_NE(error_of([&] {
+              add(a, m);
+            }).find("add: expected all tensors on one device, got cpu and meta"),
             std::string::npos);
   EXPECT_NE(error_of([&] { zeros({2}).item(); }).find("item: tensor [2] f32 cpu has 2 elements"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { zeros({2}, {.dtype = DType::i64}).requires_grad_(); })
-                .find("only floating tensors"),
+  EXPECT_NE(error_of([&] {
+              zeros({2}, {.dtype = DType::i64}).requires_grad_();
+            }).find("only floating tensors"),
             std::string::npos);
 }

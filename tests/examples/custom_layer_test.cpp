@@ -10,8 +10,9 @@ using namespace frugal;
 
 TEST(CustomLayer, HandWrittenBackwardPassesGradientCheck) {
   Tensor x = frugal::testing::rand64({3, 4, 5}, 21);
-  EXPECT_LT(frugal::testing::max_gradient_error([](auto& v) { return custom::squared_relu(v[0]); }, {x}),
-            frugal::testing::kGradTolerance);
+  EXPECT_LT(
+      frugal::testing::max_gradient_error([](auto& v) { return custom::squared_relu(v[0]); }, {x}),
+      frugal::testing::kGradTolerance);
 }
 
 TEST(CustomLayer, HardSwishFromOpsMatchesTheBuiltInOne) {

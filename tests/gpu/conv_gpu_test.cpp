@@ -22,8 +22,8 @@ using namespace frugal::gputest;
 namespace {
 
 kernels::Conv2dShape conv(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t kh,
-                          int64_t kw, int64_t stride, int64_t pad_h, int64_t pad_w,
-                          int64_t dil, int64_t groups) {
+                          int64_t kw, int64_t stride, int64_t pad_h, int64_t pad_w, int64_t dil,
+                          int64_t groups) {
   kernels::Conv2dShape s;
   s.n = n, s.h = h, s.w = w, s.c = c, s.k = k, s.kh = kh, s.kw = kw;
   s.stride_h = s.stride_w = stride;
@@ -111,14 +111,13 @@ void expect_matches_cpu(DType t, double tol) {
       for (bool with_bias : {false, true}) {
         SCOPED_TRACE(detail::str(with_bias ? "dbias" : "no dbias", ", dw in ", dw_t));
         std::vector<float> ref_w(static_cast<size_t>(nw)), ref_b(static_cast<size_t>(s.k));
-        kernels::cpu::conv2d_backward_weight(cpu(), DType::f32, DType::f32, s, x.data(),
-                                             dy.data(), ref_w.data(),
-                                             with_bias ? ref_b.data() : nullptr);
+        kernels::cpu::conv2d_backward_weight(cpu(), DType::f32, DType::f32, s, x.data(), dy.data(),
+                                             ref_w.data(), with_bias ? ref_b.data() : nullptr);
         DeviceBuffer dgw(dw_t, nw), dgb(dw_t, s.k);
         dgw.poison();
         dgb.poison();
-        kernels::cuda::conv2d_backward_weight(gpu(), t, dw_t, s, dxin.get(), ddy.get(),
-                                              dgw.get(), with_bias ? dgb.get() : nullptr);
+        kernels::cuda::conv2d_backward_weight(gpu(), t, dw_t, s, dxin.get(), ddy.get(), dgw.get(),
+                                              with_bias ? dgb.get() : nullptr);
         EXPECT_CLOSE(dgw.download(), ref_w, tol);
         if (with_bias) EXPECT_CLOSE(dgb.download(), ref_b, tol);
       }

@@ -1,6 +1,6 @@
 // cuDNN's graph API plans (Note [Graph API candidates] in kernels/cuda/cudnn_graph.h) against the
-// CPU: the first 16 plans graph_plans lists for each pass of a few shapes (3x3 pad 1, stride 2, a 7x7
-// three-channel stem, groups 2, dilation 2, 1x1 stride 2), run on its own, in f32 (TF32 off),
+// CPU: the first 16 plans graph_plans lists for each pass of a few shapes (3x3 pad 1, stride 2, a
+// 7x7 three-channel stem, groups 2, dilation 2, 1x1 stride 2), run on its own, in f32 (TF32 off),
 // f16 and bf16. Each pass of each dtype must have at least one plan that runs: a descriptor built
 // wrong (dimensions, NHWC strides, ids) makes every plan fail or miss the reference.
 #include <cudnn.h>

@@ -26,17 +26,23 @@ constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16};
 // f32 holds 1e-5 because TF32 is off for f32 in cuBLAS and cuDNN.
 inline double tolerance(DType t) {
   switch (t) {
-    case DType::f16: return 5e-3;
-    case DType::bf16: return 2e-2;
-    default: return 1e-5;
+    case DType::f16:
+      return 5e-3;
+    case DType::bf16:
+      return 2e-2;
+    default:
+      return 1e-5;
   }
 }
 
 inline float round_to(DType t, float v) {
   switch (t) {
-    case DType::f16: return f16_to_float(float_to_f16(v));
-    case DType::bf16: return bf16_to_float(float_to_bf16(v));
-    default: return v;
+    case DType::f16:
+      return f16_to_float(float_to_f16(v));
+    case DType::bf16:
+      return bf16_to_float(float_to_bf16(v));
+    default:
+      return v;
   }
 }
 
@@ -135,10 +141,10 @@ inline double rel_error(const std::vector<float>& out, const std::vector<float>&
 
 using kernels::Tf32Scope;  // f32 convolutions with or without TF32, for one scope
 
-#define EXPECT_CLOSE(out, ref, tol)                                                   \
-  do {                                                                                \
-    double err_ = ::frugal::gputest::rel_error(out, ref);                             \
-    EXPECT_LE(err_, (tol)) << #out " vs " #ref ": relative error " << err_;           \
+#define EXPECT_CLOSE(out, ref, tol)                                         \
+  do {                                                                      \
+    double err_ = ::frugal::gputest::rel_error(out, ref);                   \
+    EXPECT_LE(err_, (tol)) << #out " vs " #ref ": relative error " << err_; \
   } while (0)
 
 }  // namespace frugal::gputest

@@ -32,14 +32,12 @@ TEST(GpuLoss, CrossEntropyMatchesCpu) {
       dloss_out.poison();
       dlse.poison();
       dgrad.poison();
-      kernels::cuda::cross_entropy_forward(gpu(), DType::f32, n, c, dlog.get(),
-                                           dlab.as<int64_t>(), smoothing, dloss_out.get(),
-                                           dlse.get());
+      kernels::cuda::cross_entropy_forward(gpu(), DType::f32, n, c, dlog.get(), dlab.as<int64_t>(),
+                                           smoothing, dloss_out.get(), dlse.get());
       EXPECT_CLOSE(dloss_out.download(), loss, 1e-5);
       EXPECT_CLOSE(dlse.download(), lse, 1e-5);
-      kernels::cuda::cross_entropy_backward(gpu(), DType::f32, n, c, dlog.get(),
-                                            dlab.as<int64_t>(), smoothing, dlse.get(), ddl.get(),
-                                            dgrad.get());
+      kernels::cuda::cross_entropy_backward(gpu(), DType::f32, n, c, dlog.get(), dlab.as<int64_t>(),
+                                            smoothing, dlse.get(), ddl.get(), dgrad.get());
       EXPECT_CLOSE(dgrad.download(), dlogits, 1e-5);
     }
   }
@@ -52,15 +50,15 @@ TEST(GpuLoss, BadLabelGivesNanAndLowPrecisionLogitsThrow) {
   DeviceBuffer dlab(DType::i64, n), dloss(DType::f32, n), dlse(DType::f32, n);
   std::vector<int64_t> labels = {1, 3};
   dlab.upload_raw(labels.data());
-  kernels::cuda::cross_entropy_forward(gpu(), DType::f32, n, c, dlog.get(), dlab.as<int64_t>(),
-                                       0.0, dloss.get(), dlse.get());
+  kernels::cuda::cross_entropy_forward(gpu(), DType::f32, n, c, dlog.get(), dlab.as<int64_t>(), 0.0,
+                                       dloss.get(), dlse.get());
   std::vector<float> loss = dloss.download();
   EXPECT_FALSE(std::isnan(loss[0]));
   EXPECT_TRUE(std::isnan(loss[1]));
-  EXPECT_THROW(kernels::cuda::cross_entropy_forward(gpu(), DType::f16, n, c, dlog.get(),
-                                                    dlab.as<int64_t>(), 0.0, dloss.get(),
-                                                    dlse.get()),
-               Error);
+  EXPECT_THROW(
+      kernels::cuda::cross_entropy_forward(gpu(), DType::f16, n, c, dlog.get(), dlab.as<int64_t>(),
+                                           0.0, dloss.get(), dlse.get()),
+      Error);
 }
 
 TEST(GpuRandom, FillsAndDropoutMatchCpuBitForBit) {
@@ -106,8 +104,8 @@ TEST(GpuRandom, FillsAndDropoutMatchCpuBitForBit) {
     const uint64_t base_value = offset - 1;
     base.upload_raw(&base_value);
     dmask2.poison();
-    kernels::cuda::dropout_forward(gpu(), t, n, dx.get(), p, seed, 1, base.as<uint64_t>(),
-                                   dy.get(), dmask2.as<uint8_t>());
+    kernels::cuda::dropout_forward(gpu(), t, n, dx.get(), p, seed, 1, base.as<uint64_t>(), dy.get(),
+                                   dmask2.as<uint8_t>());
     dmask2.download_raw(got_mask.data());
     EXPECT_EQ(got_mask, mask);
     EXPECT_EQ(dy.download(), rounded(y));

@@ -46,9 +46,9 @@ TEST(GpuBatchNorm, TrainEvalBackwardMatchCpu) {
       dy_out.poison();
       dmean.poison();
       dinv.poison();
-      kernels::cuda::batch_norm_forward_train(gpu(), t, sz.rows, sz.c, dx.get(), dg.get(),
-                                              db.get(), eps, momentum, dy_out.get(), dmean.get(),
-                                              dinv.get(), drm.get(), drv.get());
+      kernels::cuda::batch_norm_forward_train(gpu(), t, sz.rows, sz.c, dx.get(), dg.get(), db.get(),
+                                              eps, momentum, dy_out.get(), dmean.get(), dinv.get(),
+                                              drm.get(), drv.get());
       EXPECT_CLOSE(dy_out.download(), y, tolerance(t));
       EXPECT_CLOSE(dmean.download(), mean, 1e-5);
       EXPECT_CLOSE(dinv.download(), invstd, 1e-4);
@@ -57,12 +57,12 @@ TEST(GpuBatchNorm, TrainEvalBackwardMatchCpu) {
 
       std::vector<float> y_eval(n);
       kernels::cpu::batch_norm_forward_eval(cpu(), DType::f32, sz.rows, sz.c, x.data(),
-                                            gamma.data(), beta.data(), rm0.data(), rv0.data(),
-                                            eps, y_eval.data());
+                                            gamma.data(), beta.data(), rm0.data(), rv0.data(), eps,
+                                            y_eval.data());
       DeviceBuffer drm0 = to_device(DType::f32, rm0), drv0 = to_device(DType::f32, rv0);
       dy_out.poison();
-      kernels::cuda::batch_norm_forward_eval(gpu(), t, sz.rows, sz.c, dx.get(), dg.get(),
-                                             db.get(), drm0.get(), drv0.get(), eps, dy_out.get());
+      kernels::cuda::batch_norm_forward_eval(gpu(), t, sz.rows, sz.c, dx.get(), dg.get(), db.get(),
+                                             drm0.get(), drv0.get(), eps, dy_out.get());
       EXPECT_CLOSE(dy_out.download(), y_eval, tolerance(t));
 
       std::vector<float> gx(n), ggamma(c), gbeta(c);
@@ -70,7 +70,8 @@ TEST(GpuBatchNorm, TrainEvalBackwardMatchCpu) {
                                         gamma.data(), mean.data(), invstd.data(), gx.data(),
                                         ggamma.data(), gbeta.data());
       DeviceBuffer dgx(t, n), dgg(DType::f32, sz.c), dgb(DType::f32, sz.c);
-      DeviceBuffer dmean_ref = to_device(DType::f32, mean), dinv_ref = to_device(DType::f32, invstd);
+      DeviceBuffer dmean_ref = to_device(DType::f32, mean),
+                   dinv_ref = to_device(DType::f32, invstd);
       dgx.poison();
       dgg.poison();
       dgb.poison();
@@ -192,8 +193,9 @@ TEST(GpuPooling, MaxBackwardMatchesTheCpuOnTiesNaNsAndWideWindows) {
     int64_t h, w, k, stride, pad, c;
   };
   for (DType t : kDTypes) {
-    for (Case pc : {Case{9, 7, 3, 2, 1, 3}, Case{8, 8, 3, 1, 1, 3}, Case{20, 18, 16, 2, 0, 3},
-                    Case{9, 7, 3, 2, 1, 16}, Case{11, 10, 3, 2, 1, 40}, Case{20, 18, 16, 2, 0, 16}}) {
+    for (Case pc :
+         {Case{9, 7, 3, 2, 1, 3}, Case{8, 8, 3, 1, 1, 3}, Case{20, 18, 16, 2, 0, 3},
+          Case{9, 7, 3, 2, 1, 16}, Case{11, 10, 3, 2, 1, 40}, Case{20, 18, 16, 2, 0, 16}}) {
       kernels::Pool2dShape s;
       s.n = 2, s.h = pc.h, s.w = pc.w, s.c = pc.c, s.kh = s.kw = pc.k;
       s.stride_h = s.stride_w = pc.stride, s.pad_h = s.pad_w = pc.pad;
@@ -226,7 +228,8 @@ TEST(GpuPooling, MaxAvgGlobalMatchCpu) {
     for (Case pc : {Case{3, 2, 1, true, 5}, Case{2, 2, 0, true, 5}, Case{3, 1, 1, false, 5},
                     Case{3, 2, 1, false, 5}, Case{3, 2, 1, true, 24}, Case{2, 2, 0, false, 24}}) {
       kernels::Pool2dShape s;
-      s.n = 2, s.h = 9, s.w = 7, s.c = pc.c, s.kh = s.kw = pc.k, s.stride_h = s.stride_w = pc.stride;
+      s.n = 2, s.h = 9, s.w = 7, s.c = pc.c, s.kh = s.kw = pc.k,
+      s.stride_h = s.stride_w = pc.stride;
       s.pad_h = s.pad_w = pc.pad;
       s.count_include_pad = pc.include_pad;
       SCOPED_TRACE(detail::str(dtype_name(t), " k", pc.k, " s", pc.stride, " p", pc.pad,

@@ -70,8 +70,8 @@ TEST(GpuMatmul, GemmMatchesCpu) {
       for (int ta = 0; ta < 2; ++ta) {
         for (int tb = 0; tb < 2; ++tb) {
           for (double beta : {0.0, 1.0}) {
-            SCOPED_TRACE(detail::str(dtype_name(t), " m", sz.m, " n", sz.n, " k", sz.k, " ta",
-                                     ta, " tb", tb, " beta", beta));
+            SCOPED_TRACE(detail::str(dtype_name(t), " m", sz.m, " n", sz.n, " k", sz.k, " ta", ta,
+                                     " tb", tb, " beta", beta));
             auto a = random_values(static_cast<size_t>(sz.m * sz.k), 9, t);
             auto b = random_values(static_cast<size_t>(sz.k * sz.n), 10, t);
             auto c0 = random_values(static_cast<size_t>(sz.m * sz.n), 11, t);

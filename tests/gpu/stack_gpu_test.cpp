@@ -17,10 +17,12 @@ namespace {
 
 std::shared_ptr<nn::Sequential> small_cnn() {
   auto net = std::make_shared<nn::Sequential>();
-  net->push_back(std::make_shared<nn::Conv2d>(3, 8, 3, nn::Conv2dOptions{.stride = 2, .padding = 1, .bias = false}));
+  net->push_back(std::make_shared<nn::Conv2d>(
+      3, 8, 3, nn::Conv2dOptions{.stride = 2, .padding = 1, .bias = false}));
   net->push_back(std::make_shared<nn::BatchNorm2d>(8));
   net->push_back(std::make_shared<nn::ReLU6>());
-  net->push_back(std::make_shared<nn::Conv2d>(8, 8, 3, nn::Conv2dOptions{.padding = 1, .groups = 8}));
+  net->push_back(
+      std::make_shared<nn::Conv2d>(8, 8, 3, nn::Conv2dOptions{.padding = 1, .groups = 8}));
   net->push_back(std::make_shared<nn::BatchNorm2d>(8));
   net->push_back(std::make_shared<nn::Hardswish>());
   net->push_back(std::make_shared<nn::Conv2d>(8, 16, 1));

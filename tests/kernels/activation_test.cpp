@@ -13,8 +13,8 @@ using kernels::Activation;
 
 namespace {
 
-const Activation kAll[] = {Activation::relu,    Activation::relu6,   Activation::hardswish,
-                           Activation::silu,    Activation::sigmoid, Activation::identity};
+const Activation kAll[] = {Activation::relu, Activation::relu6,   Activation::hardswish,
+                           Activation::silu, Activation::sigmoid, Activation::identity};
 
 double ref_forward(Activation a, double x) {
   switch (a) {

@@ -13,8 +13,8 @@
 
 using namespace frugal;
 using frugal::testing::cast_vec;
-using frugal::testing::expect_close;
 using frugal::testing::central_difference;
+using frugal::testing::expect_close;
 using frugal::testing::random_vec;
 using frugal::testing::rounded;
 using frugal::testing::tolerance;

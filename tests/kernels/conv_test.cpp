@@ -13,8 +13,8 @@
 
 using namespace frugal;
 using frugal::testing::cast_vec;
-using frugal::testing::expect_close;
 using frugal::testing::central_difference;
+using frugal::testing::expect_close;
 using frugal::testing::random_vec;
 using frugal::testing::rounded;
 using frugal::testing::tolerance;
@@ -166,8 +166,8 @@ TEST(Conv2dCpu, GradientsMatchFiniteDifferencesF64) {
     auto fd = [&](std::vector<double>& v) { return central_difference(loss, v, 1e-5); };
     std::vector<double> dx(x.size()), dw(w.size()), db(b.size());
     kernels::conv2d_backward_input(ctx, DType::f64, s, r.data(), w.data(), dx.data());
-    kernels::conv2d_backward_weight(ctx, DType::f64, DType::f64, s, x.data(), r.data(),
-                                    dw.data(), db.data());
+    kernels::conv2d_backward_weight(ctx, DType::f64, DType::f64, s, x.data(), r.data(), dw.data(),
+                                    db.data());
     expect_close(fd(x), dx, 1e-7, "fd dx " + s.str());
     expect_close(fd(w), dw, 1e-7, "fd dw " + s.str());
     expect_close(fd(b), db, 1e-7, "fd dbias " + s.str());

@@ -1,6 +1,8 @@
 // FRUGAL_HOST_PROFILE=1: dispatcher calls are counted by name, phases stay out of the kernel
 // total, reset() clears. The flag is read once per process; ctest runs each test in its own
 // process, so setting it first thing here takes effect.
+#include "kernels/host_profile.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "kernels/elementwise.h"
-#include "kernels/host_profile.h"
 
 using namespace frugal;
 namespace hp = kernels::host_profile;

@@ -33,7 +33,8 @@ double max_rel_diff(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(va.size(), vb.size());
   double scale = 0, worst = 0;
   for (double v : vb) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < va.size() && i < vb.size(); ++i) worst = std::max(worst, std::abs(va[i] - vb[i]));
+  for (size_t i = 0; i < va.size() && i < vb.size(); ++i)
+    worst = std::max(worst, std::abs(va[i] - vb[i]));
   return worst / std::max(scale, 1e-12);
 }
 
@@ -61,7 +62,8 @@ TEST(GoldenTorchvision, SavedModelHasTorchvisionNamesLayoutsAndValues) {
                               {.num_classes = 10, .in_channels = 1, .width = 0.25, .dropout = 0.0});
   const std::string src = golden("mobilenet_v2_w025.safetensors");
   train::load_model(src, *model);
-  std::string out = (std::filesystem::temp_directory_path() / "frugal_golden_roundtrip.safetensors").string();
+  std::string out =
+      (std::filesystem::temp_directory_path() / "frugal_golden_roundtrip.safetensors").string();
   train::save_model(out, *model);
   train::NamedTensors theirs = train::load_safetensors(src).tensors;
   train::NamedTensors ours = train::load_safetensors(out).tensors;

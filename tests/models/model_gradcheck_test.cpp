@@ -25,8 +25,8 @@ void to_f64(nn::Module& m) {
 
 TEST(ModelGradCheck, TinyMobileNetV2MatchesFiniteDifferences) {
   manual_seed(5);
-  auto model = models::create("mobilenet_v2", {.num_classes = 3, .in_channels = 1, .width = 0.25,
-                                               .dropout = 0.0});
+  auto model = models::create("mobilenet_v2",
+                              {.num_classes = 3, .in_channels = 1, .width = 0.25, .dropout = 0.0});
   to_f64(*model);
   Generator gen(8);
   Tensor x = randn({2, 16, 16, 1}, gen, {.dtype = DType::f64});
@@ -50,7 +50,8 @@ TEST(ModelGradCheck, TinyMobileNetV2MatchesFiniteDifferences) {
       double down = loss_of().item();
       w[i] = saved;
       double numeric = (up - down) / 2e-6;
-      double err = std::abs(numeric - analytic[static_cast<size_t>(i)]) / std::max(1e-3, std::abs(numeric));
+      double err =
+          std::abs(numeric - analytic[static_cast<size_t>(i)]) / std::max(1e-3, std::abs(numeric));
       EXPECT_LT(err, 1e-4) << name << "[" << i << "] analytic " << analytic[static_cast<size_t>(i)]
                            << " numeric " << numeric;
       worst = std::max(worst, err);

@@ -77,10 +77,11 @@ TEST(GradCheckNN, BatchNormTrainingAndEval) {
                 {x, gamma, beta}),
             1e-5);
   Tensor rm = rand64({4}, 7, false), rv = rand64({4}, 8, false, 0.5, 2.0);
-  EXPECT_LT(max_gradient_error(
-                [&](auto& v) { return F::batch_norm(v[0], v[1], v[2], rm, rv, {.training = false}); },
-                {x, gamma, beta}),
-            kGradTolerance);
+  EXPECT_LT(
+      max_gradient_error(
+          [&](auto& v) { return F::batch_norm(v[0], v[1], v[2], rm, rv, {.training = false}); },
+          {x, gamma, beta}),
+      kGradTolerance);
 }
 
 TEST(GradCheckNN, Activations) {
@@ -99,18 +100,20 @@ TEST(GradCheckNN, Pooling) {
   Tensor x = rand64({2, 5, 6, 3}, 9);
   EXPECT_LT(max_gradient_error([](auto& v) { return F::max_pool2d(v[0], {.kernel = 2}); }, {x}),
             kGradTolerance);
-  EXPECT_LT(max_gradient_error(
-                [](auto& v) { return F::max_pool2d(v[0], {.kernel = 3, .stride = 2, .padding = 1}); },
-                {x}),
-            kGradTolerance);
-  EXPECT_LT(max_gradient_error(
-                [](auto& v) { return F::avg_pool2d(v[0], {.kernel = 3, .stride = 2, .padding = 1}); },
-                {x}),
-            kGradTolerance);
+  EXPECT_LT(
+      max_gradient_error(
+          [](auto& v) { return F::max_pool2d(v[0], {.kernel = 3, .stride = 2, .padding = 1}); },
+          {x}),
+      kGradTolerance);
+  EXPECT_LT(
+      max_gradient_error(
+          [](auto& v) { return F::avg_pool2d(v[0], {.kernel = 3, .stride = 2, .padding = 1}); },
+          {x}),
+      kGradTolerance);
   EXPECT_LT(max_gradient_error(
                 [](auto& v) {
-                  return F::avg_pool2d(v[0], {.kernel = 3, .stride = 1, .padding = 1,
-                                              .count_include_pad = false});
+                  return F::avg_pool2d(
+                      v[0], {.kernel = 3, .stride = 1, .padding = 1, .count_include_pad = false});
                 },
                 {x}),
             kGradTolerance);

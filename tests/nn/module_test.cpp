@@ -104,7 +104,8 @@ TEST(BatchNorm, FunctionalCountsBatchesWithItsStatisticsAndRejectsABadCounter) {
 TEST(Layers, ShapesThroughAStack) {
   Generator gen(3);
   nn::Sequential net;
-  net.push_back(std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.stride = 2, .padding = 1}));
+  net.push_back(
+      std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.stride = 2, .padding = 1}));
   net.push_back(std::make_shared<nn::MaxPool2d>(2));
   net.push_back(std::make_shared<nn::AvgPool2d>(3, 1, 1));
   net.push_back(std::make_shared<nn::Hardswish>());
@@ -194,8 +195,8 @@ TEST(Module, ToDTypeCastsFloatingTensorsInPlace) {
   net->to(DType::f64);
   EXPECT_EQ(w.dtype(), DType::f64);  // the same handle sees the new dtype
   for (auto& [name, t] : net->state_dict()) {
-    EXPECT_EQ(t.dtype(), name.find("num_batches_tracked") != std::string::npos ? DType::i64
-                                                                                : DType::f64)
+    EXPECT_EQ(t.dtype(),
+              name.find("num_batches_tracked") != std::string::npos ? DType::i64 : DType::f64)
         << name;
   }
   Generator gen(2);
@@ -206,8 +207,8 @@ TEST(Module, ToDTypeCastsFloatingTensorsInPlace) {
 
 TEST(Module, PrintingShowsEveryLayersArguments) {
   nn::Sequential net({std::make_shared<nn::MaxPool2d>(3, 2, 1), std::make_shared<nn::AvgPool2d>(2),
-                      std::make_shared<nn::AdaptiveAvgPool2d>(1), std::make_shared<nn::Dropout>(0.2),
-                      std::make_shared<nn::BatchNorm2d>(4)});
+                      std::make_shared<nn::AdaptiveAvgPool2d>(1),
+                      std::make_shared<nn::Dropout>(0.2), std::make_shared<nn::BatchNorm2d>(4)});
   const std::string s = net.str();
   for (const char* want : {"MaxPool2d(kernel_size=3, stride=2, padding=1)",
                            "AvgPool2d(kernel_size=2, stride=2, padding=0, count_include_pad=True)",

@@ -12,7 +12,8 @@ TEST(Training, SmallCnnOverfitsAFixedBatch) {
   manual_seed(11);
   Generator gen(5);
   auto net = std::make_shared<nn::Sequential>();
-  net->push_back(std::make_shared<nn::Conv2d>(1, 8, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
+  net->push_back(
+      std::make_shared<nn::Conv2d>(1, 8, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
   net->push_back(std::make_shared<nn::BatchNorm2d>(8));
   net->push_back(std::make_shared<nn::ReLU6>());
   net->push_back(std::make_shared<nn::Conv2d>(

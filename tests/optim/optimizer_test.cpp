@@ -1,5 +1,7 @@
 // Optimizers against hand-computed updates, state round trips, failed steps that lose nothing,
 // and learning-rate schedules.
+#include "optim/optimizer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "optim/lr_schedule.h"
-#include "optim/optimizer.h"
 #include "optim/state_io.h"
 
 using namespace frugal;
@@ -71,7 +72,8 @@ TEST(SGD, ParametersJoiningLateStartTheirOwnMomentum) {
 
 TEST(AdamW, BiasCorrectionAndDecoupledDecay) {
   Tensor p = param(1.0);
-  optim::AdamW opt({p}, {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1});
+  optim::AdamW opt({p},
+                   {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1});
   double w = 1.0, m = 0, v = 0;
   const double grads[] = {0.2, -0.1, 0.4};
   for (int t = 1; t <= 3; ++t) {

@@ -12,8 +12,8 @@
 #include "models/registry.h"
 #include "tools/run_command.h"
 #include "train/checkpoint.h"
-#include "train/safetensors.h"
 #include "train/file_test_util.h"
+#include "train/safetensors.h"
 
 using namespace frugal;
 using namespace frugal::tools;

@@ -17,9 +17,9 @@
 #include "train/safetensors.h"
 
 using namespace frugal;
-using frugal::test::ScratchFile;
 using frugal::test::error_of;
 using frugal::test::expect_mentions;
+using frugal::test::ScratchFile;
 
 namespace {
 

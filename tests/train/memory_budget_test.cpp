@@ -39,8 +39,8 @@ Step one_step(int64_t micro_batches) {
   Generator g(3);
   Tensor images = randn({6, 5, 5, 3}, g);
   Tensor labels = from_vector({1, 4, 9, 0, 4, 2}, {6}, {.dtype = DType::i64});
-  Tensor loss = train::train_step(*net, opt, images, labels, DType::f32, nullptr, 0.0,
-                                  micro_batches);
+  Tensor loss =
+      train::train_step(*net, opt, images, labels, DType::f32, nullptr, 0.0, micro_batches);
   Step s{loss.item(), {}};
   for (const Tensor& p : net->parameters()) s.grads.push_back(p.grad().to_vector());
   return s;
@@ -90,14 +90,16 @@ TEST(MemoryBudget, TakesTheFirstWayThatFitsInOrder) {
   // Large enough that activations, not parameters and cuBLAS's workspace, make the peak.
   const Shape input{32, 160, 160, 3};
   auto peak = [&](const char* policy, int64_t micro = 1) {
-    return train::estimate_memory("mobilenet_v2", {.checkpoint = models::CheckpointPolicy::parse(policy)},
-                                  input, DType::f16, "sgd", micro)
+    return train::estimate_memory("mobilenet_v2",
+                                  {.checkpoint = models::CheckpointPolicy::parse(policy)}, input,
+                                  DType::f16, "sgd", micro)
         .peak_allocated_bytes;
   };
   const int64_t plain = peak("none"), blocks = peak("blocks");
   ASSERT_LT(blocks, plain);
 
-  train::BudgetChoice c = train::choose_for_budget("mobilenet_v2", {}, input, DType::f16, "sgd", plain);
+  train::BudgetChoice c =
+      train::choose_for_budget("mobilenet_v2", {}, input, DType::f16, "sgd", plain);
   EXPECT_TRUE(c.fits);
   EXPECT_EQ(c.checkpoint.mode, models::CheckpointPolicy::Mode::none);
   EXPECT_EQ(c.micro_batches, 1);

@@ -27,8 +27,8 @@ train::MemoryEstimate run(Device device, const std::string& optimizer, int64_t* 
   } else {
     opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{});
   }
-  train::MemoryEstimate e = train::estimate_memory(*model, *opt, Shape{4, 64, 64, 3}, 10,
-                                                   DType::f32, /*for_cuda=*/false);
+  train::MemoryEstimate e =
+      train::estimate_memory(*model, *opt, Shape{4, 64, 64, 3}, 10, DType::f32, /*for_cuda=*/false);
   *measured_peak = alloc.stats().allocated_bytes.peak - base;
   return e;
 }
@@ -73,8 +73,8 @@ TEST(MemoryEstimate, TheBreakdownAddsUpToThePeak) {
 }
 
 TEST(MemoryEstimate, CudaRoundingCountsEveryRequestAsTheCachingAllocatorDoes) {
-  train::MemoryEstimate rounded = train::estimate_memory("mobilenet_v2", {.num_classes = 10},
-                                                         Shape{2, 32, 32, 3}, DType::f16);
+  train::MemoryEstimate rounded =
+      train::estimate_memory("mobilenet_v2", {.num_classes = 10}, Shape{2, 32, 32, 3}, DType::f16);
   EXPECT_EQ(rounded.peak_allocated_bytes % 512, 0);
   EXPECT_EQ(rounded.at_peak.total(), rounded.peak_allocated_bytes);
   EXPECT_EQ(rounded.phase == memory::Phase::forward || rounded.phase == memory::Phase::backward,
@@ -108,7 +108,8 @@ TEST(MemoryEstimate, AnEstimateDoesNotDependOnWhatRanBefore) {
   // change how the next model's forward casts its parameters (Note [Lowering a forward's
   // parameters together]).
   const Shape input{4, 32, 32, 3};
-  const int64_t first = train::estimate_memory("mobilenet_v2", {}, input, DType::f16).peak_allocated_bytes;
+  const int64_t first =
+      train::estimate_memory("mobilenet_v2", {}, input, DType::f16).peak_allocated_bytes;
   train::estimate_memory("mobilenet_v2", {.checkpoint = models::CheckpointPolicy::parse("blocks")},
                          input, DType::f16);
   EXPECT_EQ(train::estimate_memory("mobilenet_v2", {}, input, DType::f16).peak_allocated_bytes,

@@ -15,9 +15,9 @@
 #include "train/checkpoint.h"
 
 using namespace frugal;
-using frugal::test::ScratchFile;
 using frugal::test::error_of;
 using frugal::test::expect_mentions;
+using frugal::test::ScratchFile;
 
 namespace {
 

@@ -14,9 +14,9 @@
 #include "file_test_util.h"
 
 using namespace frugal;
-using frugal::test::ScratchFile;
 using frugal::test::error_of;
 using frugal::test::expect_mentions;
+using frugal::test::ScratchFile;
 
 namespace {
 
@@ -27,7 +27,6 @@ Tensor random_bits(const Shape& shape, DType dtype, std::mt19937_64& rng) {
   for (size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<unsigned char>(rng());
   return t;
 }
-
 
 // The load error for `bytes` written to a scratch file, checked to name the file and `parts`.
 void expect_bad_file(const std::string& bytes, const std::vector<std::string>& parts) {

@@ -1,11 +1,12 @@
 // StepTimer on the CPU (one duration per step, each at least what the step slept) and median.
+#include "train/step_timer.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
 
 #include "base/error.h"
-#include "train/step_timer.h"
 
 using namespace frugal;
 
