@@ -51,6 +51,14 @@ struct MemoryStats {
   int64_t num_alloc_retries = 0;
   int64_t num_ooms = 0;
 
+  // Every statistic's peak back to its current value (reset_peak_stats).
+  void reset_peaks() {
+    for (Stat* s : {&allocated_bytes, &requested_bytes, &reserved_bytes, &active_bytes,
+                    &inactive_split_bytes, &allocation, &segment}) {
+      s->reset_peak();
+    }
+  }
+
   // A table of every statistic (current, peak, total allocated, total freed) in
   // torch.cuda.memory_summary's layout, under `title`; used in OOM messages and by
   // memory::summary(Device) (memory/views.h).

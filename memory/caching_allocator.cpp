@@ -376,11 +376,7 @@ MemoryStats CachingAllocator::stats() const {
 
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (Stat* s :
-       {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
-        &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.allocation, &stats_.segment}) {
-    s->reset_peak();
-  }
+  stats_.reset_peaks();
 }
 
 void CachingAllocator::set_memory_cap_bytes(size_t bytes) {

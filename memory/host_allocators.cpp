@@ -1,5 +1,6 @@
 // The CPU tracking allocator and the meta (count-only) allocator, plus the per-device registry.
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include "memory/allocator.h"
 #include "memory/oom_injection.h"
 #include "memory/oom_report.h"
+#include "memory/segment_counter.h"
 #ifdef FRUGAL_WITH_CUDA
 #include "memory/cuda_allocators.h"
 #endif
@@ -17,69 +19,25 @@ namespace {
 
 constexpr size_t kCpuAlignment = 64;  // one cache line; also enough for AVX-512 loads
 
-// Counts every allocation the same way; subclasses only decide where bytes come from.
+// Counts every allocation the same way (SegmentCounter) under an optional cap; subclasses only
+// decide where bytes come from.
 class CountingAllocator : public Allocator {
  public:
-  MemoryStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak_stats() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
-                    &stats_.active_bytes, &stats_.allocation, &stats_.segment}) {
-      s->reset_peak();
-    }
-  }
+  MemoryStats stats() const override { return counter_.stats(); }
+  void reset_peak_stats() override { counter_.reset_peaks(); }
+  void set_memory_cap_bytes(size_t bytes) override { cap_bytes_ = bytes; }
+  size_t memory_cap_bytes() const override { return cap_bytes_; }
 
  protected:
   // Counts `bytes` as allocated unless they would pass the cap (set_memory_cap_bytes): then
-  // counts the refusal and returns false. One lock for both, so two threads cannot both pass.
-  bool count_alloc_under_cap(size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (cap_bytes_ != 0 &&
-        static_cast<size_t>(stats_.reserved_bytes.current) + bytes > cap_bytes_) {
-      stats_.num_ooms++;
-      return false;
-    }
-    auto n = static_cast<int64_t>(bytes);
-    for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
-                    &stats_.active_bytes}) {
-      s->add(n);
-    }
-    stats_.allocation.add(1);
-    stats_.segment.add(1);
-    return true;
-  }
-  void count_free(size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto n = static_cast<int64_t>(bytes);
-    for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
-                    &stats_.active_bytes}) {
-      s->sub(n);
-    }
-    stats_.allocation.sub(1);
-    stats_.segment.sub(1);
-  }
-  void count_oom() {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.num_ooms++;
-  }
-
- public:
-  void set_memory_cap_bytes(size_t bytes) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    cap_bytes_ = bytes;
-  }
-  size_t memory_cap_bytes() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cap_bytes_;
-  }
+  // counts the refusal and returns false.
+  bool count_alloc_under_cap(size_t bytes) { return counter_.add(bytes, cap_bytes_); }
+  void count_free(size_t bytes) { counter_.remove(bytes); }
+  void count_oom() { counter_.count_oom(); }
 
  private:
-  mutable std::mutex mu_;
-  MemoryStats stats_;
-  size_t cap_bytes_ = 0;
+  SegmentCounter counter_;
+  std::atomic<size_t> cap_bytes_{0};
 };
 
 class CpuAllocator final : public CountingAllocator {

@@ -8,6 +8,7 @@
 
 #include "memory/cuda/cuda_check.h"
 #include "memory/cuda_allocators.h"
+#include "memory/segment_counter.h"
 
 namespace frugal::memory {
 
@@ -45,55 +46,30 @@ class PinnedHostAllocator final : public Allocator {
     const cudaError_t err = cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault);
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
+      counter_.count_oom();
       std::ostringstream os;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        stats_.num_ooms++;
-        os << "pinned host memory exhausted: tried to allocate " << bytes << " bytes ("
-           << static_cast<double>(bytes) / static_cast<double>(kMiB) << " MiB)\n"
-           << stats_.summary() << "\n  try fewer loader workers or a smaller batch";
-      }
+      os << "pinned host memory exhausted: tried to allocate " << bytes << " bytes ("
+         << static_cast<double>(bytes) / static_cast<double>(kMiB) << " MiB)\n"
+         << counter_.stats().summary() << "\n  try fewer loader workers or a smaller batch";
       notify_memory_event(EventKind::oom, device(), bytes);  // Note [Allocation events]
       throw OutOfMemoryError(os.str());
     }
     FRUGAL_MEMORY_CUDA_CHECK(err);
-    count(bytes, +1);
+    counter_.add(bytes);
     return DataPtr(ptr, bytes, this);
   }
-  MemoryStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak_stats() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
-                    &stats_.active_bytes, &stats_.allocation, &stats_.segment}) {
-      s->reset_peak();
-    }
-  }
+  MemoryStats stats() const override { return counter_.stats(); }
+  void reset_peak_stats() override { counter_.reset_peaks(); }
   Device device() const override { return Device::cpu(); }
 
  protected:
   void release(void* ptr, size_t size) noexcept override {
     FRUGAL_MEMORY_CUDA_WARN(cudaFreeHost(ptr));
-    count(size, -1);
+    counter_.remove(size);
   }
 
  private:
-  // Every pinned buffer is its own segment: allocated == requested == reserved.
-  void count(size_t bytes, int sign) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto n = static_cast<int64_t>(bytes);
-    for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.reserved_bytes,
-                    &stats_.active_bytes}) {
-      sign > 0 ? s->add(n) : s->sub(n);
-    }
-    sign > 0 ? stats_.allocation.add(1) : stats_.allocation.sub(1);
-    sign > 0 ? stats_.segment.add(1) : stats_.segment.sub(1);
-  }
-
-  mutable std::mutex mu_;
-  MemoryStats stats_;
+  SegmentCounter counter_;  // every pinned buffer is a segment of its own
 };
 
 }  // namespace
