@@ -67,7 +67,7 @@ struct Storage {
   // running statistics, copy_/fill_): a saved tensor compares it with the value it saw.
   uint64_t version = 0;
   // Note [Deferred writes]: null once written (or when there never was one).
-  mutable std::shared_ptr<const DeferredWrite> deferred;
+  mutable std::shared_ptr<const DeferredWrite> deferred = nullptr;
   void* ptr() const {
     if (deferred != nullptr) run_deferred();
     return data.get();

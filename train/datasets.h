@@ -14,7 +14,7 @@ namespace frugal::train {
 
 struct DataConfig {
   std::string name = "fashion-mnist";
-  std::string dir;          // empty: the default Fashion-MNIST folder
+  std::string dir = {};     // empty: the default Fashion-MNIST folder
   int64_t image_size = 32;  // side after resizing
   int64_t channels = 1;     // 3 repeats the grey channel
   int64_t limit = -1;       // use only the first `limit` training samples (-1: all); for

@@ -73,7 +73,9 @@ TEST(FlatResidentGpu, ModelsAndOptimizerStateTakeOneAllocationEach) {
     for (size_t kind = 0; kind < state.size() / n; ++kind) {
       expect_packed({state.begin() + kind * n, state.begin() + (kind + 1) * n});
     }
-    if (sgd) EXPECT_EQ(state[0].to_vector(), std::vector<double>(state[0].numel(), 1.0));
+    if (sgd) {
+      EXPECT_EQ(state[0].to_vector(), std::vector<double>(state[0].numel(), 1.0));
+    }
     model->zero_grad();
   }
 }

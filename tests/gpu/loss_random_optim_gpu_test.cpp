@@ -142,7 +142,9 @@ TEST(GpuRandom, StochasticDepthMatchesTheCpuAndDrawsInsideACapture) {
       gen.begin_graph_capture(reinterpret_cast<const uint64_t*>(counter.data<int64_t>()));
     std::vector<double> got;
     ASSERT_NO_THROW(got = sd.forward(x.to(kGpu)).to_vector());
-    if (capturing) EXPECT_EQ(gen.end_graph_capture(), 48u);
+    if (capturing) {
+      EXPECT_EQ(gen.end_graph_capture(), 48u);
+    }
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-6) << i;
   }

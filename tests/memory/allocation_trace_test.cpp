@@ -114,5 +114,7 @@ TEST(AllocationTrace, WritesAFileOrSaysWhyNot) {
   const std::string path = ::testing::TempDir() + "frugal_trace_test.json";
   trace.write_json(path);
   std::ifstream f(path);
-  EXPECT_NO_THROW((void)json::parse(f));
+  json parsed;
+  EXPECT_NO_THROW(parsed = json::parse(f));
+  EXPECT_TRUE(parsed.contains("traceEvents"));
 }

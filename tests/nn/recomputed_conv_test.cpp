@@ -27,7 +27,9 @@ TEST(RecomputedConv, ADepthwiseConvOfARecipePassesGradientChecks) {
     Tensor e = F::batch_norm(F::conv2d(v[0], v[1], Tensor()), v[4], v[5], Tensor(), Tensor(),
                              {.activation = Activation::relu6});
     Tensor d = F::conv2d(e, v[2], Tensor(), {.padding = 1, .groups = 6, .recompute_output = true});
-    if (autograd::grad_enabled()) EXPECT_TRUE(autograd::has_recipe(d));
+    if (autograd::grad_enabled()) {
+      EXPECT_TRUE(autograd::has_recipe(d));
+    }
     Tensor n = F::batch_norm(d, v[4], v[5], Tensor(), Tensor());
     return F::conv2d(n, v[3], Tensor());
   };
