@@ -2,25 +2,17 @@
 // with the tags of its thread, and the peak tracker sees what the allocator's statistics see.
 #include <gtest/gtest.h>
 
+#include "common/event_recorder.h"
 #include "memory/allocator.h"
 #include "memory/events.h"
 
 using namespace frugal;
 using namespace frugal::memory;
 
-namespace {
-
-struct Recorder : AllocationObserver {
-  std::vector<AllocationEvent> events;
-  Recorder() { add_allocation_observer(this); }
-  ~Recorder() override { remove_allocation_observer(this); }
-  void on_event(const AllocationEvent& e) override { events.push_back(e); }
-};
-
-}  // namespace
+using test::EventRecorder;
 
 TEST(AllocationEvents, EveryAllocationAndReleaseIsReportedWithItsTags) {
-  Recorder rec;
+  EventRecorder rec;
   {
     DataPtr a = cpu_allocator().allocate(1000);
     PhaseScope fw(Phase::forward);
@@ -45,7 +37,7 @@ TEST(AllocationEvents, EveryAllocationAndReleaseIsReportedWithItsTags) {
 TEST(AllocationEvents, NothingIsReportedWithoutObservers) {
   EXPECT_FALSE(observing());
   {
-    Recorder rec;
+    EventRecorder rec;
     EXPECT_TRUE(observing());
   }
   EXPECT_FALSE(observing());

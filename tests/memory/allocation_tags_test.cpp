@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "common/event_recorder.h"
 #include "memory/allocator.h"
 #include "memory/caching_allocator.h"
 #include "memory/events.h"
@@ -12,19 +13,10 @@
 using namespace frugal;
 using namespace frugal::memory;
 
-namespace {
-
-struct Recorder : AllocationObserver {
-  std::vector<AllocationEvent> events;
-  Recorder() { add_allocation_observer(this); }
-  ~Recorder() override { remove_allocation_observer(this); }
-  void on_event(const AllocationEvent& e) override { events.push_back(e); }
-};
-
-}  // namespace
+using test::EventRecorder;
 
 TEST(AllocationTags, OpAndModuleScopesNameTheAllocation) {
-  Recorder rec;
+  EventRecorder rec;
   {
     DataPtr outside = cpu_allocator().allocate(64);
     PhaseScope fw(Phase::forward);
@@ -54,7 +46,7 @@ TEST(AllocationTags, OpAndModuleScopesNameTheAllocation) {
 }
 
 TEST(AllocationTags, BackwardScopesReplaceAndTagsAreInterned) {
-  Recorder rec;
+  EventRecorder rec;
   {
     OpScope fw("mul");
     DataPtr a = cpu_allocator().allocate(64);
@@ -78,7 +70,7 @@ TEST(AllocationTags, BackwardScopesReplaceAndTagsAreInterned) {
 TEST(AllocationTags, UnobservedAllocationsAreReleasedUntagged) {
   DataPtr early = cpu_allocator().allocate(64);
   EXPECT_EQ(early.tag(), nullptr);
-  Recorder rec;
+  EventRecorder rec;
   early.reset();
   ASSERT_EQ(rec.events.size(), 1u);
   EXPECT_EQ(rec.events[0].id, 0u);
@@ -89,7 +81,7 @@ TEST(AllocationTags, UnobservedAllocationsAreReleasedUntagged) {
 TEST(AllocationTags, SegmentsAndOutOfMemoryAreEvents) {
   CachingAllocator a(std::make_unique<frugal::memory::testing::FakeDeviceSource>(8 * kMiB),
                      Device::cuda(0));
-  Recorder rec;
+  EventRecorder rec;
   PeakTracker peak(Device::cuda(0));
   {
     OpScope op("conv2d");
