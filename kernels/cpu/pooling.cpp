@@ -44,8 +44,12 @@ Window window(const Pool2dShape& s, int64_t oh, int64_t ow) {
   return win;
 }
 
-template <typename T>
-void max_forward(const Pool2dShape& s, const T* x, T* y) {
+// The forwards' common walk: each output pixel's C values start at `init`, take
+// combine(y_pixel, x_pixel) over the input pixels of its window (clipped to the input), then
+// finish(y_pixel, window).
+template <typename T, class Combine, class Finish>
+void forward_windows(const Pool2dShape& s, const T* x, T* y, T init, Combine combine,
+                     Finish finish) {
   int64_t oh_n = s.oh(), ow_n = s.ow(), c = s.c;
   parallel_for(s.n * oh_n, std::max<int64_t>(1, 8192 / (ow_n * c)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -53,20 +57,36 @@ void max_forward(const Pool2dShape& s, const T* x, T* y) {
       for (int64_t ow = 0; ow < ow_n; ++ow) {
         Window win = window(s, oh, ow);
         T* __restrict yr = y + (r * ow_n + ow) * c;
-        std::fill(yr, yr + c, -std::numeric_limits<T>::infinity());
+        std::fill(yr, yr + c, init);
         for (int64_t ih = win.h0; ih < win.h1; ++ih) {
           for (int64_t iw = win.w0; iw < win.w1; ++iw) {
-            const T* __restrict xr = x + ((n * s.h + ih) * s.w + iw) * c;
-            // NaN propagates (the first NaN sticks: nothing compares greater than it).
-            for (int64_t ch = 0; ch < c; ++ch) {
-              T v = xr[ch];
-              yr[ch] = (v > yr[ch] || std::isnan(v)) && !std::isnan(yr[ch]) ? v : yr[ch];
-            }
+            combine(yr, x + ((n * s.h + ih) * s.w + iw) * c);
           }
         }
+        finish(yr, win);
       }
     }
   });
+}
+
+// What an average divides its window's sum by.
+int64_t avg_divisor(const Pool2dShape& s, const Window& win) {
+  return s.count_include_pad ? win.padded_count : (win.h1 - win.h0) * (win.w1 - win.w0);
+}
+
+template <typename T>
+void max_forward(const Pool2dShape& s, const T* x, T* y) {
+  const int64_t c = s.c;
+  forward_windows<T>(
+      s, x, y, -std::numeric_limits<T>::infinity(),
+      [c](T* __restrict yr, const T* __restrict xr) {
+        // NaN propagates (the first NaN sticks: nothing compares greater than it).
+        for (int64_t ch = 0; ch < c; ++ch) {
+          T v = xr[ch];
+          yr[ch] = (v > yr[ch] || std::isnan(v)) && !std::isnan(yr[ch]) ? v : yr[ch];
+        }
+      },
+      [](T*, const Window&) {});
 }
 
 // dy of each output goes to the first element of its window equal to the max (same scan order
@@ -113,27 +133,16 @@ void max_backward(const Context& ctx, const Pool2dShape& s, const T* x, const T*
 
 template <typename T>
 void avg_forward(const Pool2dShape& s, const T* x, T* y) {
-  int64_t oh_n = s.oh(), ow_n = s.ow(), c = s.c;
-  parallel_for(s.n * oh_n, std::max<int64_t>(1, 8192 / (ow_n * c)), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      int64_t n = r / oh_n, oh = r % oh_n;
-      for (int64_t ow = 0; ow < ow_n; ++ow) {
-        Window win = window(s, oh, ow);
-        T* __restrict yr = y + (r * ow_n + ow) * c;
-        std::fill(yr, yr + c, T(0));
-        for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-          for (int64_t iw = win.w0; iw < win.w1; ++iw) {
-            const T* __restrict xr = x + ((n * s.h + ih) * s.w + iw) * c;
-            for (int64_t ch = 0; ch < c; ++ch) yr[ch] += xr[ch];
-          }
-        }
-        int64_t count =
-            s.count_include_pad ? win.padded_count : (win.h1 - win.h0) * (win.w1 - win.w0);
-        T inv = T(1) / static_cast<T>(count);
+  const int64_t c = s.c;
+  forward_windows<T>(
+      s, x, y, T(0),
+      [c](T* __restrict yr, const T* __restrict xr) {
+        for (int64_t ch = 0; ch < c; ++ch) yr[ch] += xr[ch];
+      },
+      [&s, c](T* __restrict yr, const Window& win) {
+        T inv = T(1) / static_cast<T>(avg_divisor(s, win));
         for (int64_t ch = 0; ch < c; ++ch) yr[ch] *= inv;
-      }
-    }
-  });
+      });
 }
 
 template <typename T>
@@ -146,9 +155,7 @@ void avg_backward(const Pool2dShape& s, const T* dy, T* dx) {
       for (int64_t oh = 0; oh < oh_n; ++oh) {
         for (int64_t ow = 0; ow < ow_n; ++ow) {
           Window win = window(s, oh, ow);
-          int64_t count =
-              s.count_include_pad ? win.padded_count : (win.h1 - win.h0) * (win.w1 - win.w0);
-          T inv = T(1) / static_cast<T>(count);
+          T inv = T(1) / static_cast<T>(avg_divisor(s, win));
           const T* __restrict dyr = dy + ((n * oh_n + oh) * ow_n + ow) * c;
           for (int64_t ih = win.h0; ih < win.h1; ++ih) {
             for (int64_t iw = win.w0; iw < win.w1; ++iw) {
