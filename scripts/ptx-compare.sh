@@ -6,7 +6,10 @@
 # index in its file, so both are normalized first (scripts/ptx_kernels.py).
 #   scripts/ptx-compare.sh 4d976fb kernels/cuda/depthwise_conv.cu -- kernels/cuda/depthwise_*.cu
 # Files before `--` are the base commit's, after it this tree's. Exits 1 when a kernel differs or
-# is on one side only.
+# is on one side only. nvcc 13.0 is not always deterministic: two compiles of one unchanged
+# few_channel_conv.cu gave 6-7 of its few_channel_partial_kernel instances other register
+# numbers. Where a kernel differs, compare the base with itself (BASE -- the same files at BASE,
+# checked out) before blaming the change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base="$1"
