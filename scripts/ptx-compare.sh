@@ -8,8 +8,8 @@
 # Files before `--` are the base commit's, after it this tree's. Exits 1 when a kernel differs or
 # is on one side only. nvcc 13.0 is not always deterministic: two compiles of one unchanged
 # few_channel_conv.cu gave 6-7 of its few_channel_partial_kernel instances other register
-# numbers. Where a kernel differs, compare the base with itself (BASE -- the same files at BASE,
-# checked out) before blaming the change.
+# numbers. Where a kernel differs, run it once with the tree checked out at BASE (both sides the
+# same source) before blaming the change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base="$1"
