@@ -5,7 +5,10 @@ log by kernel name, longest first: where the time of one profiled training step 
 HBM-traffic bound: every byte the kernels moved to or from HBM at the device's peak bandwidth
 (--peak-gbs, the H200's 4,800 GB/s by default), against the kernel time.
 
-  python3 bench/ncu_summary.py frugal-f32.csv [--top 40] [--peak-gbs 4800]
+  python3 bench/ncu_summary.py frugal-f32.csv [--top 40] [--peak-gbs 4800] [--ranges]
+
+--ranges: the log is of ranges (ncu --replay-mode app-range), each row a whole range rather than a
+kernel: the same sums, counted as ranges.
 """
 import argparse
 import csv
@@ -49,6 +52,7 @@ def main():
     p.add_argument("csv")
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--peak-gbs", type=float, default=4800.0)
+    p.add_argument("--ranges", action="store_true", help="rows are ranges, not kernels")
     a = p.parse_args()
     totals = kernel_totals(a.csv)
     if not any(n for _, n, _ in totals.values()):
@@ -56,7 +60,8 @@ def main():
     all_ms = sum(t for t, _, _ in totals.values())
     launches = sum(n for _, n, _ in totals.values())
     all_bytes = sum(b for _, _, b in totals.values())
-    print(f"{a.csv}: {all_ms:.2f} ms of kernel time in {launches} launches")
+    what = "ranges" if a.ranges else "launches"
+    print(f"{a.csv}: {all_ms:.2f} ms of kernel time in {launches} {what}")
     if all_bytes > 0:
         bound_ms = all_bytes / (a.peak_gbs * 1e9) * 1e3
         print(f"HBM traffic {all_bytes / 1e9:.3f} GB: {bound_ms:.2f} ms at {a.peak_gbs:.0f} GB/s; "

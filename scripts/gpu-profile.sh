@@ -9,6 +9,10 @@
 # PROFILE_DRAM=1 also sums each kernel's HBM bytes (bench/ncu_summary.py: the traffic bound).
 # PROFILE_TORCH_NCU="none default" adds the same ncu summary of one PyTorch step for each
 # torch.compile mode listed ("none": eager), after its warm-up.
+# PROFILE_RANGE=1 adds, for frugal and each PROFILE_TORCH_NCU mode, the same step measured as one
+# range (ncu --replay-mode app-range) into profile-<impl>-range-<precision>.txt: its duration and
+# HBM bytes as its kernels run back to back, each finding in L2 what the one before left there,
+# where the per-kernel replay flushes the caches before every kernel and sums the kernels alone.
 # PROFILE_KERNEL=REGEX instead takes ncu's detailed sections (speed of light, occupancy, warp
 # stall reasons, pipe utilization, memory workload) for the first PROFILE_COUNT (default 3)
 # launches of the step's kernels whose names match REGEX, after PROFILE_SKIP (default 0) of them,
@@ -25,13 +29,17 @@ status=0
 # One ncu pass with $metrics over the profiled range of the command after NAME, summed by
 # bench/ncu_summary.py into "$OUTDIR/profile-NAME.txt"; fails, saying so, where ncu does.
 # --clock-control none: leave the clocks as the benchmark sees them (the device tool's METHOD.md).
+# replay=app-range before the call: the profiled step as one range instead of kernel by kernel.
 ncu_summary() {
-  local name=$1 csv="$OUTDIR/ncu-$1.csv"
+  local name=$1 csv="$OUTDIR/ncu-$1.csv" mode=${replay:-kernel}
   shift
-  ncu --clock-control none --profile-from-start off --metrics "$metrics" --csv \
-    --print-units base --log-file "$csv" "$@" > /dev/null ||
+  ncu --clock-control none --profile-from-start off --replay-mode "$mode" --metrics "$metrics" \
+    --csv --print-units base --log-file "$csv" "$@" > /dev/null ||
     { echo "ncu failed for $name"; return 1; }
-  python3 bench/ncu_summary.py "$csv" --top 60 > "$OUTDIR/profile-$name.txt" || status=1
+  local ranges=()
+  [ "$mode" = kernel ] || ranges=(--ranges)
+  python3 bench/ncu_summary.py "$csv" --top 60 "${ranges[@]}" > "$OUTDIR/profile-$name.txt" ||
+    status=1
   rm -f "$csv"
 }
 
@@ -65,6 +73,10 @@ for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
   [ "${PROFILE_DRAM:-0}" = 1 ] && metrics="$metrics,dram__bytes_read.sum,dram__bytes_write.sum"
   ncu_summary "frugal-$p" "$BUILD/train_step_bench" "${args[@]}" --profile ||
     { status=1; continue; }
+  if [ "${PROFILE_RANGE:-0}" = 1 ]; then
+    replay=app-range ncu_summary "frugal-range-$p" "$BUILD/train_step_bench" "${args[@]}" \
+      --profile && head -3 "$OUTDIR/profile-frugal-range-$p.txt"
+  fi
   # PROFILE_TORCH_NCU="none default ...": the same ncu over one PyTorch step per torch.compile
   # mode ("none" is eager), the step after its warm-up and timed steps (--ncu-range), so that
   # PyTorch's kernel time and HBM bound are measured exactly as frugal's.
@@ -73,6 +85,11 @@ for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
       python3 bench/torch_train_step.py "${args[@]}" --compile "$mode" --ncu-range ||
       { status=1; continue; }
     head -8 "$OUTDIR/profile-torch-$mode-$p.txt"
+    if [ "${PROFILE_RANGE:-0}" = 1 ]; then
+      replay=app-range ncu_summary "torch-$mode-range-$p" env TORCHINDUCTOR_COMPILE_THREADS=1 \
+        python3 bench/torch_train_step.py "${args[@]}" --compile "$mode" --ncu-range &&
+        head -3 "$OUTDIR/profile-torch-$mode-range-$p.txt"
+    fi
   done
   python3 bench/torch_train_step.py "${args[@]}" --profile 2>&1 > /dev/null |
     grep -v -i "warn" > "$OUTDIR/profile-pytorch-$p.txt" || status=1
