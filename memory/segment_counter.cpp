@@ -1,3 +1,4 @@
+// SegmentCounter (segment_counter.h): every count under one lock.
 #include "memory/segment_counter.h"
 
 namespace frugal::memory {
