@@ -3,7 +3,7 @@
 // in depthwise_backward_input.cu).
 #pragma once
 
-#include <climits>
+#include <cstdint>
 
 #include "kernels/cuda/depthwise_common.cuh"
 
