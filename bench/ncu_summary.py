@@ -21,29 +21,39 @@ UNIT_TO_BYTES = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3,
 DRAM_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 
 
-def kernel_totals(path):
-    """{kernel name: [total ms, launches, DRAM bytes]} from ncu's CSV; lines before the header
-    are skipped."""
+def launches(path):
+    """[(kernel name, ms, DRAM bytes)], a launch each in the order ncu profiled them (its ID
+    column), from ncu's CSV; lines before the header are skipped."""
     with open(path, newline="") as f:
         lines = [line for line in f if line.startswith('"')]
-    totals = {}
+    by_id = {}
     for row in csv.DictReader(lines):
         metric, unit = row.get("Metric Name"), row.get("Metric Unit", "nsecond")
         if metric not in ("gpu__time_duration.sum",) + DRAM_METRICS:
             continue
         value = float(row["Metric Value"].replace(",", ""))
-        entry = totals.setdefault(row["Kernel Name"], [0.0, 0, 0.0])
+        entry = by_id.setdefault(row.get("ID", row["Kernel Name"]), [row["Kernel Name"], 0.0, 0.0])
         if metric == "gpu__time_duration.sum":
             scale = UNIT_TO_MS.get(unit)
             if scale is None:
                 sys.exit(f"ncu_summary: {path}: unknown time unit '{unit}'")
-            entry[0] += value * scale
-            entry[1] += 1
+            entry[1] += value * scale
         else:
             scale = UNIT_TO_BYTES.get(unit)
             if scale is None:
                 sys.exit(f"ncu_summary: {path}: unknown byte unit '{unit}'")
             entry[2] += value * scale
+    return [tuple(e) for e in by_id.values()]
+
+
+def kernel_totals(path):
+    """{kernel name: [total ms, launches, DRAM bytes]} from ncu's CSV."""
+    totals = {}
+    for name, ms, dram in launches(path):
+        entry = totals.setdefault(name, [0.0, 0, 0.0])
+        entry[0] += ms
+        entry[1] += 1
+        entry[2] += dram
     return totals
 
 

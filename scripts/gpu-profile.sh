@@ -13,6 +13,10 @@
 # range (ncu --replay-mode app-range) into profile-<impl>-range-<precision>.txt: its duration and
 # HBM bytes as its kernels run back to back, each finding in L2 what the one before left there,
 # where the per-kernel replay flushes the caches before every kernel and sums the kernels alone.
+# PROFILE_COPY_BOUND=1 (which takes the DRAM metrics too) also runs build-gpu/copy_curve_probe under the same
+# ncu and sets each step's launches against plain copies of their bytes (bench/copy_bound.py,
+# Note [The copy bound]) into copy-bound-<impl>-<precision>.txt; build the probe first:
+#   scripts/gpu-build.sh train_step_bench copy_curve_probe
 # PROFILE_KERNEL=REGEX instead takes ncu's detailed sections (speed of light, occupancy, warp
 # stall reasons, pipe utilization, memory workload) for the first PROFILE_COUNT (default 3)
 # launches of the step's kernels whose names match REGEX, after PROFILE_SKIP (default 0) of them,
@@ -40,7 +44,23 @@ ncu_summary() {
   [ "$mode" = kernel ] || ranges=(--ranges)
   python3 bench/ncu_summary.py "$csv" --top 60 "${ranges[@]}" > "$OUTDIR/profile-$name.txt" ||
     status=1
+  if [ "${PROFILE_COPY_BOUND:-0}" = 1 ] && [ "$mode" = kernel ]; then
+    copy_bound "$name" "$csv"
+  fi
   rm -f "$csv"
+}
+
+# The step of ncu log $2 against plain copies of its launches' bytes (bench/copy_bound.py), the
+# copies timed once a run by the same ncu metrics; into copy-bound-NAME.txt.
+copy_csv="$OUTDIR/ncu-copy-curve.csv"
+copy_bound() {
+  if [ ! -s "$copy_csv" ]; then
+    ncu --clock-control none --profile-from-start off --metrics "$metrics" --csv \
+      --print-units base --log-file "$copy_csv" "$BUILD/copy_curve_probe" \
+      > "$OUTDIR/copy-curve.txt" || { echo "ncu failed for copy_curve_probe"; status=1; return; }
+  fi
+  python3 bench/copy_bound.py "$2" "$copy_csv" > "$OUTDIR/copy-bound-$1.txt" || status=1
+  head -3 "$OUTDIR/copy-bound-$1.txt"
 }
 
 for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
@@ -70,7 +90,9 @@ for p in ${PROFILE_PRECISIONS:-f32 f16 bf16}; do
   metrics=gpu__time_duration.sum
   # PROFILE_DRAM=1 adds the bytes each kernel moved to and from HBM (the step's traffic bound in
   # the summary); the extra counters cost ncu replay passes, not kernel time.
-  [ "${PROFILE_DRAM:-0}" = 1 ] && metrics="$metrics,dram__bytes_read.sum,dram__bytes_write.sum"
+  if [ "${PROFILE_DRAM:-0}" = 1 ] || [ "${PROFILE_COPY_BOUND:-0}" = 1 ]; then
+    metrics="$metrics,dram__bytes_read.sum,dram__bytes_write.sum"
+  fi
   ncu_summary "frugal-$p" "$BUILD/train_step_bench" "${args[@]}" --profile ||
     { status=1; continue; }
   if [ "${PROFILE_RANGE:-0}" = 1 ]; then
