@@ -120,10 +120,8 @@ void lower_previous_region(const Tensor& first, DType dtype) {
     lows.push_back(std::move(low));
   }
   if (params.empty()) return;
-  if (!first.device().is_meta()) {
-    kernels::lower_many(detail::ctx_of(first), dtype, static_cast<int64_t>(params.size()),
-                        srcs.data(), dsts.data(), sizes.data());
-  }
+  kernels::lower_many(detail::ctx_of(first), dtype, static_cast<int64_t>(params.size()),
+                      srcs.data(), dsts.data(), sizes.data());
   for (size_t i = 0; i < params.size(); ++i) insert(params[i], std::move(lows[i]));
 }
 

@@ -46,7 +46,6 @@ Shape broadcast_of(const char* op, const Tensor& a, const Tensor& b) {
 Tensor cast_raw(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   Tensor out = Tensor::empty(t.shape(), {dtype, t.device()});
-  if (t.device().is_meta()) return out;
   FRUGAL_CHECK(!(t.device().is_cuda() && (dtype == DType::f64 || t.dtype() == DType::f64)),
                "cast: f64 is CPU-only, cannot cast ", describe(t), " to ", dtype);
   kernels::cast(ctx_of(t), t.dtype(), dtype, t.numel(), t.data_ptr(), out.data_ptr());
@@ -59,7 +58,6 @@ Tensor expand_raw(const Tensor& t, const Shape& shape) {
   // out = t + 0 with t broadcast; the zero is a one-element tensor broadcast everywhere. Made on
   // meta too, so that a dry run allocates what the device does (Note [Planned steps]).
   Tensor zero = Tensor::empty(Shape{1}, t.options());
-  if (t.device().is_meta()) return out;
   kernels::Context ctx = ctx_of(t);
   kernels::fill(ctx, t.dtype(), 1, zero.data_ptr(), 0.0);
   kernels::binary(ctx, kernels::BinaryOp::add, t.dtype(),
@@ -79,9 +77,7 @@ Tensor sum_to_raw(const Tensor& t, const Shape& shape) {
   Shape keep_shape(keep);
   kernels::Reduction r = kernels::make_reduction(t.shape(), keep_shape);
   Tensor out = Tensor::empty(keep_shape, t.options());
-  if (!t.device().is_meta()) {
-    kernels::sum_to(ctx_of(t), t.dtype(), r, t.data_ptr(), 1.0, out.data_ptr());
-  }
+  kernels::sum_to(ctx_of(t), t.dtype(), r, t.data_ptr(), 1.0, out.data_ptr());
   return out.detach().reshape(shape);
 }
 

@@ -23,14 +23,13 @@ Tensor compare(MathOp op, const char* name, const Tensor& a, double s) {
   detail::check_defined(name, {&a});
   detail::check_floating(name, a);
   Tensor sb = Tensor::empty(Shape{1}, a.options());
-  if (!a.device().is_meta()) kernels::fill(detail::ctx_of(a), a.dtype(), 1, sb.data_ptr(), s);
+  kernels::fill(detail::ctx_of(a), a.dtype(), 1, sb.data_ptr(), s);
   return detail::binary_math_raw(op, name, a, sb);
 }
 
 // out = cond ? a : b with all three already of out's shape; a or b undefined reads zero.
 Tensor where_raw(const Tensor& cond, const Tensor& a, const Tensor& b, const TensorOptions& opts) {
   Tensor out = Tensor::empty(cond.shape(), opts);
-  if (cond.device().is_meta()) return out;
   kernels::where(detail::ctx_of(cond), dtype_size(opts.dtype), cond.numel(), cond.data<uint8_t>(),
                  a.defined() ? a.data_ptr() : nullptr, b.defined() ? b.data_ptr() : nullptr,
                  out.data_ptr());

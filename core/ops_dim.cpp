@@ -34,19 +34,15 @@ Tensor softmax_op(const char* name, DimOp op, AutocastOp ac_op, const Tensor& a_
   const int64_t d = detail::wrap_dim(name, dim, a.shape());
   const DimView v = view_of(a.shape(), d, d);
   Tensor out = Tensor::empty(a.shape(), a.options());
-  if (!a.device().is_meta()) {
-    kernels::dim_reduce(detail::ctx_of(a), op, a.dtype(), v, a.data_ptr(), out.data_ptr());
-  }
+  kernels::dim_reduce(detail::ctx_of(a), op, a.dtype(), v, a.data_ptr(), out.data_ptr());
   return autograd::record(name, {a}, out, {out},
                           [op, v](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
                             const Tensor& y = saved[0];
                             Tensor gy = detail::cast_raw(g[0], y.dtype());
                             Tensor dx = Tensor::empty(y.shape(), y.options());
-                            if (!y.device().is_meta()) {
-                              kernels::dim_reduce_backward(detail::ctx_of(y), op, y.dtype(), v,
-                                                           nullptr, y.data_ptr(), gy.data_ptr(),
-                                                           dx.data_ptr());
-                            }
+                            kernels::dim_reduce_backward(detail::ctx_of(y), op, y.dtype(), v,
+                                                         nullptr, y.data_ptr(), gy.data_ptr(),
+                                                         dx.data_ptr());
                             return std::vector<Tensor>{dx};
                           });
 }
@@ -103,7 +99,7 @@ Tensor amax(const Tensor& a, std::vector<int64_t> dims_in, bool keepdim) {
   if (dims.empty()) v = DimView{1, 1, a.numel()};  // a 0-d tensor: the value itself
   Tensor src = block ? a : detail::permute_raw(a, perm);
   Tensor out = Tensor::empty(Shape(keep), a.options());
-  if (!a.device().is_meta() && v.outer * v.inner > 0) {
+  if (v.outer * v.inner > 0) {
     kernels::dim_reduce(detail::ctx_of(a), DimOp::amax, a.dtype(), v, src.data_ptr(),
                         out.data_ptr());
   }
@@ -116,7 +112,7 @@ Tensor amax(const Tensor& a, std::vector<int64_t> dims_in, bool keepdim) {
         Tensor xs = block ? x : detail::permute_raw(x, perm);
         Tensor gy = detail::cast_raw(g[0], x.dtype());
         Tensor dx = Tensor::empty(xs.shape(), x.options());
-        if (!x.device().is_meta() && x.numel() > 0) {
+        if (x.numel() > 0) {
           kernels::dim_reduce_backward(detail::ctx_of(x), DimOp::amax, x.dtype(), v, xs.data_ptr(),
                                        saved[1].data_ptr(), gy.data_ptr(), dx.data_ptr());
         }
@@ -141,7 +137,7 @@ Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
     dims.erase(dims.begin() + d);
   }
   Tensor out = Tensor::empty(Shape(dims), {DType::i64, a.device()});
-  if (!a.device().is_meta() && out.numel() > 0) {
+  if (out.numel() > 0) {
     kernels::dim_reduce(detail::ctx_of(a), DimOp::argmax, a.dtype(), view_of(a.shape(), d, d),
                         a.data_ptr(), out.data_ptr());
   }

@@ -42,10 +42,8 @@ Tensor unary_op(const char* name, UnaryOp op, const Tensor& a_in, double p0 = 0,
         const Tensor& s = saved[0];
         Tensor gy = detail::cast_raw(g[0], s.dtype());
         Tensor dx = Tensor::empty(s.shape(), s.options());
-        if (!s.device().is_meta()) {
-          kernels::unary_backward(detail::ctx_of(s), op, s.dtype(), s.numel(), s.data_ptr(),
-                                  gy.data_ptr(), p0, p1, dx.data_ptr());
-        }
+        kernels::unary_backward(detail::ctx_of(s), op, s.dtype(), s.numel(), s.data_ptr(),
+                                gy.data_ptr(), p0, p1, dx.data_ptr());
         return std::vector<Tensor>{dx};
       });
 }
@@ -71,13 +69,11 @@ Tensor binary_op(MathOp op, const char* name, const Tensor& a_in, const Tensor& 
         Tensor gy = detail::cast_raw(g[0], ac.dtype());
         Tensor ga = need_a ? Tensor::empty(gy.shape(), ac.options()) : Tensor();
         Tensor gb = need_b ? Tensor::empty(gy.shape(), ac.options()) : Tensor();
-        if (!ac.device().is_meta()) {
-          kernels::binary_math_backward(detail::ctx_of(ac), op, ac.dtype(),
-                                        kernels::make_broadcast(gy.shape(), ac.shape(), bc.shape()),
-                                        ac.data_ptr(), bc.data_ptr(), gy.data_ptr(),
-                                        need_a ? ga.data_ptr() : nullptr,
-                                        need_b ? gb.data_ptr() : nullptr);
-        }
+        kernels::binary_math_backward(detail::ctx_of(ac), op, ac.dtype(),
+                                      kernels::make_broadcast(gy.shape(), ac.shape(), bc.shape()),
+                                      ac.data_ptr(), bc.data_ptr(), gy.data_ptr(),
+                                      need_a ? ga.data_ptr() : nullptr,
+                                      need_b ? gb.data_ptr() : nullptr);
         return std::vector<Tensor>{need_a ? reduce_grad(ga, sa, da) : Tensor(),
                                    need_b ? reduce_grad(gb, sb, db) : Tensor()};
       });

@@ -42,10 +42,8 @@ Tensor reduce(const char* op, AutocastOp ac_op, const Tensor& a_in, std::vector<
 
   Tensor src = detail::cpu_half(a) ? detail::cast_raw(a, DType::f32) : a;
   Tensor out = Tensor::empty(keep, src.options());
-  if (!a.device().is_meta()) {
-    kernels::sum_to(detail::ctx_of(a), src.dtype(), kernels::make_reduction(a.shape(), keep),
-                    src.data_ptr(), scale, out.data_ptr());
-  }
+  kernels::sum_to(detail::ctx_of(a), src.dtype(), kernels::make_reduction(a.shape(), keep),
+                  src.data_ptr(), scale, out.data_ptr());
   out = detail::cast_raw(out, a.dtype()).detach().reshape(out_shape);
   return autograd::record(op, {a}, out,
                           [keep, in_shape = a.shape(), scale](const std::vector<Tensor>& g) {
@@ -66,10 +64,8 @@ Tensor gemm_raw(const Tensor& a, const Tensor& b, bool ta, bool tb) {
         a.dtype());
   }
   Tensor out = Tensor::empty(Shape{m, n}, a.options());
-  if (!a.device().is_meta()) {
-    kernels::gemm(detail::ctx_of(a), a.dtype(), ta, tb, m, n, k, a.data_ptr(), b.data_ptr(), 0.0,
-                  out.data_ptr());
-  }
+  kernels::gemm(detail::ctx_of(a), a.dtype(), ta, tb, m, n, k, a.data_ptr(), b.data_ptr(), 0.0,
+                out.data_ptr());
   return out;
 }
 
@@ -125,10 +121,8 @@ Tensor argmax(const Tensor& a) {
   FRUGAL_CHECK(a.ndim() == 2, "argmax: expected a [rows, cols] tensor, got ", describe(a));
   Tensor src = detail::cpu_half(a) ? detail::cast_raw(a, DType::f32) : a;
   Tensor out = Tensor::empty(Shape{a.size(0)}, {DType::i64, a.device()});
-  if (!a.device().is_meta()) {
-    kernels::argmax_rows(detail::ctx_of(a), src.dtype(), a.size(0), a.size(1), src.data_ptr(),
-                         out.data<int64_t>());
-  }
+  kernels::argmax_rows(detail::ctx_of(a), src.dtype(), a.size(0), a.size(1), src.data_ptr(),
+                       out.data<int64_t>());
   return out;
 }
 

@@ -43,7 +43,9 @@ struct Context {
 
 // Declares `void name PARAMS` in kernels::cpu and kernels::cuda, and the dispatcher in kernels::
 // that calls one of them by ctx.device. PARAMS must start with `const Context& ctx`; ARGS is the
-// parenthesised argument list that forwards PARAMS.
+// parenthesised argument list that forwards PARAMS. On the meta device the dispatcher computes
+// nothing (meta tensors have shapes and counted bytes, no data), so callers need no meta case of
+// their own unless meta must allocate what the device would (a CUDA kernel's scratch).
 #define FRUGAL_DECLARE_KERNEL(name, PARAMS, ARGS)                                      \
   namespace cpu {                                                                      \
   void name PARAMS;                                                                    \
@@ -52,6 +54,7 @@ struct Context {
   void name PARAMS;                                                                    \
   }                                                                                    \
   inline void name PARAMS {                                                            \
+    if (ctx.device.is_meta()) return;                                                  \
     host_profile::Scope frugal_profile_scope_(#name);                                  \
     if (ctx.device.is_cuda()) {                                                        \
       FRUGAL_CUDA_CALL(name, cuda::name ARGS);                                         \

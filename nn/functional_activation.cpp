@@ -16,20 +16,16 @@ static_assert(sizeof(kActivationNames) / sizeof(kActivationNames[0]) == kernels:
 
 Tensor activation_raw(Activation act, const Tensor& x) {
   Tensor y = Tensor::empty(x.shape(), x.options());
-  if (!x.device().is_meta()) {
-    kernels::activation_forward(detail::ctx_of(x), act, x.dtype(), x.numel(), x.data_ptr(),
-                                y.data_ptr());
-  }
+  kernels::activation_forward(detail::ctx_of(x), act, x.dtype(), x.numel(), x.data_ptr(),
+                              y.data_ptr());
   return y;
 }
 
 Tensor activation_backward_raw(Activation act, const Tensor& x, const Tensor& g) {
   Tensor gc = detail::cast_raw(g, x.dtype());
   Tensor dx = Tensor::empty(x.shape(), x.options());
-  if (!x.device().is_meta()) {
-    kernels::activation_backward(detail::ctx_of(x), act, x.dtype(), x.numel(), x.data_ptr(),
-                                 gc.data_ptr(), dx.data_ptr());
-  }
+  kernels::activation_backward(detail::ctx_of(x), act, x.dtype(), x.numel(), x.data_ptr(),
+                               gc.data_ptr(), dx.data_ptr());
   return dx;
 }
 

@@ -22,10 +22,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   Tensor y = Tensor::empty(x.shape(), {dt, x.device()});
   // The draw is reserved even on meta so a dry run advances the generator like a real one.
   const Generator::Draw draw = gen.draw(static_cast<uint64_t>(x.numel()));
-  if (!x.device().is_meta()) {
-    kernels::dropout_forward(detail::ctx_of(x), dt, x.numel(), xc.data_ptr(), p, draw.seed,
-                             draw.offset, draw.offset_base, y.data_ptr(), nullptr);
-  }
+  kernels::dropout_forward(detail::ctx_of(x), dt, x.numel(), xc.data_ptr(), p, draw.seed,
+                           draw.offset, draw.offset_base, y.data_ptr(), nullptr);
   y = cast_raw(y, x.dtype());
   // Nothing is saved: backward draws the same mask again from the draw (inside a captured graph
   // the counter behind offset_base moves only at the end of a replay, so forward and backward of
@@ -36,10 +34,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
         const DType dt = detail::cpu_half(g[0]) ? DType::f32 : dtype;
         Tensor gc = cast_raw(cast_raw(g[0], dtype), dt);
         Tensor dx = Tensor::empty(gc.shape(), gc.options());
-        if (!gc.device().is_meta()) {
-          kernels::dropout_forward(detail::ctx_of(gc), dt, gc.numel(), gc.data_ptr(), p, draw.seed,
-                                   draw.offset, draw.offset_base, dx.data_ptr(), nullptr);
-        }
+        kernels::dropout_forward(detail::ctx_of(gc), dt, gc.numel(), gc.data_ptr(), p, draw.seed,
+                                 draw.offset, draw.offset_base, dx.data_ptr(), nullptr);
         return std::vector<Tensor>{cast_raw(dx, dtype)};
       });
 }
@@ -60,11 +56,9 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
   Tensor lc = cast_raw(logits, dt);
   Tensor loss = Tensor::empty(Shape{n}, {dt, logits.device()});
   Tensor lse = Tensor::empty(Shape{n}, {dt, logits.device()});
-  if (!logits.device().is_meta()) {
-    kernels::cross_entropy_forward(detail::ctx_of(lc), dt, n, c, lc.data_ptr(),
-                                   labels.data<int64_t>(), opt.label_smoothing, loss.data_ptr(),
-                                   lse.data_ptr());
-  }
+  kernels::cross_entropy_forward(detail::ctx_of(lc), dt, n, c, lc.data_ptr(),
+                                 labels.data<int64_t>(), opt.label_smoothing, loss.data_ptr(),
+                                 lse.data_ptr());
   Tensor per_row = autograd::record(
       "cross_entropy", {logits}, loss, {lc, labels, lse},
       [n, c, s = opt.label_smoothing, dtype = logits.dtype()](const std::vector<Tensor>& g,
@@ -72,11 +66,9 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
         const Tensor &lc = saved[0], &labels = saved[1], &lse = saved[2];
         Tensor gc = cast_raw(g[0], lc.dtype());
         Tensor dlogits = Tensor::empty(lc.shape(), lc.options());
-        if (!gc.device().is_meta()) {
-          kernels::cross_entropy_backward(detail::ctx_of(gc), lc.dtype(), n, c, lc.data_ptr(),
-                                          labels.data<int64_t>(), s, lse.data_ptr(), gc.data_ptr(),
-                                          dlogits.data_ptr());
-        }
+        kernels::cross_entropy_backward(detail::ctx_of(gc), lc.dtype(), n, c, lc.data_ptr(),
+                                        labels.data<int64_t>(), s, lse.data_ptr(), gc.data_ptr(),
+                                        dlogits.data_ptr());
         return std::vector<Tensor>{cast_raw(dlogits, dtype)};
       });
   switch (opt.reduction) {

@@ -65,7 +65,7 @@ Tensor apply_saved_statistics(Activation act, const Tensor& x, const Tensor& wei
   const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
   if (act == Activation::identity && !x.device().is_meta()) {
     y.defer_write(std::make_shared<DeferredBatchNormAct>(act, x, weight, bias, mean, invstd));
-  } else if (!x.device().is_meta()) {
+  } else {  // meta defers nothing and the kernel computes nothing there
     kernels::batch_norm_act_apply(detail::ctx_of(x), x.dtype(), act, rows, c, x.data_ptr(),
                                   data_or_null(weight), data_or_null(bias), mean.data_ptr(),
                                   invstd.data_ptr(), y.data_ptr());
@@ -81,16 +81,13 @@ Tensor eval_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
   const DType acc = acc_dtype(x.dtype());
   const int64_t rows = x.numel() / std::max<int64_t>(c, 1);
   Tensor y = Tensor::empty(x.shape(), x.options());
-  const bool meta = x.device().is_meta();
-  if (!meta) {
-    kernels::batch_norm_forward_eval(
-        detail::ctx_of(x), x.dtype(), rows, c, x.data_ptr(), data_or_null(weight),
-        data_or_null(bias), running_mean.data_ptr(), running_var.data_ptr(), opt.eps, y.data_ptr());
-  }
+  kernels::batch_norm_forward_eval(
+      detail::ctx_of(x), x.dtype(), rows, c, x.data_ptr(), data_or_null(weight), data_or_null(bias),
+      running_mean.data_ptr(), running_var.data_ptr(), opt.eps, y.data_ptr());
   Tensor mean, invstd;  // [C] copies of the running statistics, only when backward needs them
   if (autograd::any_requires_grad({x, weight, bias})) {
     mean = running_mean.detach().clone();
-    if (meta) {
+    if (x.device().is_meta()) {
       invstd = Tensor::empty(Shape{c}, {acc, x.device()});
     } else {
       autograd::NoGradGuard ng;
@@ -183,14 +180,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
       !x.device().is_meta() && autograd::any_requires_grad({x, weight, bias}) &&
       autograd::grad_enabled() && !autograd::has_recipe(x) &&
       (act == Activation::identity || kernels::cuda::depthwise_fuses_activation(act));
-  if (!x.device().is_meta()) {
-    kernels::batch_norm_act_forward_train(
-        detail::ctx_of(x), x.dtype(), act, rows, c, x.data_ptr(), data_or_null(weight),
-        data_or_null(bias), opt.eps, opt.momentum, defer ? nullptr : y.data_ptr(), mean.data_ptr(),
-        invstd.data_ptr(), rm.defined() ? rm.data_ptr() : nullptr,
-        rv.defined() ? rv.data_ptr() : nullptr,
-        counter.defined() ? counter.data<int64_t>() : nullptr);
-  }
+  kernels::batch_norm_act_forward_train(
+      detail::ctx_of(x), x.dtype(), act, rows, c, x.data_ptr(), data_or_null(weight),
+      data_or_null(bias), opt.eps, opt.momentum, defer ? nullptr : y.data_ptr(), mean.data_ptr(),
+      invstd.data_ptr(), rm.defined() ? rm.data_ptr() : nullptr,
+      rv.defined() ? rv.data_ptr() : nullptr,
+      counter.defined() ? counter.data<int64_t>() : nullptr);
   if (defer) {
     auto detached = [](const Tensor& t) { return t.defined() ? t.detach() : t; };
     y.defer_write(std::make_shared<DeferredBatchNormAct>(act, x.detach(), detached(weight),
@@ -223,12 +218,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
                              : Tensor();
         Tensor dgamma = Tensor::empty(Shape{c}, {acc, g[0].device()});
         Tensor dbeta = Tensor::empty(Shape{c}, {acc, g[0].device()});
-        if (!g[0].device().is_meta()) {
-          kernels::batch_norm_act_backward(
-              detail::ctx_of(g[0]), dt, act, rows, c, xc.data_ptr(), gc.data_ptr(), data_or_null(w),
-              data_or_null(b), saved[3].data_ptr(), saved[4].data_ptr(),
-              dx.defined() ? dx.data_ptr() : nullptr, dgamma.data_ptr(), dbeta.data_ptr());
-        }
+        kernels::batch_norm_act_backward(
+            detail::ctx_of(g[0]), dt, act, rows, c, xc.data_ptr(), gc.data_ptr(), data_or_null(w),
+            data_or_null(b), saved[3].data_ptr(), saved[4].data_ptr(),
+            dx.defined() ? dx.data_ptr() : nullptr, dgamma.data_ptr(), dbeta.data_ptr());
         if (dx.defined()) dx = cast_raw(dx, x_saved.dtype());
         return std::vector<Tensor>{dx, dgamma, dbeta};
       });

@@ -42,9 +42,7 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions opt) {
   kernels::Pool2dShape s = pool_shape("max_pool2d", x, opt);
   Tensor y = in_compute_dtype(x, [&](const Tensor& xc) {
     Tensor out = Tensor::empty(Shape{s.n, s.oh(), s.ow(), s.c}, xc.options());
-    if (!xc.device().is_meta()) {
-      kernels::max_pool2d_forward(detail::ctx_of(xc), xc.dtype(), s, xc.data_ptr(), out.data_ptr());
-    }
+    kernels::max_pool2d_forward(detail::ctx_of(xc), xc.dtype(), s, xc.data_ptr(), out.data_ptr());
     return out;
   });
   return autograd::record(
@@ -74,9 +72,7 @@ Tensor avg_pool2d(const Tensor& x, Pool2dOptions opt) {
   kernels::Pool2dShape s = pool_shape("avg_pool2d", x, opt);
   Tensor y = in_compute_dtype(x, [&](const Tensor& xc) {
     Tensor out = Tensor::empty(Shape{s.n, s.oh(), s.ow(), s.c}, xc.options());
-    if (!xc.device().is_meta()) {
-      kernels::avg_pool2d_forward(detail::ctx_of(xc), xc.dtype(), s, xc.data_ptr(), out.data_ptr());
-    }
+    kernels::avg_pool2d_forward(detail::ctx_of(xc), xc.dtype(), s, xc.data_ptr(), out.data_ptr());
     return out;
   });
   return autograd::record("avg_pool2d", {x}, y,
@@ -84,10 +80,8 @@ Tensor avg_pool2d(const Tensor& x, Pool2dOptions opt) {
                             Tensor gx = cast_raw(g[0], dtype);
                             Tensor dx = in_compute_dtype(gx, [&](const Tensor& gc) {
                               Tensor out = Tensor::empty(Shape{s.n, s.h, s.w, s.c}, gc.options());
-                              if (!gc.device().is_meta()) {
-                                kernels::avg_pool2d_backward(detail::ctx_of(gc), gc.dtype(), s,
-                                                             gc.data_ptr(), out.data_ptr());
-                              }
+                              kernels::avg_pool2d_backward(detail::ctx_of(gc), gc.dtype(), s,
+                                                           gc.data_ptr(), out.data_ptr());
                               return out;
                             });
                             return std::vector<Tensor>{dx};
@@ -102,19 +96,14 @@ Tensor global_avg_pool(const Tensor& x) {
   Shape in_shape = x.shape();
   // 16-bit inputs are computed in f32 inside the kernel, as are their gradients.
   Tensor y = Tensor::empty(Shape{n, 1, 1, c}, x.options());
-  if (!x.device().is_meta()) {
-    kernels::global_avg_pool_forward(detail::ctx_of(x), x.dtype(), n, hw, c, x.data_ptr(),
-                                     y.data_ptr());
-  }
+  kernels::global_avg_pool_forward(detail::ctx_of(x), x.dtype(), n, hw, c, x.data_ptr(),
+                                   y.data_ptr());
   return autograd::record("global_avg_pool", {x}, y,
                           [n, hw, c, in_shape, dtype = x.dtype()](const std::vector<Tensor>& g) {
                             Tensor gx = cast_raw(g[0], dtype);
                             Tensor dx = Tensor::empty(in_shape, gx.options());
-                            if (!gx.device().is_meta()) {
-                              kernels::global_avg_pool_backward(detail::ctx_of(gx), gx.dtype(), n,
-                                                                hw, c, gx.data_ptr(),
-                                                                dx.data_ptr());
-                            }
+                            kernels::global_avg_pool_backward(detail::ctx_of(gx), gx.dtype(), n, hw,
+                                                              c, gx.data_ptr(), dx.data_ptr());
                             return std::vector<Tensor>{dx};
                           });
 }

@@ -87,7 +87,7 @@ Tensor BatchNorm2d::forward_with_activation(const Tensor& x, Activation act) {
   // [Checkpointing]), on the device: no host read, and a captured graph counts on every replay.
   // batch_norm counts in its statistics kernel; the synchronized path counts here.
   if (is_training() && cross_replica_sum) {
-    if (!autograd::recomputing() && !num_batches_tracked.device().is_meta()) {
+    if (!autograd::recomputing()) {
       kernels::add_i64(detail::ctx_of(num_batches_tracked), 1, num_batches_tracked.data<int64_t>(),
                        1);
     }
