@@ -154,3 +154,14 @@ TEST(AddI64, AddsToEveryCounterAndNothingPast) {
   kernels::add_i64(cpu_ctx(), 0, nullptr, 1);
   EXPECT_THROW(kernels::add_i64(cpu_ctx(), -1, v.data(), 1), Error);
 }
+
+// The dispatcher computes nothing on the meta device (no data there): not even the checks a CPU
+// kernel makes of its arguments, which a meta dry run has made already or cannot make.
+TEST(Dispatcher, MetaComputesNothing) {
+  const auto meta = kernels::Context::of(Device::meta());
+  std::vector<int64_t> v{1, 2};
+  kernels::add_i64(meta, 2, v.data(), 5);
+  EXPECT_EQ(v, (std::vector<int64_t>{1, 2}));
+  EXPECT_NO_THROW(kernels::add_i64(meta, -1, nullptr, 1));  // the CPU kernel would throw
+  EXPECT_NO_THROW(kernels::fill(meta, DType::f32, 1 << 20, nullptr, 1.0));
+}
