@@ -1,14 +1,12 @@
 // CUDA runtime pieces: device count, one compute and one copy stream per device, synchronisation,
-// copies, the device guard, per-thread library handles and the error reporting behind check.h.
+// copies, the device guard, per-thread library handles and check.h's FRUGAL_CUDA_SYNC switch.
 #include "kernels/cuda/runtime.h"
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <tuple>
 
 #include "kernels/cuda/check.h"
@@ -26,31 +24,9 @@ int checked_index(Device device, const char* op) {
   return device.index;
 }
 
-std::string gpu_message(const char* lib, int code, const char* text, const char* stmt,
-                        const char* file, int line, const char* func) {
-  std::ostringstream os;
-  os << lib << " error " << code << " (" << (text != nullptr ? text : "?") << ") in `" << stmt
-     << "` (" << func << " at " << file << ":" << line << ")";
-  return os.str();
-}
-
 }  // namespace
 
 namespace detail {
-
-void fail_gpu(const char* lib, int code, const char* text, const char* stmt, const char* file,
-              int line, const char* func) {
-  throw Error(gpu_message(lib, code, text, stmt, file, line, func));
-}
-
-void warn_gpu(const char* lib, int code, const char* text, const char* stmt, const char* file,
-              int line, const char* func) noexcept {
-  try {
-    std::fprintf(stderr, "frugal warning: %s\n",
-                 gpu_message(lib, code, text, stmt, file, line, func).c_str());
-  } catch (...) {
-  }
-}
 
 bool sync_after_launch() noexcept {
   static const bool on = [] {

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "base/error.h"
 #include "memory/cuda/cuda_check.h"
 #include "memory/cuda_allocators.h"
 #include "memory/segment_counter.h"

@@ -2,6 +2,7 @@
 // device, each call made with that device current and the caller's device restored afterwards.
 #include <cuda_runtime.h>
 
+#include "base/error.h"
 #include "memory/cuda/cuda_check.h"
 #include "memory/cuda_allocators.h"
 
