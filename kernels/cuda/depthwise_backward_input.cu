@@ -20,11 +20,8 @@ __global__ void __launch_bounds__(kGatherThreads)
   const int total = g.n * g.h * strips * cvs;  // <= N * H * W * C: fits (depthwise_handles)
   const int stride = static_cast<int>(gridDim.x * blockDim.x);
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
-    const int cv = i % cvs;
-    int p = i / cvs;
-    const int iw0 = p % strips * kStrip - shift;
-    p /= strips;
-    const int ih = p % g.h, n = p / g.h, c0 = cv * V;
+    const GridItem at(i, g.h, strips, cvs, V);
+    const int n = at.n, ih = at.r, iw0 = at.col * kStrip - shift, c0 = at.c0;
     const float init[V] = {};
     auto row_of = [&](int a) {
       const int64_t th = int64_t{ih} + g.ph - int64_t{a} * g.dh;  // oh * sh for a tap that reads ih
@@ -49,7 +46,7 @@ __global__ void backward_input_pixel_kernel(Geom g, const T* __restrict__ dy,
   const int total = g.n * g.h * g.w * cvs;
   const int stride = static_cast<int>(gridDim.x * blockDim.x);
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
-    const PixelPack at(i, g.h, g.w, cvs, V);
+    const GridItem at(i, g.h, g.w, cvs, V);
     const int n = at.n, ih = at.r, iw = at.col, c0 = at.c0;
     float acc[V] = {};
 #pragma unroll

@@ -318,11 +318,12 @@ __device__ __forceinline__ void accumulate_tap(float* acc, const T* src, const f
   for (int v = 0; v < V; ++v) acc[v] = fmaf(sv[v], wv[v], acc[v]);
 }
 
-// Item i of the per-pixel kernels' grid over the pixels x channel packs of an [N, rows, cols, C]
-// tensor, cvs = C / V packs a pixel: pixel (n, r, col), channels from c0.
-struct PixelPack {
+// Item i of a grid over [N, rows, cols] places x cvs channel packs of V, packs fastest: place
+// (n, r, col), channels from c0. A place is a pixel (the per-pixel kernels), a strip of kStrip
+// pixels along a row (col counts strips) or a window of rows (r counts windows).
+struct GridItem {
   int n, r, col, c0;
-  __device__ __forceinline__ PixelPack(int i, int rows, int cols, int cvs, int v) {
+  __device__ __forceinline__ GridItem(int i, int rows, int cols, int cvs, int v) {
     const int cv = i % cvs;
     int p = i / cvs;
     col = p % cols;

@@ -18,11 +18,8 @@ __global__ void __launch_bounds__(kGatherThreads)
   const int total = g.n * g.oh * strips * cvs;  // <= N * OH * OW * C: fits (depthwise_handles)
   const int stride = static_cast<int>(gridDim.x * blockDim.x);
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
-    const int cv = i % cvs;
-    int p = i / cvs;
-    const int ow0 = p % strips * kStrip;
-    p /= strips;
-    const int oh = p % g.oh, n = p / g.oh, c0 = cv * V;
+    const GridItem at(i, g.oh, strips, cvs, V);
+    const int n = at.n, oh = at.r, ow0 = at.col * kStrip, c0 = at.c0;
     float init[V] = {};
     if (bias != nullptr) load_floats<T, V>(bias + c0, init);
     auto row_of = [&](int a) {
@@ -46,7 +43,7 @@ __global__ void forward_pixel_kernel(Geom g, const T* __restrict__ x, const floa
   const int total = g.n * g.oh * g.ow * cvs;
   const int stride = static_cast<int>(gridDim.x * blockDim.x);
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
-    const PixelPack at(i, g.oh, g.ow, cvs, V);
+    const GridItem at(i, g.oh, g.ow, cvs, V);
     const int n = at.n, oh = at.r, ow = at.col, c0 = at.c0;
     float acc[V] = {};
     if (bias != nullptr) load_floats<T, V>(bias + c0, acc);

@@ -40,11 +40,8 @@ __global__ void __launch_bounds__(kGatherThreads)
   const int total = g.n * groups * strips * cvs;  // <= N * OH * OW * C / 2: fits
   const int stride = static_cast<int>(gridDim.x * blockDim.x);
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
-    const int cv = i % cvs;
-    int p = i / cvs;
-    const int ow0 = p % strips * kStrip;
-    p /= strips;
-    const int oh_begin = p % groups * rows, n = p / groups, c0 = cv * V;
+    const GridItem at(i, groups, strips, cvs, V);
+    const int n = at.n, oh_begin = at.r * rows, ow0 = at.col * kStrip, c0 = at.c0;
     const int oh_end = min(g.oh, oh_begin + rows);
     const In in(bn, c0);
     float init[V] = {};
