@@ -49,12 +49,8 @@ std::vector<size_t> sizes() {
 }  // namespace
 
 int main() {
-  int device = 0, sms = 0, per_sm = 0;
-  check(cudaGetDevice(&device), "device");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "attribute");
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, copy_strided_kernel, kThreads, 0),
-        "occupancy");
-  const long resident = long{sms} * per_sm;
+  // the largest copy needs more blocks than the device holds: one wave is all of them
+  const long resident = probe::one_wave(copy_strided_kernel, kThreads, kMaxBytes / 16);
   uint4 *x = nullptr, *y = nullptr;
   check(cudaMalloc(&x, kMaxBytes), "malloc");
   check(cudaMalloc(&y, kMaxBytes), "malloc");
@@ -62,8 +58,8 @@ int main() {
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   auto once = [&](long n) {
-    copy_once_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
-                       stream>>>(x, y, n);
+    copy_once_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        x, y, n);
   };
   auto strided = [&](long n) {
     const long blocks = std::min(resident, (n + kThreads - 1) / kThreads);
@@ -78,8 +74,9 @@ int main() {
   check(cudaGetLastError(), "launch");
   check(cudaStreamSynchronize(stream), "profiled copies");
   check(cudaProfilerStop(), "profiler stop");
-  std::printf("bytes copied, one element a thread (us), grid-stride (us), GB/s of the faster "
-              "(read + write), event-timed, back to back\n");
+  std::printf(
+      "bytes copied, one element a thread (us), grid-stride (us), GB/s of the faster "
+      "(read + write), event-timed, back to back\n");
   for (size_t bytes : sizes()) {
     const long n = static_cast<long>(bytes / 16);
     const float a = probe::median_us(stream, 1, [&] { once(n); });

@@ -57,15 +57,6 @@ enum class Mode { plain, pdl, cooperative };
 
 constexpr int kChain = 200, kReplays = 20, kThreads = 256;
 
-// One wave of `kernel`'s blocks, or fewer where n4 needs fewer.
-template <typename Kernel>
-int one_wave(Kernel kernel, long n4) {
-  int sms = 0, per_sm = 0;
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0), "occupancy");
-  return static_cast<int>(std::min<long>((n4 + kThreads - 1) / kThreads, long{per_sm} * sms));
-}
-
 // Captures the chain in `mode`, replays it, returns microseconds a pass.
 float time_chain(Mode mode, cudaStream_t s, float4* a, float4* b, long n4) {
   cudaGraph_t graph;
@@ -81,14 +72,15 @@ float time_chain(Mode mode, cudaStream_t s, float4* a, float4* b, long n4) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     if (mode == Mode::plain) {
-      step_kernel<false><<<one_wave(step_kernel<false>, n4), kThreads, 0, s>>>(src, dst, n4);
+      step_kernel<false>
+          <<<probe::one_wave(step_kernel<false>, kThreads, n4), kThreads, 0, s>>>(src, dst, n4);
     } else if (mode == Mode::pdl) {
-      cfg.gridDim = one_wave(step_kernel<true>, n4);
+      cfg.gridDim = probe::one_wave(step_kernel<true>, kThreads, n4);
       attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attr[0].val.programmaticStreamSerializationAllowed = 1;
       check(cudaLaunchKernelEx(&cfg, step_kernel<true>, src, dst, n4), "PDL launch");
     } else if (k % 2 == 0) {
-      cfg.gridDim = one_wave(two_steps_kernel, n4);
+      cfg.gridDim = probe::one_wave(two_steps_kernel, kThreads, n4);
       attr[0].id = cudaLaunchAttributeCooperative;
       attr[0].val.cooperative = 1;
       check(cudaLaunchKernelEx(&cfg, two_steps_kernel, a, b, n4), "cooperative launch");

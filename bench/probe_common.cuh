@@ -32,6 +32,16 @@ inline void check(cublasStatus_t s, const char* what) {
   }
 }
 
+// One wave of `kernel`'s blocks of `threads` (the blocks device 0 holds at once), or fewer where
+// `items`, one a thread, need fewer.
+template <typename Kernel>
+int one_wave(Kernel kernel, int threads, long items) {
+  int sms = 0, per_sm = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0), "occupancy");
+  return static_cast<int>(std::min<long>((items + threads - 1) / threads, long{per_sm} * sms));
+}
+
 // A device copy of `host`; the caller frees it.
 template <typename T>
 T* device_copy(const std::vector<T>& host) {
