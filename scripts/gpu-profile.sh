@@ -30,16 +30,23 @@ mkdir -p "$OUTDIR"
 read -r batch input classes <<< "${PROFILE_CASE:-128 3x224x224 1000}"
 status=0
 
-# One ncu pass with $metrics over the profiled range of the command after NAME, summed by
-# bench/ncu_summary.py into "$OUTDIR/profile-NAME.txt"; fails, saying so, where ncu does.
-# --clock-control none: leave the clocks as the benchmark sees them (the device tool's METHOD.md).
-# replay=app-range before the call: the profiled step as one range instead of kernel by kernel.
+# ncu with $metrics over the profiled range of the command after CSV, its log into CSV; the
+# command's own output on stdout. --clock-control none: leave the clocks as the benchmark sees
+# them (the device tool's METHOD.md). replay=app-range before the call: the profiled range as one
+# range instead of kernel by kernel.
+ncu_log() {
+  local csv=$1
+  shift
+  ncu --clock-control none --profile-from-start off --replay-mode "${replay:-kernel}" \
+    --metrics "$metrics" --csv --print-units base --log-file "$csv" "$@"
+}
+
+# One ncu_log of the command after NAME, summed by bench/ncu_summary.py into
+# "$OUTDIR/profile-NAME.txt"; fails, saying so, where ncu does.
 ncu_summary() {
   local name=$1 csv="$OUTDIR/ncu-$1.csv" mode=${replay:-kernel}
   shift
-  ncu --clock-control none --profile-from-start off --replay-mode "$mode" --metrics "$metrics" \
-    --csv --print-units base --log-file "$csv" "$@" > /dev/null ||
-    { echo "ncu failed for $name"; return 1; }
+  ncu_log "$csv" "$@" > /dev/null || { echo "ncu failed for $name"; return 1; }
   local ranges=()
   [ "$mode" = kernel ] || ranges=(--ranges)
   python3 bench/ncu_summary.py "$csv" --top 60 "${ranges[@]}" > "$OUTDIR/profile-$name.txt" ||
@@ -55,9 +62,8 @@ ncu_summary() {
 copy_csv="$OUTDIR/ncu-copy-curve.csv"
 copy_bound() {
   if [ ! -s "$copy_csv" ]; then
-    ncu --clock-control none --profile-from-start off --metrics "$metrics" --csv \
-      --print-units base --log-file "$copy_csv" "$BUILD/copy_curve_probe" \
-      > "$OUTDIR/copy-curve.txt" || { echo "ncu failed for copy_curve_probe"; status=1; return; }
+    replay=kernel ncu_log "$copy_csv" "$BUILD/copy_curve_probe" > "$OUTDIR/copy-curve.txt" ||
+      { echo "ncu failed for copy_curve_probe"; status=1; return; }
   fi
   python3 bench/copy_bound.py "$2" "$copy_csv" > "$OUTDIR/copy-bound-$1.txt" || status=1
   head -3 "$OUTDIR/copy-bound-$1.txt"
