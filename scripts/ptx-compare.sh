@@ -10,6 +10,9 @@
 # few_channel_conv.cu gave 6-7 of its few_channel_partial_kernel instances other register
 # numbers. Where a kernel differs, run it once with the tree checked out at BASE (both sides the
 # same source) before blaming the change.
+# NEW_NAME_SED, a sed -E script, renames this tree's kernels before the comparison: a template
+# parameter added with a default mangles into every name (and its parameters' names), e.g.
+#   NEW_NAME_SED='s/(ELb[01])ELi0EE/\1EE/g' for a trailing `int` argument of 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base="$1"
@@ -31,4 +34,5 @@ pids=()
 for i in "${!old[@]}"; do to_ptx "$work/base" "${old[i]}" "$work/ptx-old/$i.ptx" & pids+=($!); done
 for i in "${!new[@]}"; do to_ptx "$PWD" "${new[i]}" "$work/ptx-new/$i.ptx" & pids+=($!); done
 for pid in "${pids[@]}"; do wait "$pid"; done  # set -e: a file that does not compile stops here
+[ -n "${NEW_NAME_SED:-}" ] && sed -E -i "$NEW_NAME_SED" "$work"/ptx-new/*.ptx
 python3 scripts/ptx_kernels.py "$work"/ptx-old/*.ptx -- "$work"/ptx-new/*.ptx

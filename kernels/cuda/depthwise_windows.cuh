@@ -3,6 +3,8 @@
 // in depthwise_backward_input.cu).
 #pragma once
 
+#include <cuda_pipeline_primitives.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/depthwise_common.cuh"
@@ -28,8 +30,29 @@ namespace {
 // to [taps, C] f32 first as the strips take it: a thread's two channels are 18 consecutive
 // values, so a warp reads 576 consecutive ones, and it reads them once an item. The transpose
 // was a launch of its own before each window (26 of a MobileNetV2 step's 34 transposes).
-template <typename T, class In, bool Mirror = false>
-__global__ void __launch_bounds__(kGatherThreads)
+// Note [Windows stage rows ahead]: with kAhead > 0 each step's new input row is copied to shared
+// memory (cp.async) kAhead steps ahead, while the steps before it multiply, and made over from
+// there. Loaded and made over at once (kAhead 0), each step waits out a whole load's latency:
+// ncu put half of the windows' stall cycles on L1TEX waits, at 125 registers and 22% occupancy
+// (MobileNetV2 f16, H200, session 23). Held in registers, the row ahead needed registers the
+// window did not have and lost ("Prefetched window rows" in bench/RESULTS.md: 0.580 against
+// 0.560 ms); copies to shared memory hold none, and ptxas fits every staged kernel in four blocks
+// of 128 threads a multiprocessor without spills (sm_90), as kAhead 0 runs. The values, the
+// products and their order are the same for every kAhead. Not yet measured on a GPU: the
+// library runs kWindowRowsAhead, and bench/window_stage_probe.cu times the others against it.
+constexpr int kWindowRowsAhead = 0;
+
+// The shared slots of the staged rows, [ring][column][thread]: each thread's slot beside its
+// neighbours' (no bank conflicts). Only the thread that copied a slot reads it, so
+// __pipeline_wait_prior is all the synchronization there is.
+template <typename T, int V, int kCols, int kRing>
+__device__ __forceinline__ auto staged_slots() -> Pack<T, V> (&)[kRing][kCols][kGatherThreads] {
+  __shared__ Pack<T, V> slots[kRing][kCols][kGatherThreads];
+  return slots;
+}
+
+template <typename T, class In, bool Mirror = false, int kAhead = kWindowRowsAhead>
+__global__ void __launch_bounds__(kGatherThreads, kAhead > 0 ? 4 : 0)
     forward_window_kernel(Geom g, int rows, BnActInput bn, const T* __restrict__ x,
                           const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y) {
   constexpr int K = 3, V = kWindowPack;
@@ -78,6 +101,54 @@ __global__ void __launch_bounds__(kGatherThreads)
                                      });
       }
     };
+    // Staged rows (Note [Windows stage rows ahead]), generic lambdas so that kAhead 0
+    // instantiates neither: the row of input row ih copied into ring slot `slot`, and a staged
+    // row made over by In into dst, zeros outside the image and outside [0, col_end) as
+    // load_row's.
+    constexpr int kRing = kAhead + 1;
+    auto stage_row = [&](auto slot, int ih) {
+      auto& slots = staged_slots<T, V, kCols, kRing>();
+      if (const int row = row_offset(ih, n, g.h, g.w, g.c, c0); row >= 0) {
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) {
+          // as for_each_column: straight inside the row, clamped into it at its ends
+          const int col = interior ? col0 + j : min(max(col0 + j, 0), g.w - 1);
+          __pipeline_memcpy_async(&slots[slot][j][threadIdx.x], x + row + col * g.c,
+                                  sizeof(Pack<T, V>));
+        }
+      }
+      __pipeline_commit();  // a group even when empty: wait_prior counts groups
+    };
+    auto make_row = [&](auto slot, int ih, float(&dst)[kCols][V]) {
+      auto& slots = staged_slots<T, V, kCols, kRing>();
+      const bool in_image = row_offset(ih, n, g.h, g.w, g.c, c0) >= 0;
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        float xv[V] = {};
+        if (in_image) {
+          const Pack<T, V> pk = slots[slot][j][threadIdx.x];
+#pragma unroll
+          for (int v = 0; v < V; ++v) xv[v] = to_f(pk.v[v]);
+          in(xv);
+        }
+        const bool inside = in_image && (interior || static_cast<unsigned>(col0 + j) <
+                                                         static_cast<unsigned>(col_end));
+#pragma unroll
+        for (int v = 0; v < V; ++v) dst[j][v] = inside ? xv[v] : 0.0f;
+      }
+    };
+    // the new rows of the first kAhead steps, in flight beside the two loaded below
+    [[maybe_unused]] int slot = 0;  // the ring slot of this step's row
+    if constexpr (kAhead > 0) {
+#pragma unroll
+      for (int t = 0; t < kAhead; ++t) {
+        if (oh_begin + t < oh_end) {
+          stage_row(t, oh_begin + t - g.ph + K - 1);
+        } else {
+          __pipeline_commit();
+        }
+      }
+    }
 #pragma unroll
     for (int a = 0; a < K - 1; ++a) load_row(window[a + 1], oh_begin - g.ph + a);
 #pragma unroll 1
@@ -91,7 +162,20 @@ __global__ void __launch_bounds__(kGatherThreads)
           for (int v = 0; v < V; ++v) window[a][j][v] = window[a + 1][j][v];
         }
       }
-      load_row(window[K - 1], oh - g.ph + K - 1);
+      if constexpr (kAhead == 0) {
+        load_row(window[K - 1], oh - g.ph + K - 1);
+      } else {
+        // step oh + kAhead's row into the slot read out a step ago, then this step's row
+        const int ahead_slot = slot + kAhead < kRing ? slot + kAhead : slot + kAhead - kRing;
+        if (oh + kAhead < oh_end) {
+          stage_row(ahead_slot, oh + kAhead - g.ph + K - 1);
+        } else {
+          __pipeline_commit();
+        }
+        __pipeline_wait_prior(kAhead);
+        make_row(slot, oh - g.ph + K - 1, window[K - 1]);
+        slot = slot + 1 < kRing ? slot + 1 : 0;
+      }
       float acc[kStrip][V];
 #pragma unroll
       for (int r = 0; r < kStrip; ++r) {
@@ -147,10 +231,10 @@ int window_rows(const Context& ctx, const Conv2dShape& s, Kernel* kernel) {
   return static_cast<int>(best);
 }
 
-template <typename T, class In, bool Mirror = false>
+template <typename T, class In, bool Mirror = false, int kAhead = kWindowRowsAhead>
 void forward_window(const Context& ctx, cudaStream_t stream, const Conv2dShape& s,
                     const BnActInput& bn, const T* x, const T* w, const T* bias, T* y) {
-  const auto kernel = forward_window_kernel<T, In, Mirror>;
+  const auto kernel = forward_window_kernel<T, In, Mirror, kAhead>;
   const int rows = window_rows(ctx, s, kernel);
   const int64_t work =
       s.n * ((s.oh() + rows - 1) / rows) * ((s.ow() + kStrip - 1) / kStrip) * (s.c / kWindowPack);
