@@ -38,9 +38,12 @@ namespace {
 // window did not have and lost ("Prefetched window rows" in bench/RESULTS.md: 0.580 against
 // 0.560 ms); copies to shared memory hold none, and ptxas fits every staged kernel in four blocks
 // of 128 threads a multiprocessor without spills (sm_90), as kAhead 0 runs. The values, the
-// products and their order are the same for every kAhead. Not yet measured on a GPU: the
-// library runs kWindowRowsAhead, and bench/window_stage_probe.cu times the others against it.
-constexpr int kWindowRowsAhead = 0;
+// products and their order are the same for every kAhead (bench/window_stage_probe.cu checks
+// them bit for bit). The 26 windows of MobileNetV2's step at batch 128 (H200, the probe's
+// replayed launches), kAhead 0 / 1 / 2: f16 986 / 938 / 921 us, bf16 998 / 960 / 942. Two rows
+// ahead gain most on the large layers (112x112x32 and 56x56x144 forward 5% and 13%, their input
+// gradients 12% and 19%); the 28x28, 14x14x576 and 7x7 forwards lose 4-7%, less in all.
+constexpr int kWindowRowsAhead = 2;
 
 // The shared slots of the staged rows, [ring][column][thread]: each thread's slot beside its
 // neighbours' (no bank conflicts). Only the thread that copied a slot reads it, so
