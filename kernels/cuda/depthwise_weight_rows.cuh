@@ -31,7 +31,7 @@ namespace {
 // sum_block_rows' 17 KB, as the x rows alone do in f32, so f32 runs unstaged whatever kAhead
 // says. The values, the products and their order are those of kAhead 0. Not yet measured: the
 // library runs kWeightRowsAhead, and bench/window_stage_probe.cu times the others against it.
-constexpr int kWeightRowsAhead = 2;
+constexpr int kWeightRowsAhead = 0;
 
 template <typename T, class In, int kAhead = kWeightRowsAhead>
 __global__ void __launch_bounds__(kThreads, kAhead > 0 && is_16bit<T> ? 2 : 3)
