@@ -1,34 +1,29 @@
-// Do the depthwise row-window kernels run faster when each step's rows are staged in shared
-// memory one or two steps ahead? The forward and input-gradient windows (Note [Windows stage rows
-// ahead] in kernels/cuda/depthwise_windows.cuh) and the weight gradient by rows (Note [Weight rows
-// staged ahead] in depthwise_weight_rows.cuh) are the kernels of MobileNetV2's f16 step that
-// stand furthest above the time plain copies of their bytes take (bench/RESULTS.md). This runs
-// the library's own launchers for kAhead 0, 1 and 2 on every stride-1 3x3 depthwise layer of
-// MobileNetV2 at batch 128, 224x224: the forward, which reads batch norm's output through ReLU6
-// as the step does; the input gradient (mirrored taps, plain input); and the weight gradient,
-// which reads x through batch norm and ReLU6 too. Each kAhead must give kAhead 0's output bit
-// for bit. The windows are timed in replayed CUDA graphs, the weight gradient (which takes a
-// workspace from frugal's allocator) in plain launches; both rotate among enough input sets to
-// keep a round above twice the 50 MB L2. Prints a line per layer and pass, then the sums; exits 1
-// on a differing output.
+// Do the depthwise row windows run faster when each step's input row is staged in shared memory
+// one or two steps ahead (Note [Windows stage rows ahead] in kernels/cuda/depthwise_windows.cuh)?
+// The windows are among the kernels of MobileNetV2's f16 step that stand furthest above the time
+// plain copies of their bytes take (bench/RESULTS.md). This runs the library's own launcher,
+// forward_window, for kAhead 0, 1 and 2 on every stride-1 3x3 depthwise layer of MobileNetV2 at
+// batch 128, 224x224: the forward, which reads batch norm's output through ReLU6 as the step
+// does, and the input gradient (mirrored taps, plain input). Each kAhead must give kAhead 0's
+// output bit for bit. Times are medians over replayed CUDA graphs that rotate among enough input
+// sets to keep a round above twice the 50 MB L2. Prints a line per layer and pass, then the sums;
+// exits 1 on a differing output. (Session 36 timed the weight gradient by rows staged the same
+// way too: slower, and backed out; bench/RESULTS.md.)
 //   build-gpu/window_stage_probe [f16|bf16|f32]
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/context.h"
-#include "kernels/cuda/depthwise_weight_rows.cuh"
 #include "kernels/cuda/depthwise_windows.cuh"
 #include "probe_common.cuh"
 
 namespace {
 
 using frugal::Device;
-using frugal::DType;
 using frugal::kernels::Activation;
 using frugal::kernels::BnActInput;
 using frugal::kernels::Context;
@@ -45,11 +40,9 @@ struct Layer {
 constexpr Layer kLayers[] = {{112, 32, 1}, {56, 144, 1}, {28, 192, 2},
                              {14, 384, 4}, {14, 576, 2}, {7, 960, 3}};
 
-enum class Pass { forward, input_gradient, weight_gradient };
-constexpr Pass kPasses[] = {Pass::forward, Pass::input_gradient, Pass::weight_gradient};
-const char* pass_name(Pass p) {
-  return p == Pass::forward ? "forward" : p == Pass::input_gradient ? "input gradient" : "weight";
-}
+enum class Pass { forward, input_gradient };
+constexpr Pass kPasses[] = {Pass::forward, Pass::input_gradient};
+const char* pass_name(Pass p) { return p == Pass::forward ? "forward" : "input gradient"; }
 
 Conv2dShape shape_of(const Layer& l) {
   Conv2dShape s;
@@ -66,12 +59,10 @@ std::vector<T> random_values(size_t n, std::mt19937& rng, float lo, float hi) {
   return v;
 }
 
-// One input set: a (batch norm's input z, or dy for the input gradient) and g (the weight
-// gradient's dy), and the pass's output: y for the windows, dw [C, 3, 3] f32 for the weights.
+// One input set: a (batch norm's input z, or dy for the input gradient) and the output y.
 template <typename T>
 struct Set {
-  T *a, *g, *y;
-  float* dw;
+  T *a, *y;
 };
 
 template <typename T>
@@ -86,7 +77,7 @@ struct Run {
 template <typename T>
 using ReluSixLoad = fk::BnActLoad<T, fk::kWindowPack, Activation::relu6>;
 
-// kAhead's pass on one set, through the library's launchers.
+// kAhead's pass on one set, through the library's launcher.
 template <typename T, int kAhead>
 void launch(const Context& ctx, cudaStream_t stream, const Run<T>& r, const Set<T>& set) {
   switch (r.pass) {
@@ -96,9 +87,6 @@ void launch(const Context& ctx, cudaStream_t stream, const Run<T>& r, const Set<
     case Pass::input_gradient:
       return fk::forward_window<T, fk::PlainInput, true, kAhead>(ctx, stream, r.s, BnActInput{},
                                                                  set.a, r.w, nullptr, set.y);
-    case Pass::weight_gradient:
-      return fk::backward_weight_rows<T, ReluSixLoad<T>, kAhead>(ctx, stream, r.s, r.bn, set.a,
-                                                                 set.g, DType::f32, set.dw);
   }
 }
 
@@ -118,12 +106,8 @@ void launch_ahead(int ahead, const Context& ctx, cudaStream_t stream, const Run<
 // The output of set 0 as bytes.
 template <typename T>
 std::vector<char> output_of(const Run<T>& r, size_t elems) {
-  const bool weights = r.pass == Pass::weight_gradient;
-  std::vector<char> out(weights ? static_cast<size_t>(r.s.c * 9) * sizeof(float)
-                                : elems * sizeof(T));
-  check(cudaMemcpy(out.data(), weights ? static_cast<void*>(r.sets[0].dw) : r.sets[0].y, out.size(),
-                   cudaMemcpyDeviceToHost),
-        "download");
+  std::vector<char> out(elems * sizeof(T));
+  check(cudaMemcpy(out.data(), r.sets[0].y, out.size(), cudaMemcpyDeviceToHost), "download");
   return out;
 }
 
@@ -134,25 +118,19 @@ int run_all(const char* dtype) {
   Context ctx = Context::of(Device::cuda(0));
   ctx.stream = stream;
   std::mt19937 rng(7);
-  std::printf("%s, batch 128: us a launch for kAhead = 0 / 1 / 2 (ratio to 0), MB read\n", dtype);
-  double total[3][kAheads] = {};
+  std::printf("%s, batch 128: us a launch for kAhead = 0 / 1 / 2 (ratio to 0), MB moved\n", dtype);
+  double total[2][kAheads] = {};
   int failures = 0;
   for (const Layer& l : kLayers) {
     for (Pass pass : kPasses) {
       Run<T> r{shape_of(l), pass, {}, nullptr, {}};
       const size_t elems = static_cast<size_t>(r.s.n * r.s.h * r.s.w * r.s.c);
-      const double mb = 2.0 * static_cast<double>(elems * sizeof(T)) / 1e6;  // a + (y or g)
+      const double mb = 2.0 * static_cast<double>(elems * sizeof(T)) / 1e6;  // a in, y out
       const int sets = std::max(1, static_cast<int>(200.0 / mb + 0.999));
       const auto host_a = random_values<T>(elems, rng, -2.0f, 2.0f);
-      const auto host_g = random_values<T>(elems, rng, -1.0f, 1.0f);
       for (int i = 0; i < sets; ++i) {
-        Set<T> set{probe::device_copy(host_a), nullptr, nullptr, nullptr};
-        if (pass == Pass::weight_gradient) {
-          set.g = probe::device_copy(host_g);
-          check(cudaMalloc(&set.dw, static_cast<size_t>(l.c * 9) * sizeof(float)), "malloc");
-        } else {
-          check(cudaMalloc(&set.y, elems * sizeof(T)), "malloc");
-        }
+        Set<T> set{probe::device_copy(host_a), nullptr};
+        check(cudaMalloc(&set.y, elems * sizeof(T)), "malloc");
         r.sets.push_back(set);
       }
       r.w = probe::device_copy(random_values<T>(static_cast<size_t>(l.c * 9), rng, -0.5f, 0.5f));
@@ -176,25 +154,16 @@ int run_all(const char* dtype) {
                       pass_name(pass), a);
           ++failures;
         }
-        auto run = [&](const Set<T>& set) { launch_ahead(a, ctx, stream, r, set); };
-        if (pass == Pass::weight_gradient) {
-          us[a] = probe::median_us(stream, r.sets.size(), [&] {
-            for (const auto& set : r.sets) run(set);
-          });
-        } else {
-          us[a] = probe::graph_median_us(stream, r.sets, run);
-        }
+        us[a] = probe::graph_median_us(
+            stream, r.sets, [&](const Set<T>& set) { launch_ahead(a, ctx, stream, r, set); });
         total[static_cast<int>(pass)][a] += us[a] * l.count;
       }
       std::printf("  %3dx%-3dx%-4d x%d %-14s %8.1f %8.1f (%.3f) %8.1f (%.3f)  %6.1f MB\n", l.hw,
                   l.hw, l.c, l.count, pass_name(pass), us[0], us[1], us[1] / us[0], us[2],
                   us[2] / us[0], mb);
-      check(cudaStreamSynchronize(stream), "sets");
       for (auto& set : r.sets) {
-        for (void* p : {static_cast<void*>(set.a), static_cast<void*>(set.g),
-                        static_cast<void*>(set.y), static_cast<void*>(set.dw)}) {
-          if (p != nullptr) check(cudaFree(p), "free");
-        }
+        check(cudaFree(set.a), "free");
+        check(cudaFree(set.y), "free");
       }
       check(cudaFree(r.w), "free");
       for (float* p : stats) check(cudaFree(p), "free");

@@ -3,8 +3,6 @@
 // way in (In), the gather of one strip, and the weights transposed for the strips.
 #pragma once
 
-#include <cuda_pipeline_primitives.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -369,17 +367,6 @@ class CallWeights {
   const T* w_;
   memory::DataPtr wt_;
 };
-
-// Shared slots for rows staged ahead by cp.async (Note [Windows stage rows ahead] in
-// depthwise_windows.cuh), [ring][column][thread] of a block of kBlock threads: each thread's slot
-// beside its neighbours' (no bank conflicts). Only the thread that copied a slot reads it, so
-// __pipeline_wait_prior is all the synchronization there is. kTag tells apart two rings of one
-// kernel that would otherwise share a type (and so one array).
-template <typename T, int V, int kCols, int kRing, int kBlock, int kTag = 0>
-__device__ __forceinline__ auto staged_slots() -> Pack<T, V> (&)[kRing][kCols][kBlock] {
-  __shared__ Pack<T, V> slots[kRing][kCols][kBlock];
-  return slots;
-}
 
 // Whether the forward takes row windows (Note [Row windows] in depthwise_windows.cuh).
 inline bool uses_row_windows(const Conv2dShape& s) {

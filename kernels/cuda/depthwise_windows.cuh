@@ -3,6 +3,8 @@
 // in depthwise_backward_input.cu).
 #pragma once
 
+#include <cuda_pipeline_primitives.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/depthwise_common.cuh"
@@ -42,6 +44,15 @@ namespace {
 // ahead gain most on the large layers (112x112x32 and 56x56x144 forward 5% and 13%, their input
 // gradients 12% and 19%); the 28x28, 14x14x576 and 7x7 forwards lose 4-7%, less in all.
 constexpr int kWindowRowsAhead = 2;
+
+// The shared slots of the staged rows, [ring][column][thread]: each thread's slot beside its
+// neighbours' (no bank conflicts). Only the thread that copied a slot reads it, so
+// __pipeline_wait_prior is all the synchronization there is.
+template <typename T, int V, int kCols, int kRing>
+__device__ __forceinline__ auto staged_slots() -> Pack<T, V> (&)[kRing][kCols][kGatherThreads] {
+  __shared__ Pack<T, V> slots[kRing][kCols][kGatherThreads];
+  return slots;
+}
 
 template <typename T, class In, bool Mirror = false, int kAhead = kWindowRowsAhead>
 __global__ void __launch_bounds__(kGatherThreads, kAhead > 0 ? 4 : 0)
@@ -99,7 +110,7 @@ __global__ void __launch_bounds__(kGatherThreads, kAhead > 0 ? 4 : 0)
     // load_row's.
     constexpr int kRing = kAhead + 1;
     auto stage_row = [&](auto slot, int ih) {
-      auto& slots = staged_slots<T, V, kCols, kRing, kGatherThreads>();
+      auto& slots = staged_slots<T, V, kCols, kRing>();
       if (const int row = row_offset(ih, n, g.h, g.w, g.c, c0); row >= 0) {
 #pragma unroll
         for (int j = 0; j < kCols; ++j) {
@@ -112,7 +123,7 @@ __global__ void __launch_bounds__(kGatherThreads, kAhead > 0 ? 4 : 0)
       __pipeline_commit();  // a group even when empty: wait_prior counts groups
     };
     auto make_row = [&](auto slot, int ih, float(&dst)[kCols][V]) {
-      auto& slots = staged_slots<T, V, kCols, kRing, kGatherThreads>();
+      auto& slots = staged_slots<T, V, kCols, kRing>();
       const bool in_image = row_offset(ih, n, g.h, g.w, g.c, c0) >= 0;
 #pragma unroll
       for (int j = 0; j < kCols; ++j) {
