@@ -7,9 +7,11 @@ import re
 import sys
 
 # nvcc names an anonymous namespace after its file (`50_GLOBAL__N__f1ecb1b2_17_depthwise_conv_cu_
-# afa4b954`) and numbers branch labels by the function's place in its file ($L__BB9_48), so a
-# kernel moved to another file differs in both though its code is the same.
-ANON = re.compile(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]{8}")
+# afa4b954`), and the file-local variables of its functions (a static __shared__ array) after a
+# hash of the file's path (`_INTERNAL_3f8d4f8c_20_depthwise_forward_cu_afa4b954`), and numbers
+# branch labels by the function's place in its file ($L__BB9_48), so a kernel moved to another
+# file or compiled from another checkout differs in all three though its code is the same.
+ANON = re.compile(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]{8}|_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]{8}")
 LABEL = re.compile(r"\$L__BB\d+_")
 ENTRY = re.compile(r"^(?:\.visible )?\.entry (\S+)\((.*?)^\}", re.S | re.M)
 
