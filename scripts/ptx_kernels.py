@@ -11,7 +11,9 @@ import sys
 # hash of the file's path (`_INTERNAL_3f8d4f8c_20_depthwise_forward_cu_afa4b954`), and numbers
 # branch labels by the function's place in its file ($L__BB9_48), so a kernel moved to another
 # file or compiled from another checkout differs in all three though its code is the same.
-ANON = re.compile(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]{8}|_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]{8}")
+ANON = re.compile(
+    r"\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]{8}|_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]{8}"
+)
 LABEL = re.compile(r"\$L__BB\d+_")
 ENTRY = re.compile(r"^(?:\.visible )?\.entry (\S+)\((.*?)^\}", re.S | re.M)
 
