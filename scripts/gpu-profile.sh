@@ -42,11 +42,18 @@ ncu_log() {
 }
 
 # One ncu_log of the command after NAME, summed by bench/ncu_summary.py into
-# "$OUTDIR/profile-NAME.txt"; fails, saying so, where ncu does.
+# "$OUTDIR/profile-NAME.txt"; fails, saying so with the last lines ncu and the command wrote to
+# stderr (kept in "$OUTDIR/ncu-NAME.err"), where ncu does. Session 36's app-range runs failed
+# with nothing to say why: their stderr was lost in a long output's middle.
 ncu_summary() {
-  local name=$1 csv="$OUTDIR/ncu-$1.csv" mode=${replay:-kernel}
+  local name=$1 csv="$OUTDIR/ncu-$1.csv" err="$OUTDIR/ncu-$1.err" mode=${replay:-kernel}
   shift
-  ncu_log "$csv" "$@" > /dev/null || { echo "ncu failed for $name"; return 1; }
+  if ! ncu_log "$csv" "$@" > /dev/null 2> "$err"; then
+    echo "ncu failed for $name; the end of its stderr ($err):"
+    tail -8 "$err"
+    return 1
+  fi
+  rm -f "$err"
   local ranges=()
   [ "$mode" = kernel ] || ranges=(--ranges)
   python3 bench/ncu_summary.py "$csv" --top 60 "${ranges[@]}" > "$OUTDIR/profile-$name.txt" ||
