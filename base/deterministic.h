@@ -13,9 +13,12 @@
 // - frugal's own CUDA kernels use no floating-point atomics: reductions (sum_to, batch norm
 //   statistics, depthwise and few-channel weight gradients) write partial sums per block and add
 //   them in a fixed order, in every mode.
-// - cuBLAS: a handle per device and thread, bound to one stream with a fixed workspace, and
-//   atomics left off (CUBLAS_ATOMICS_NOT_ALLOWED, cuBLAS's default), so a GEMM gives the same
-//   bits on every run of one GPU model; nothing to switch.
+// - cuBLAS: by default the first call of a GEMM problem times cuBLASLt's algorithms and keeps
+//   the fastest (Note [Timed GEMM algorithms] in kernels/cuda/gemm_timed.h); in deterministic
+//   mode nothing is timed and every GEMM runs cublasGemmEx's own pick. A handle per device and
+//   thread, bound to one stream with a fixed workspace, and atomics left off
+//   (CUBLAS_ATOMICS_NOT_ALLOWED, cuBLAS's default), so a GEMM gives the same bits on every run
+//   of one GPU model.
 // - CPU kernels: OpenMP loops are schedule(static) over a chunk count fixed by the thread count,
 //   and reductions keep one partial per chunk added in order (kernels/cpu/chunks.h): no
 //   reduction() clauses; deterministic in every mode for a given OMP_NUM_THREADS.

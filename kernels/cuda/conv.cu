@@ -57,22 +57,6 @@ namespace {
 constexpr size_t kMaxBenchmarked = 8;
 constexpr size_t kMaxGraphBenchmarked = 8;
 
-bool log_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("FRUGAL_CUDNN_LOG");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  return on;
-}
-
-bool benchmark_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("FRUGAL_CUDNN_BENCHMARK");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return on;
-}
-
 enum class Direction { forward, backward_data, backward_filter };
 
 // A legacy algorithm with its math type, or (plan non-null) a graph API execution plan.
@@ -359,7 +343,7 @@ void benchmark(const Context& ctx, std::vector<Candidate>& list, CallWorkspace& 
                static_cast<int>(last), ": ", cudnnGetErrorString(last), ")");
   std::stable_sort(timed.begin(), timed.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  if (log_enabled()) {
+  if (algorithm_log_enabled()) {
     std::fprintf(stderr, "[cudnn] %s bound %.1f MiB:", what.c_str(),
                  static_cast<double>(workspace.bound()) / (1 << 20));
     for (auto& [ms, c] : timed) std::fprintf(stderr, " %s %.3f ms;", describe(c).c_str(), ms);
@@ -440,14 +424,14 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
     if (it != g_cache.end()) list = it->second;
   }
   if (list.empty()) {
-    const bool to_benchmark = benchmark_enabled() && !fixed;
+    const bool to_benchmark = algorithm_timing_enabled() && !fixed;
     list = first_candidates(h, d, dir, dtype, tf32, bound, s, to_benchmark);
     FRUGAL_CHECK(!list.empty(), op, ": cuDNN offers no ", fixed ? "deterministic " : "",
                  "algorithm for ", s.str(), " in ", dtype, " within the ", kConvWorkspaceCap >> 20,
                  " MiB workspace cap");
     const bool benchmarked = to_benchmark && list.size() > 1;
     if (benchmarked) benchmark(ctx, list, workspace, key, launch);  // also computes the output
-    if (!benchmarked && log_enabled()) {
+    if (!benchmarked && algorithm_log_enabled()) {
       std::fprintf(stderr, "[cudnn] %s bound %.1f MiB: %s, untimed (%zu candidate%s)\n",
                    key.c_str(), static_cast<double>(bound) / (1 << 20),
                    describe(list.front()).c_str(), list.size(), list.size() == 1 ? "" : "s");
@@ -470,7 +454,7 @@ void run_conv(const Context& ctx, cudnnHandle_t h, const ConvDescriptors& d, Dir
     if (last == CUDNN_STATUS_SUCCESS) {
       if (failed > 0) {  // those that failed before it cannot run this configuration
         // A fallback can cost several times the benchmarked kernel's time, silently: say so.
-        if (log_enabled()) {
+        if (algorithm_log_enabled()) {
           std::fprintf(stderr,
                        "[cudnn] %s: %zu candidate%s stopped running (first status %d: %s; "
                        "tensors %saligned to %zu bytes) and dropped; now %s\n",

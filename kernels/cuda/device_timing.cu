@@ -1,4 +1,7 @@
 // The stream hold and the events of Note [Timing device work alone] (device_timing.h).
+#include <cstdlib>
+#include <string>
+
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/device_timing.h"
 
@@ -30,6 +33,22 @@ TimingEvents::TimingEvents() {
 TimingEvents::~TimingEvents() {
   CUDA_CHECK_NOTHROW(cudaEventDestroy(start));
   CUDA_CHECK_NOTHROW(cudaEventDestroy(stop));
+}
+
+bool algorithm_timing_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FRUGAL_CUDNN_BENCHMARK");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+bool algorithm_log_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FRUGAL_CUDNN_LOG");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
 }
 
 void hold_stream(cudaStream_t stream, int64_t nanoseconds) {

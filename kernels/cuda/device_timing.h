@@ -19,6 +19,13 @@
 
 namespace frugal::kernels::cuda {
 
+// Whether the first call of a cuDNN convolution or a cuBLAS GEMM times its algorithms (Note [Conv
+// algorithm cache] in conv.cu, Note [Timed GEMM algorithms] in gemm_timed.h): yes unless
+// FRUGAL_CUDNN_BENCHMARK=0 (read once). Deterministic mode times nothing either way.
+bool algorithm_timing_enabled();
+// Whether FRUGAL_CUDNN_LOG=1 (read once): the timed algorithms are printed to stderr.
+bool algorithm_log_enabled();
+
 // How long time_on_device holds the stream: several times the host overhead seen in a call.
 constexpr int64_t kTimingHoldNs = 500'000;
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels/context.h"
+#include "kernels/cuda/gemm_timed.h"
 
 namespace frugal::kernels::cuda {
 
@@ -15,5 +16,11 @@ void gemm_tf32(const Context& ctx, DType dtype, bool trans_a, bool trans_b, int6
 void gemm_tf32_out(const Context& ctx, DType dtype, DType c_dtype, bool trans_a, bool trans_b,
                    int64_t m, int64_t n, int64_t k, const void* a, const void* b, double beta,
                    void* c, bool allow_tf32);
+
+// The column-major cuBLAS call that gemm_tf32_out makes of its row-major arguments (checked by
+// gemm_tf32_out, not here): for tests of the timed candidates (gemm_timed.h).
+ColumnMajorGemm column_major_gemm(DType dtype, DType c_dtype, bool trans_a, bool trans_b, int64_t m,
+                                  int64_t n, int64_t k, const void* a, const void* b, double beta,
+                                  void* c, bool allow_tf32);
 
 }  // namespace frugal::kernels::cuda

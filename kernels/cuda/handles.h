@@ -3,6 +3,7 @@
 // the stream of the call). Defined in runtime.cpp.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -40,5 +41,10 @@ int resident_blocks(int device, const void* kernel, int threads);
 // workspace from the device allocator (kCublasWorkspaceBytes), never from cudaMalloc.
 cublasHandle_t cublas_handle(const Context& ctx);
 cudnnHandle_t cudnn_handle(const Context& ctx);
+// cuBLASLt's handle of the calling thread for `device` (not bound to a stream: each
+// cublasLtMatmul names its own), and the cuBLAS workspace of kCublasWorkspaceBytes that
+// cublas_handle gives its handle, which cuBLASLt calls on the same stream share.
+cublasLtHandle_t cublas_lt_handle(Device device);
+void* cublas_workspace(Device device);
 
 }  // namespace frugal::kernels::cuda

@@ -1,11 +1,14 @@
 // Row-major GEMM through cuBLAS: a row-major [m, n] result is the column-major [n, m] product
 // b^T a^T, so the operands swap places and no data moves. f16/bf16 run on tensor cores with f32
 // accumulation (CUBLAS_COMPUTE_32F); f32 stays IEEE f32 (the handle's math mode allows no TF32)
-// unless a caller asks for TF32 (pointwise convolutions under conv_allow_tf32()).
+// unless a caller asks for TF32 (pointwise convolutions under conv_allow_tf32()). Which of
+// cuBLAS's algorithms runs is timed at a problem's first call (Note [Timed GEMM algorithms] in
+// gemm_timed.h).
 #include <climits>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_timed.h"
 #include "kernels/matmul.h"
 
 namespace frugal::kernels::cuda {
@@ -37,6 +40,24 @@ cudaDataType_t cublas_type(DType dtype) {
 
 }  // namespace
 
+ColumnMajorGemm column_major_gemm(DType dtype, DType c_dtype, bool trans_a, bool trans_b, int64_t m,
+                                  int64_t n, int64_t k, const void* a, const void* b, double beta,
+                                  void* c, bool allow_tf32) {
+  // Column-major view: C'[n, m] = op(B') [n, k] * op(A') [k, m] with C' = c, B' = b, A' = a as
+  // stored. b stored [k, n] (or [n, k] when trans_b) reads as column-major [n, k] (or [k, n]).
+  ColumnMajorGemm g;
+  g.op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.m = static_cast<int>(n), g.n = static_cast<int>(m), g.k = static_cast<int>(k);
+  g.a = b, g.lda = static_cast<int>(trans_b ? k : n);
+  g.b = a, g.ldb = static_cast<int>(trans_a ? m : k);
+  g.c = c, g.ldc = static_cast<int>(n);
+  g.type = cublas_type(dtype), g.c_type = cublas_type(c_dtype);
+  g.compute = dtype == DType::f32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  g.beta = static_cast<float>(beta);  // beta == 0: c is never read
+  return g;
+}
+
 void gemm_tf32_out(const Context& ctx, DType dtype, DType c_dtype, bool trans_a, bool trans_b,
                    int64_t m, int64_t n, int64_t k, const void* a, const void* b, double beta,
                    void* c, bool allow_tf32) {
@@ -56,20 +77,8 @@ void gemm_tf32_out(const Context& ctx, DType dtype, DType c_dtype, bool trans_a,
     }
     return;
   }
-  const cudaDataType_t type = cublas_type(dtype), c_type = cublas_type(c_dtype);
-  // Column-major view: C'[n, m] = op(B') [n, k] * op(A') [k, m] with C' = c, B' = b, A' = a as
-  // stored. b stored [k, n] (or [n, k] when trans_b) reads as column-major [n, k] (or [k, n]).
-  cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  auto ldb = static_cast<int>(trans_b ? k : n);
-  auto lda = static_cast<int>(trans_a ? m : k);
-  auto ldc = static_cast<int>(n);
-  float alpha_f = 1.0f, beta_f = static_cast<float>(beta);  // beta == 0: c is never read
-  CUBLAS_CHECK(cublasGemmEx(
-      cublas_handle(ctx), op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
-      &alpha_f, b, type, ldb, a, type, lda, &beta_f, c, c_type, ldc,
-      dtype == DType::f32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-      CUBLAS_GEMM_DEFAULT));
+  run_gemm(ctx,
+           column_major_gemm(dtype, c_dtype, trans_a, trans_b, m, n, k, a, b, beta, c, allow_tf32));
 }
 
 }  // namespace frugal::kernels::cuda

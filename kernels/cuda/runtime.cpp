@@ -160,6 +160,7 @@ namespace {
 struct ThreadHandles {
   std::array<cublasHandle_t, kMaxDevices> cublas{};
   std::array<cudnnHandle_t, kMaxDevices> cudnn{};
+  std::array<cublasLtHandle_t, kMaxDevices> cublas_lt{};
   std::array<cudaStream_t, kMaxDevices> cublas_stream{};
   std::array<cudaStream_t, kMaxDevices> cudnn_stream{};
 };
@@ -169,10 +170,12 @@ ThreadHandles& thread_handles() {
   return *h;
 }
 
-// One cuBLAS workspace per device and thread, from the device allocator (leaked with the handle).
+}  // namespace
+
+// One per device and thread, from the device allocator (leaked with the handle).
 void* cublas_workspace(Device device) {
   thread_local std::array<memory::DataPtr*, kMaxDevices> ws{};
-  auto& slot = ws[static_cast<size_t>(device.index)];
+  auto& slot = ws[static_cast<size_t>(checked_index(device, "cublas_workspace"))];
   if (slot == nullptr) {
     // Library workspace that lives on: not the category of the step that first needs it.
     memory::CategoryScope tag(memory::Category::workspace);
@@ -180,8 +183,6 @@ void* cublas_workspace(Device device) {
   }
   return slot->get();
 }
-
-}  // namespace
 
 cublasHandle_t cublas_handle(const Context& ctx) {
   cudaStream_t stream = stream_of(ctx, "cublas_handle");
@@ -202,6 +203,14 @@ cublasHandle_t cublas_handle(const Context& ctx) {
     h.cublas_stream[i] = stream;
   }
   return h.cublas[i];
+}
+
+cublasLtHandle_t cublas_lt_handle(Device device) {
+  auto i = static_cast<size_t>(checked_index(device, "cublas_lt_handle"));
+  DeviceGuard guard(device);
+  ThreadHandles& h = thread_handles();
+  if (h.cublas_lt[i] == nullptr) CUBLAS_CHECK(cublasLtCreate(&h.cublas_lt[i]));
+  return h.cublas_lt[i];
 }
 
 cudnnHandle_t cudnn_handle(const Context& ctx) {
