@@ -80,11 +80,11 @@ class LtProblem {
                                               &returned);
     }
     CUBLAS_CHECK_NOTHROW(cublasLtMatmulPreferenceDestroy(pref));
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED)
-      returned = 0;  // no algorithm for the problem
-    else
-      CUBLAS_CHECK(status);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) return {};  // no algorithm for the problem
+    CUBLAS_CHECK(status);
     found.resize(static_cast<size_t>(std::max(returned, 0)));
+    // each result carries its own state: only those that can run are candidates
+    std::erase_if(found, [](const auto& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
     return found;
   }
 
