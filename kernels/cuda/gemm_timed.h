@@ -1,19 +1,22 @@
 // One cuBLAS GEMM with the algorithm timed for its problem (Note [Timed GEMM algorithms]): the
 // column-major call behind kernels::cuda::gemm_tf32_out (matmul.cu).
 //
-// Note [Timed GEMM algorithms]: cublasGemmEx with CUBLAS_GEMM_DEFAULT runs cuBLAS's first
-// heuristic pick, untimed. For MobileNetV2's pointwise convolutions that pick is up to 1.5x
-// slower than the fastest of cuBLASLt's candidates on the 14x14 and 7x7 layers, and cuBLASLt's
-// own first pick differs from GemmEx's on the 112x112 ones (bench/gemm_algo_probe.cu; H200,
-// session 34: 2,003 us for the step's 102 GEMMs, 1,918 us at the fastest candidate of each).
-// So, as the convolutions do (Note [Conv algorithm cache] in conv.cu), the first call of each
-// problem times GemmEx's pick beside cuBLASLt's first kTimedGemmCandidates heuristic results by
-// their device time alone (warmed up once, then run back to back behind a stream hold, Note
-// [Timing device work alone] in device_timing.h), caches the fastest, and reruns it, so that the
-// call's output is the chosen algorithm's, as every later call's is. A problem is its shapes,
-// transposes, types, compute type, leading dimensions and the alignment its pointers share (up to
-// 256 bytes; cuBLASLt's candidates are asked for that alignment). The candidates get the cuBLAS
-// workspace the handle already holds (kCublasWorkspaceBytes), so timing adds no memory.
+// Note [Timed GEMM algorithms]: cublasGemmEx with CUBLAS_GEMM_DEFAULT runs cuBLAS's first heuristic
+// pick, untimed. For MobileNetV2's pointwise convolutions that pick is up to 1.5x slower than the
+// fastest of cuBLASLt's candidates on the 14x14 and 7x7 layers, and cuBLASLt's own first pick
+// differs from GemmEx's on the 112x112 ones (bench/gemm_algo_probe.cu; H200, session 34: 2,003 us
+// for the step's 102 GEMMs, 1,918 us at the fastest candidate of each). So, as the convolutions do
+// (Note [Conv algorithm cache] in conv.cu), the first call of each problem times GemmEx's pick
+// beside cuBLASLt's first kTimedGemmCandidates heuristic results by their device time alone (warmed
+// up once, then run back to back behind a stream hold, Note [Timing device work alone] in
+// device_timing.h), caches the fastest, and reruns it, so that the call's output is the chosen
+// algorithm's, as every later call's is. In MobileNetV2's f16 step (batch 128, 224x224, H200,
+// session 37) cuBLASLt's candidates win 53 of the 60 problems, the GEMMs take 0.94x their time at
+// GemmEx's pick, and the replayed step gains 0.8% (EfficientNet-B0 and MobileNetV1 0.7%;
+// bench/RESULTS.md). A problem is its shapes, transposes, types, compute type, leading dimensions
+// and the alignment its pointers share (up to 256 bytes; cuBLASLt's candidates are asked for that
+// alignment). The candidates get the cuBLAS workspace the handle already holds
+// (kCublasWorkspaceBytes), so timing adds no memory.
 // Not timed, and run by GemmEx as before: deterministic mode (timing would make runs differ;
 // Note [Deterministic mode]), FRUGAL_CUDNN_BENCHMARK=0, beta = 1 (a timed candidate would add
 // into c once a run), and a first call while the stream is being captured into a CUDA graph
