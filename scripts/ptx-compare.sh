@@ -7,9 +7,10 @@
 #   scripts/ptx-compare.sh 4d976fb kernels/cuda/depthwise_conv.cu -- kernels/cuda/depthwise_*.cu
 # Files before `--` are the base commit's, after it this tree's. Exits 1 when a kernel differs or
 # is on one side only. nvcc 13.0 is not always deterministic: two compiles of one unchanged
-# few_channel_conv.cu gave 6-7 of its few_channel_partial_kernel instances other register
-# numbers. Where a kernel differs, run it once with the tree checked out at BASE (both sides the
-# same source) before blaming the change.
+# few_channel_conv.cu gave 5-7 of its few_channel_partial_kernel instances other code, not only
+# other register numbers (one compile read six floats of shared memory as a v4 and a v2 load,
+# the other otherwise; 1-2 lines apart in 1,100). Where a kernel differs, run it once with the
+# tree checked out at BASE (both sides the same source) before blaming the change.
 # NEW_NAME_SED, a sed -E script, renames this tree's kernels before the comparison: a template
 # parameter added with a default mangles into every name (and its parameters' names), e.g.
 #   NEW_NAME_SED='s/(ELb[01])ELi0EE/\1EE/g' for a trailing `int` argument of 0.
