@@ -35,7 +35,16 @@ Args::Args(const std::string& command, std::vector<std::string> argv, std::set<s
       switches_on_.insert(name);
     } else if (valued.count(name)) {
       if (!inline_value) {
-        if (i + 1 >= argv.size()) throw UsageError(command + ": --" + name + " needs a value");
+        // As argparse: a next word that is itself a flag means the value is missing (taken as
+        // the value, `--loss-log --deterministic` wrote a file named --deterministic and ran
+        // nondeterministically); a value that starts with -- can still be given as --name=value.
+        if (i + 1 >= argv.size() || argv[i + 1].rfind("--", 0) == 0) {
+          throw UsageError(command + ": --" + name + " needs a value" +
+                           (i + 1 < argv.size()
+                                ? " (got the flag " + argv[i + 1] + "; write --" + name +
+                                      "=VALUE for a value that starts with --)"
+                                : std::string()));
+        }
         value = argv[++i];
       }
       values_[name] = value;

@@ -64,7 +64,7 @@ constexpr const char* kHelp =
     "  --deterministic       bit-identical runs for one seed on one machine: fixed cuDNN\n"
     "                        algorithms, never chosen by timing (FRUGAL_DETERMINISTIC=1 too)\n"
     "  --save PATH           write a checkpoint after every epoch\n"
-    "  --resume PATH         continue from a checkpoint written by --save\n"
+    "  --resume PATH         continue from a checkpoint written by --save (with its --seed)\n"
     "  --no-augment          no random crops and flips\n"
     "  --precision f32|f16|bf16  default f32; f16/bf16 autocast forward and loss (f32 master\n"
     "                        weights), f16 with dynamic loss scaling\n"
@@ -285,8 +285,7 @@ int cmd_train(const std::vector<std::string>& argv) {
                                              .device = device});
   const int64_t steps_per_epoch = train_loader.batches_per_epoch();
   if (splits.train->size() == 0) {
-    throw UsageError("train: the training set of --data " + dc.name + " has no samples" +
-                     (dc.limit == 0 ? " (--limit 0)" : ""));
+    throw UsageError("train: the training set of --data " + dc.name + " has no samples");
   }
   if (steps_per_epoch == 0) {
     throw UsageError("train: --batch " + std::to_string(batch) + " is larger than the " +
@@ -312,6 +311,14 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (!o.resume.empty()) {
     train::TrainingState st = train::load_checkpoint(o.resume, *model, opt.get(), scaler.get());
     check_resumed_state(o.resume, st);
+    // The seed drew the data order, the augmentations and the random stream the offset below
+    // continues; another seed would resume some other run without a word.
+    if (st.seed != seed) {
+      throw UsageError("train: --resume '" + o.resume + "' was saved by a run with --seed " +
+                       std::to_string(st.seed) + ", and this run has --seed " +
+                       std::to_string(seed) + (o.seed_given ? "" : " (the default)") +
+                       "; resume with --seed " + std::to_string(st.seed));
+    }
     first_epoch = st.epoch;
     default_generator().set_offset(st.rng_offset);
     if (sched) sched->jump_to(st.step);  // O(1): a step count of 9e18 must not loop

@@ -24,6 +24,9 @@ namespace frugal::tools {
 // multiplied (epochs * steps per epoch, batch * image elements).
 constexpr int64_t kMaxBatch = int64_t{1} << 20;
 constexpr int64_t kMaxEpochs = 1'000'000;
+// --limit and --test-limit: a synthetic set of N samples draws a permutation of N int64 an epoch
+// (8 GiB at this bound), so a larger N could only end in running out of host memory.
+constexpr int64_t kMaxSamples = int64_t{1} << 30;
 constexpr int64_t kMaxSteps = 1'000'000'000;
 constexpr int64_t kMaxImageSize = 4096;
 constexpr int64_t kMaxWorkers = 256;
@@ -43,6 +46,7 @@ struct TrainOptions {
   std::string device = "auto";       // checked as text; resolve_device asks for the device
   int workers = 2;
   uint64_t seed = 0;
+  bool seed_given = false;   // --seed was on the command line (else seed is the default 0)
   std::string save, resume;  // empty: not given
   DType precision = DType::f32;
   bool graph = false, oom_recover = false, planner = true;

@@ -87,6 +87,17 @@ EstimateOptions parse_estimate_options(const std::vector<std::string>& argv) {
   }
   o.per_module = args.flag("per-module");
   o.max_batch = args.flag("max-batch");
+  if (o.max_batch) {
+    // --max-batch predicts CUDA's allocator for one GPU, searches the batch and tries every way
+    // of training itself: these flags would be ignored without a word.
+    for (const char* flag : {"batch", "device", "gpus", "json", "checkpoint", "measure",
+                             "per-module", "recompute-depthwise"}) {
+      if (args.has(flag) || args.flag(flag)) {
+        throw UsageError(std::string("estimate: --max-batch predicts one CUDA device for every ") +
+                         "batch and every way of training; leave out --" + flag);
+      }
+    }
+  }
   o.memory_budget = parse_bytes("estimate", "memory-budget", args.str("memory-budget", "4GiB"));
   o.granularity = args.integer("granularity", 16, 1, kMaxBatch);
   o.json = args.str("json", "");

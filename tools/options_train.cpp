@@ -63,8 +63,8 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
   one_of("train", "data", o.data.name, {"fashion-mnist", "synthetic"});
   o.data.dir = args.str("data-dir", "");
   o.data.image_size = args.integer("image-size", 32, 8, kMaxImageSize);
-  o.data.limit = args.integer("limit", -1, -1, INT64_MAX);
-  o.data.test_limit = args.integer("test-limit", -1, -1, INT64_MAX);
+  o.data.limit = args.integer("limit", -1, 1, kMaxSamples);
+  o.data.test_limit = args.integer("test-limit", -1, 1, kMaxSamples);
   o.data.augment = !args.flag("no-augment");
   o.model_config.width = args.number("width", 1.0, 1.0 / 64, kMaxWidth);
   o.model_config.checkpoint = parse_checkpoint("train", args.str("checkpoint", "none"));
@@ -72,6 +72,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
   o.device = checked_device_flag("train", args.str("device", "auto"));
   o.workers = static_cast<int>(args.integer("workers", 2, 0, kMaxWorkers));
   o.seed = static_cast<uint64_t>(args.integer("seed", 0, 0, INT64_MAX));
+  o.seed_given = args.has("seed");
   o.save = args.str("save", "");
   o.resume = args.str("resume", "");
   if (args.has("save") && o.save.empty()) throw UsageError("train: --save needs a file name");
@@ -158,7 +159,7 @@ EvalOptions parse_eval_options(const std::vector<std::string>& argv) {
   o.data.dir = args.str("data-dir", "");
   o.data.image_size = args.integer("image-size", 32, 8, kMaxImageSize);
   o.data.limit = 0;
-  o.data.test_limit = args.integer("test-limit", -1, -1, INT64_MAX);
+  o.data.test_limit = args.integer("test-limit", -1, 1, kMaxSamples);
   o.data.need_train = false;  // eval reads the test files only
   o.batch = args.integer("batch", 256, 1, kMaxBatch);
   o.width = args.number("width", 1.0, 1.0 / 64, kMaxWidth);

@@ -128,6 +128,10 @@ TEST(TrainOptions, EveryNumericFlagIsChecked) {
   expect_train_refuses("workers", "100000");
   expect_train_refuses("seed", "-1");
   expect_train_refuses("limit", "-2");
+  expect_train_refuses("limit", "0");       // synthetic data took 0 as its default size
+  expect_train_refuses("test-limit", "0");  // Fashion-MNIST then reported 0.00% accuracy
+  expect_train_refuses("limit", "9223372036854775807");  // failed later, in the permutation
+  EXPECT_EQ(parse_train_options({"--limit", "1073741824"}).data.limit, int64_t{1} << 30);
   expect_train_refuses("memory-budget", "17179869184GiB");
   expect_train_refuses("optimizer", "sgdd");
   expect_train_refuses("release", "threshold:nan");
@@ -142,6 +146,22 @@ TEST(TrainOptions, EveryNumericFlagIsChecked) {
                     parse_train_options({"--graph", "--oom-recover"});
                   }),
                   {"--oom-recover"});
+}
+
+// A valued flag followed by another flag has no value (as argparse says): taking the flag as the
+// value wrote a loss log named --deterministic and left the run nondeterministic.
+TEST(TrainOptions, AMissingValueIsNotTakenFromTheNextFlag) {
+  expect_mentions(usage_error_of([] {
+                    parse_train_options({"--loss-log", "--deterministic"});
+                  }),
+                  {"train: --loss-log needs a value", "--deterministic", "--loss-log=VALUE"});
+  expect_mentions(usage_error_of([] { parse_train_options({"--save"}); }),
+                  {"train: --save needs a value"});
+  const TrainOptions o = parse_train_options({"--loss-log=--odd-name", "--deterministic"});
+  EXPECT_EQ(o.loss_log, "--odd-name");
+  EXPECT_TRUE(o.deterministic);
+  EXPECT_FALSE(o.seed_given);
+  EXPECT_TRUE(parse_train_options({"--seed", "0"}).seed_given);
 }
 
 TEST(EvalOptions, ReadsOnlyTheTestFiles) {
@@ -172,6 +192,20 @@ TEST(OtherOptions, CompareEstimateAndSmiAreChecked) {
                     parse_estimate_options({"--memory-budget", "99999999999GiB"});
                   }),
                   {"estimate: --memory-budget", "'99999999999GiB'"});
+  // --max-batch predicts one CUDA device for every batch and way of training; flags it would
+  // ignore (the JSON file it never wrote, --device cpu, --gpus) are refused.
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--json", "x.json"},
+                                                {"--device", "cpu"},
+                                                {"--gpus", "4"},
+                                                {"--batch", "64"},
+                                                {"--per-module"},
+                                                {"--recompute-depthwise"}}) {
+    std::vector<std::string> argv = {"--max-batch"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    expect_mentions(usage_error_of([&] { parse_estimate_options(argv); }),
+                    {"estimate: --max-batch", "leave out " + extra[0]});
+  }
+  EXPECT_TRUE(parse_estimate_options({"--max-batch", "--memory-budget", "2GiB"}).max_batch);
   expect_mentions(usage_error_of([] {
                     parse_smi_options({"-l", "1e9"});
                   }),

@@ -85,6 +85,12 @@ TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
 
   const CommandRun again = run("train", tiny_train({"--resume", ckpt}));
   ASSERT_EQ(again.code, kExitOk) << again.err;
+  // The seed drew the data order and the random stream: another one would resume another run.
+  const CommandRun reseeded = run("train", tiny_train({"--resume", ckpt, "--seed", "5"}));
+  EXPECT_EQ(reseeded.code, kExitUsage);
+  EXPECT_NE(reseeded.err.find("saved by a run with --seed 0, and this run has --seed 5"),
+            std::string::npos)
+      << reseeded.err;
   EXPECT_NE(again.out.find("nothing to train"), std::string::npos) << again.out;
   EXPECT_EQ(last_accuracy(again.out), accuracy) << again.out;
 
@@ -106,6 +112,17 @@ TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
   const CommandRun negative = run("train", tiny_train({"--resume", dir / "negative.safetensors"}));
   EXPECT_EQ(negative.code, kExitError);
   EXPECT_NE(negative.err.find("epoch -1"), std::string::npos) << negative.err;
+}
+
+// A --batch past the data is refused as such: the loaders used to allocate their seven buffers of
+// the whole batch first (256 GiB here) and end in an out-of-memory error.
+TEST(TrainCommand, ABatchLargerThanTheDataIsRefusedBeforeItsBuffersAreMade) {
+  const CommandRun r = run(
+      "train", {"--data", "synthetic", "--image-size", "256", "--limit", "16", "--test-limit", "16",
+                "--batch", "1048576", "--width", "0.25", "--device", "cpu", "--workers", "0"});
+  EXPECT_EQ(r.code, kExitUsage) << r.err;
+  EXPECT_NE(r.err.find("--batch 1048576 is larger than the 16 training samples"), std::string::npos)
+      << r.err;
 }
 
 // A folder with only t10k-*: eval used to open the training files too.
