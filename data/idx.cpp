@@ -105,7 +105,9 @@ std::vector<uint8_t> read_declared(const std::string& path, uint32_t magic, int 
 IdxImages parse_idx_images(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::vector<int64_t> d = read_header(path, bytes, kIdxImagesMagic, 3, "images");
   if (d[1] == 0 || d[2] == 0) {
-    FRUGAL_FAIL(path, ": empty image size ", d[1], "x", d[2], " in the header at byte 8");
+    // rows are the big-endian int32 at byte 8, columns at byte 12
+    FRUGAL_FAIL(path, ": empty image size ", d[1], "x", d[2], " in the header at byte ",
+                d[1] == 0 ? 8 : 12);
   }
   int64_t header = 16;
   check_length(path, bytes.size(), declared_size(path, d));

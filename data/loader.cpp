@@ -117,6 +117,18 @@ struct DataLoader::Impl {
     return true;
   }
 
+  // Stops the epoch and joins every worker started (the destructor, or a failed constructor).
+  void stop_workers() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+      abort_epoch_locked();
+    }
+    work_cv.notify_all();
+    for (std::thread& t : workers) t.join();
+    workers.clear();
+  }
+
   void worker_loop() {
     std::vector<float> tmp;
     std::unique_lock<std::mutex> lock(mu);
@@ -276,27 +288,31 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   m.num_batches = m.opts.drop_last ? n / b : (n + b - 1) / b;
 
   // Buffers on loan at once: `prefetch` built ahead, one being built by the calling thread
-  // (num_workers == 0) or delivered, one held by the consumer and one in a CUDA copy.
+  // (num_workers == 0) or delivered, one held by the consumer and one in a CUDA copy. A batch
+  // holds at most the shard's n rows: a batch size past the data (a mistyped --batch) must not
+  // allocate, or pin, `keep` buffers of it before the caller can say it is too large.
   const int64_t keep = m.opts.prefetch + 3;
+  const int64_t rows = std::max<int64_t>(std::min(b, n), 1);
   memory::Allocator& host =
       m.opts.device.is_cuda() ? memory::pinned_host_allocator() : memory::cpu_allocator();
-  m.image_pool =
-      BufferPool::create(host, static_cast<size_t>(b * m.out_shape.numel()) * sizeof(float), keep);
-  m.label_pool = BufferPool::create(host, static_cast<size_t>(b) * sizeof(int64_t), keep);
+  m.image_pool = BufferPool::create(
+      host, static_cast<size_t>(rows * m.out_shape.numel()) * sizeof(float), keep);
+  m.label_pool = BufferPool::create(host, static_cast<size_t>(rows) * sizeof(int64_t), keep);
   if (m.opts.device.is_cuda() && m.opts.copy_stream) {
     m.stager = std::make_unique<CopyStager>(m.opts.device);
   }
-  for (int i = 0; i < m.opts.num_workers; ++i) m.workers.emplace_back([&m] { m.worker_loop(); });
+  try {
+    for (int i = 0; i < m.opts.num_workers; ++i) m.workers.emplace_back([&m] { m.worker_loop(); });
+  } catch (...) {
+    // A worker the system refused (std::system_error) unwinds this constructor, and destroying
+    // the workers already running would call std::terminate: they are stopped and joined first.
+    m.stop_workers();
+    throw;
+  }
 }
 
 DataLoader::~DataLoader() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->stop = true;
-    impl_->abort_epoch_locked();
-  }
-  impl_->work_cv.notify_all();
-  for (std::thread& t : impl_->workers) t.join();
+  impl_->stop_workers();
   impl_->stager.reset();  // drains: the staged batch is dropped, every pending copy waited for
   try {
     impl_->copy_done.wait();

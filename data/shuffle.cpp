@@ -27,7 +27,7 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch, 
 
 int64_t shard_size(int64_t n, int64_t world) {
   FRUGAL_CHECK(n >= 0 && world >= 1, "shard_size: bad n=", n, " or world size ", world);
-  return (n + world - 1) / world;
+  return n / world + (n % world != 0 ? 1 : 0);  // n + world - 1 could pass INT64_MAX
 }
 
 std::vector<int64_t> rank_shard(const std::vector<int64_t>& order, int64_t rank, int64_t world) {

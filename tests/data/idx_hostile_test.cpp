@@ -95,3 +95,11 @@ TEST(IdxHostile, EmptyDataSetNamesTheFileAndTheCount) {
   expect_mentions(error_of([&] { FashionMnist(dir.path(), true); }),
                   {"train-images-idx3-ubyte.gz", "0 images (count at byte 4)"});
 }
+
+// An image size of zero names the header field that is zero: rows at byte 8, columns at 12.
+TEST(IdxHostile, AnEmptyImageSizeNamesTheZeroField) {
+  expect_mentions(error_of([] { parse_idx_images("rows", idx_images_bytes(1, 0, 28, {})); }),
+                  {"rows: empty image size 0x28", "at byte 8"});
+  expect_mentions(error_of([] { parse_idx_images("cols", idx_images_bytes(1, 28, 0, {})); }),
+                  {"cols: empty image size 28x0", "at byte 12"});
+}
