@@ -1,4 +1,6 @@
 // AdamW with decoupled weight decay and bias correction (PyTorch's semantics).
+#include <cmath>
+
 #include "core/factory.h"
 #include "core/ops.h"
 #include "kernels/amp.h"
@@ -72,7 +74,15 @@ void AdamW::load_state_dict(const NamedTensors& state) {
     v[i] = r.optional_like(i, "exp_avg_sq");
     FRUGAL_CHECK(m[i].defined() == v[i].defined(), "adamw state: parameter ", i,
                  " has only one of exp_avg and exp_avg_sq");
-    if (m[i].defined()) steps[i] = r.scalar(state_name(i, "step"));
+    if (!m[i].defined()) continue;
+    steps[i] = r.scalar(state_name(i, "step"));
+    // A step count the kernels can use: t = 0 at the update would divide by 1 - beta^0 = 0, and
+    // a negative or fractional count is no count. A negative second moment has no square root.
+    FRUGAL_CHECK(steps[i] >= 0 && steps[i] == std::floor(steps[i]),
+                 "adamw state: ", state_name(i, "step"), " must be a whole number >= 0, got ",
+                 steps[i]);
+    FRUGAL_CHECK(v[i].numel() == 0 || amax(mul(v[i], -1.0)).item() <= 0,
+                 "adamw state: ", state_name(i, "exp_avg_sq"), " has a negative value");
   }
   r.check_all_used();
   // Made in full before anything is replaced (Note [Flat resident tensors]).

@@ -21,8 +21,10 @@ GradScaler::GradScaler(GradScalerOptions opt) : opt_(opt) {
                opt.growth_factor);
   FRUGAL_CHECK(opt.backoff_factor > 0.0 && opt.backoff_factor < 1.0,
                "GradScaler: backoff_factor must be in (0, 1), got ", opt.backoff_factor);
-  FRUGAL_CHECK(opt.growth_interval > 0, "GradScaler: growth_interval must be > 0, got ",
-               opt.growth_interval);
+  // The growth tracker counts clean steps in an f32 on the device: past 2^24, adding 1 no
+  // longer changes it, and the scale would never grow.
+  FRUGAL_CHECK(opt.growth_interval > 0 && opt.growth_interval <= kMaxGrowthInterval,
+               "GradScaler: growth_interval must be in [1, 2^24], got ", opt.growth_interval);
 }
 
 void GradScaler::init_on(Device device) {
@@ -101,13 +103,17 @@ void GradScaler::step(Optimizer& opt) {
   auto it = stage_.find(&opt);
   FRUGAL_CHECK(it == stage_.end() || it->second != Stage::stepped,
                "GradScaler::step: already called for this optimizer since the last update()");
-  if (it == stage_.end()) unscale_(opt);
-  if (agree_) agree_(found_inf_);
-  opt.set_found_inf(found_inf_);
+  // A throw from here to the end (the agreement's collective, the optimizer's first state
+  // allocation) abandons the step: left "unscaled", the next step would skip unscaling its
+  // gradients and step them still multiplied by the scale.
   try {
+    if (it == stage_.end()) unscale_(opt);
+    if (agree_) agree_(found_inf_);
+    opt.set_found_inf(found_inf_);
     opt.step();
   } catch (...) {
     opt.set_found_inf(Tensor());
+    abandon_step();
     throw;
   }
   // The flag is only for steps taken through the scaler; a later plain opt.step() must not see it.
@@ -142,6 +148,7 @@ int64_t GradScaler::growth_tracker() const {
 }
 
 NamedTensors GradScaler::state_dict() const {
+  if (!opt_.enabled) return {};  // as PyTorch's: a disabled scaler has no state to carry
   return {{"scale", scalar_tensor(get_scale())},
           {"growth_tracker", scalar_tensor(static_cast<double>(growth_tracker()))},
           {"growth_factor", scalar_tensor(opt_.growth_factor)},
@@ -150,7 +157,10 @@ NamedTensors GradScaler::state_dict() const {
 }
 
 void GradScaler::load_state_dict(const NamedTensors& state) {
-  FRUGAL_CHECK(opt_.enabled, "GradScaler::load_state_dict: the scaler is disabled");
+  // As PyTorch's: a disabled scaler ignores a saved state (an f16 run resumed in f32 or bf16).
+  if (!opt_.enabled) return;
+  FRUGAL_CHECK(!state.empty(), "GradScaler::load_state_dict: the state is empty, as a disabled ",
+               "scaler saves it; an enabled scaler needs scale, growth_tracker and its factors");
   const std::vector<Tensor> no_params;
   StateReader r("grad_scaler", state, no_params);
   GradScalerOptions o = opt_;
@@ -161,11 +171,13 @@ void GradScaler::load_state_dict(const NamedTensors& state) {
   const double interval = r.scalar("growth_interval");
   r.check_all_used();
   // Checked before the cast: a NaN or a value past 2^63 has no int64_t (the cast would be UB).
-  FRUGAL_CHECK(interval >= 1 && interval < 0x1p63 && interval == std::floor(interval),
-               "grad_scaler state: growth_interval must be a whole number >= 1, got ", interval);
+  FRUGAL_CHECK(interval >= 1 && interval <= kMaxGrowthInterval && interval == std::floor(interval),
+               "grad_scaler state: growth_interval must be a whole number in [1, 2^24], got ",
+               interval);
   o.growth_interval = static_cast<int64_t>(interval);
-  FRUGAL_CHECK(tracker >= 0 && tracker == std::floor(tracker),
-               "grad_scaler state: growth_tracker must be a whole number >= 0, got ", tracker);
+  FRUGAL_CHECK(tracker >= 0 && tracker < interval && tracker == std::floor(tracker),
+               "grad_scaler state: growth_tracker must be a whole number in [0, growth_interval ",
+               interval, "), got ", tracker);
   GradScaler checked(o);  // validates the hyper-parameters before anything changes
   opt_ = o;
   pending_tracker_ = tracker;

@@ -31,6 +31,9 @@
 
 namespace frugal::optim {
 
+// The longest growth_interval: the clean-step count is an f32 on the device, exact to 2^24.
+constexpr int64_t kMaxGrowthInterval = int64_t{1} << 24;
+
 struct GradScalerOptions {
   double init_scale = 65536.0;
   double growth_factor = 2.0;
@@ -78,6 +81,7 @@ class GradScaler {
 
   // "scale", "growth_tracker" (read back: a synchronisation), "growth_factor",
   // "backoff_factor", "growth_interval" as f64 CPU scalars. Loading checks all entries first.
+  // As PyTorch's: a disabled scaler's state is empty, and loading into one does nothing.
   NamedTensors state_dict() const;
   void load_state_dict(const NamedTensors& state);
 

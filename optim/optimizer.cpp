@@ -2,6 +2,7 @@
 #include "optim/optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/factory.h"
 #include "core/flat_tensors.h"
@@ -9,8 +10,18 @@
 
 namespace frugal::optim {
 
+namespace {
+
+// A learning rate every entry takes (the constructor, set_lr, a loaded state): finite and >= 0.
+void check_lr(double lr, const char* where) {
+  FRUGAL_CHECK(lr >= 0 && std::isfinite(lr), where, ": learning rate must be finite and >= 0, got ",
+               lr);
+}
+
+}  // namespace
+
 Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
-  FRUGAL_CHECK(lr >= 0, "optimizer: learning rate must be >= 0, got ", lr);
+  check_lr(lr, "optimizer");
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     FRUGAL_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer: parameter ", i,
@@ -53,6 +64,7 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::set_lr(double lr) {
+  check_lr(lr, "optimizer: set_lr");
   lr_ = lr;
   if (lr_device_.defined()) fill_(lr_device_, lr);
 }

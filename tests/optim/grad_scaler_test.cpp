@@ -281,7 +281,7 @@ TEST(GradScaler, StateDictRoundTrip) {
   EXPECT_THROW(t.load_state_dict(bad), Error);
   EXPECT_EQ(t.get_scale(), 512.0);
   // A growth_interval that no int64_t holds is refused before the cast (which would be UB).
-  for (double v : {1e300, std::nan(""), 0.5, -3.0}) {
+  for (double v : {1e300, std::nan(""), 0.5, -3.0, 16777217.0}) {
     optim::NamedTensors odd = state;
     for (auto& [name, x] : odd)
       if (name == "growth_interval") x = full({}, v, {.dtype = DType::f64});
@@ -289,10 +289,57 @@ TEST(GradScaler, StateDictRoundTrip) {
       t.load_state_dict(odd);
       ADD_FAILURE() << "growth_interval " << v << " accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("growth_interval must be a whole number >= 1"),
+      EXPECT_NE(std::string(e.what()).find("growth_interval must be a whole number in [1, 2^24]"),
                 std::string::npos)
           << e.what();
     }
     EXPECT_EQ(t.get_scale(), 512.0);
   }
+  // A tracker at the interval cannot be: the update that reaches it grows the scale and resets it.
+  optim::NamedTensors full_tracker = state;
+  for (auto& [name, x] : full_tracker)
+    if (name == "growth_tracker") x = full({}, 5.0, {.dtype = DType::f64});
+  EXPECT_THROW(t.load_state_dict(full_tracker), Error);
+  EXPECT_EQ(t.growth_tracker(), 0);
+}
+
+// The f32 growth tracker stops counting past 2^24 (2^24 + 1 rounds back to 2^24), so a longer
+// interval would never grow the scale: it is refused.
+TEST(GradScaler, AGrowthIntervalPastTheTrackersRangeIsRefused) {
+  EXPECT_NO_THROW(optim::GradScaler({.growth_interval = int64_t{1} << 24}));
+  EXPECT_THROW(optim::GradScaler({.growth_interval = (int64_t{1} << 24) + 1}), Error);
+}
+
+// As PyTorch's: a disabled scaler saves no state and ignores a saved one, so an f16 run resumes
+// in f32 and an f32 run resumes in f16 starting from the initial scale; an enabled scaler refuses
+// the empty state a disabled one saves.
+TEST(GradScaler, ADisabledScalerSavesNothingAndIgnoresAState) {
+  optim::GradScaler off({.enabled = false});
+  EXPECT_TRUE(off.state_dict().empty());
+  optim::GradScaler on({.init_scale = 256.0});
+  EXPECT_NO_THROW(off.load_state_dict(on.state_dict()));
+  EXPECT_EQ(off.get_scale(), 1.0);
+  EXPECT_THROW(on.load_state_dict(off.state_dict()), Error);
+  EXPECT_EQ(on.get_scale(), 256.0);
+}
+
+// A throw inside step() (here the overflow agreement's collective failing) abandons the step: the
+// next step unscales its own gradients again instead of stepping them still scaled.
+TEST(GradScaler, AThrowInsideStepLeavesTheNextStepScaledRight) {
+  Model m, ref;
+  optim::SGD opt(m.params(), {.lr = 1.0});
+  optim::SGD ref_opt(ref.params(), {.lr = 1.0});
+  optim::GradScaler s({.init_scale = 1024.0});
+  int calls = 0;
+  s.set_found_inf_agreement([&](Tensor&) {
+    if (calls++ == 0) throw std::runtime_error("collective failed");
+  });
+  m.set_grads(1024.0, 0);
+  EXPECT_THROW(s.step(opt), std::runtime_error);
+  m.set_grads(1024.0, 1);
+  s.step(opt);
+  s.update();
+  ref.set_grads(1.0, 1);
+  ref_opt.step();
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(bits(m.params()[i]), bits(ref.params()[i])) << i;
 }

@@ -144,6 +144,39 @@ TEST(Optimizer, StateDictRoundTripResumesIdentically) {
   }
 }
 
+// A state no run could have saved is refused before anything changes: the next step would
+// otherwise update some parameters and then throw (a negative step count), or write NaN (a step
+// count of 0 divides by 1 - beta^0, a negative second moment has no square root).
+TEST(Optimizer, ALoadedStateTheKernelsCannotUseIsRefused) {
+  Tensor a = param(1.0), b = param(1.0);
+  optim::AdamW opt({a, b}, {.lr = 0.1});
+  set_grad(a, 0.5), set_grad(b, 0.5);
+  opt.step();
+  const optim::NamedTensors good = opt.state_dict();
+  auto with = [&](const std::string& entry, const Tensor& value) {
+    optim::NamedTensors st = good;
+    for (auto& [name, t] : st)
+      if (name == entry) t = value;
+    return st;
+  };
+  for (const optim::NamedTensors& bad :
+       {with("state.1.step", optim::scalar_tensor(-1.0)),
+        with("state.1.step", optim::scalar_tensor(0.5)),
+        with("state.0.exp_avg_sq", full({1}, -4.0)), with("lr", optim::scalar_tensor(-0.5)),
+        with("lr", optim::scalar_tensor(INFINITY))}) {
+    EXPECT_THROW(opt.load_state_dict(bad), Error);
+  }
+  EXPECT_EQ(opt.lr(), 0.1);
+  for (const auto& [name, t] : opt.state_dict()) {
+    if (name.find(".step") != std::string::npos) {
+      EXPECT_EQ(t.item(), 1.0) << name;
+    }
+  }
+  EXPECT_THROW(opt.set_lr(-1.0), Error);
+  EXPECT_THROW(opt.set_lr(NAN), Error);
+  EXPECT_EQ(opt.lr(), 0.1);
+}
+
 TEST(Optimizer, FoundInfFlagSkipsTheUpdate) {
   Tensor p = param(1.0);
   optim::SGD opt({p}, {.lr = 0.1});
