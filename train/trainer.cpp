@@ -166,6 +166,10 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   const DType precision = options.precision;
   FRUGAL_CHECK(precision == DType::f32 || is_low_precision(precision),
                "train_epoch: precision must be f32, f16 or bf16, got ", precision);
+  FRUGAL_CHECK(options.log_every >= 1, "train_epoch: log_every must be >= 1, got ",
+               options.log_every);
+  FRUGAL_CHECK(options.micro_batches >= 1, "train_epoch: micro_batches must be >= 1, got ",
+               options.micro_batches);
   FRUGAL_CHECK(precision != DType::f16 || options.scaler != nullptr,
                "train_epoch: f16 training needs a GradScaler (EpochOptions::scaler); its small ",
                "exponent range underflows unscaled gradients");
@@ -194,8 +198,11 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
         captured = std::make_unique<CapturedStep>(
             device,
             [&] {
+              // The same micro-batches as the eager steps (Note [Micro-batches]): a budget that
+              // chose them must hold for the replayed step too.
               return train_step(model, opt, graph_images, graph_labels, precision, scaler,
-                                options.label_smoothing);
+                                options.label_smoothing,
+                                std::min(options.micro_batches, graph_images.size(0)));
             },
             // Planned, the capture lives in the planner's arena (Note [Captured training steps]).
             CapturedStepOptions{.warmup = 1, .planner = options.planner});

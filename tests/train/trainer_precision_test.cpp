@@ -104,6 +104,39 @@ TEST(TrainerGraph, OnTheCpuTheGraphOptionTrainsLikeEager) {
   for (size_t e = 0; e < eager.size(); ++e) EXPECT_NEAR(graphed[e], eager[e], 1e-6) << e;
 }
 
+// The captured step splits its batch as the eager steps do: EpochOptions::micro_batches used to
+// be dropped from the graph's step, so a budget that chose micro-batches ran the whole batch.
+TEST(TrainerGraph, TheGraphStepKeepsTheMicroBatches) {
+  auto run = [](bool graph, int64_t micro_batches) {
+    manual_seed(3);
+    auto ds = std::make_shared<data::SyntheticDataset>(Shape{8, 8, 1}, 4, 32, 7,
+                                                       data::SyntheticOptions{.noise = 0.2f});
+    data::DataLoader loader(ds, {.batch_size = 16, .num_workers = 0});
+    auto net = tiny_cnn();
+    optim::SGD opt(net->parameters(), {.lr = 0.2, .momentum = 0.9});
+    train::train_epoch(*net, opt, nullptr, loader, 0,
+                       {.progress = [](const train::Progress&) {},
+                        .graph = graph,
+                        .micro_batches = micro_batches});
+    return net->parameters()[0].to_vector();
+  };
+  const std::vector<double> eager4 = run(false, 4), graph4 = run(true, 4), graph1 = run(true, 1);
+  EXPECT_EQ(graph4, eager4);
+  // BatchNorm normalises each micro-batch with its own statistics: the whole batch differs.
+  EXPECT_NE(graph1, eager4);
+}
+
+TEST(TrainerGraph, NonsenseOptionsAreRefused) {
+  auto ds = std::make_shared<data::SyntheticDataset>(Shape{8, 8, 1}, 4, 16, 7);
+  data::DataLoader loader(ds, {.batch_size = 8, .num_workers = 0});
+  auto net = tiny_cnn();
+  optim::SGD opt(net->parameters(), {.lr = 0.2});
+  const std::vector<double> before = net->parameters()[0].to_vector();
+  EXPECT_THROW(train::train_epoch(*net, opt, nullptr, loader, 0, {.log_every = 0}), Error);
+  EXPECT_THROW(train::train_epoch(*net, opt, nullptr, loader, 0, {.micro_batches = 0}), Error);
+  EXPECT_EQ(net->parameters()[0].to_vector(), before);  // refused before any step
+}
+
 TEST(TrainerGraph, AScheduleStepsTheLearningRateKeptOnTheDevice) {
   auto run = [](bool graph, double* lr_on_device) {
     manual_seed(3);
