@@ -82,9 +82,20 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     int64_t db = i < n - b.ndim() ? 1 : b[i - (n - b.ndim())];
     FRUGAL_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a.str(), " and ", b.str(),
                  " cannot be broadcast");
-    out[static_cast<size_t>(i)] = std::max(da, db);
+    out[static_cast<size_t>(i)] = da == 1 ? db : da;  // not max: 0 against 1 is 0
   }
   return Shape(std::move(out));
+}
+
+size_t checked_nbytes(const Shape& shape, size_t element_size, const char* op) {
+  int64_t n = 1;
+  for (int64_t d : shape.dims()) FRUGAL_CHECK(d >= 0, op, ": negative extent in shape ", shape);
+  bool overflow = false;
+  for (int64_t d : shape.dims()) overflow = overflow || __builtin_mul_overflow(n, d, &n);
+  int64_t bytes = 0;
+  overflow = overflow || __builtin_mul_overflow(n, static_cast<int64_t>(element_size), &bytes);
+  FRUGAL_CHECK(!overflow, op, ": shape ", shape, " has more than 2^63 bytes");
+  return static_cast<size_t>(bytes);
 }
 
 }  // namespace frugal

@@ -34,7 +34,13 @@ class Shape {
 };
 
 // The broadcast of a and b (NumPy rules); throws naming op and both shapes when incompatible.
+// An extent of 0 against 1 broadcasts to 0, as in NumPy and PyTorch.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+// Bytes of a tensor of `shape` with elements of `element_size` bytes; throws naming op and the
+// shape when an extent is negative or the element count or byte count passes INT64_MAX (numel()
+// would wrap, and an allocation of the wrapped size be read past its end).
+size_t checked_nbytes(const Shape& shape, size_t element_size, const char* op);
 
 inline std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
 

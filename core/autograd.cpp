@@ -131,8 +131,10 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     leaf_->grad = add(Tensor(leaf_->grad), g).impl_ptr();
   } else {
     // The incoming gradient may alias another tensor (e.g. add passes one gradient to both
-    // inputs); give the leaf its own copy so in-place updates of .grad stay local.
-    bool shared = g.impl().storage.use_count() > 1;
+    // inputs, or it is the very tensor the caller gave backward()); give the leaf its own copy
+    // so in-place updates of .grad stay local. Both counts: the caller's handle shares the
+    // TensorImpl, not just the storage.
+    bool shared = !sole_owner(g);
     leaf_->grad = (shared ? g.clone() : g).detach().impl_ptr();
   }
   run_post_accumulate_hooks(leaf_);

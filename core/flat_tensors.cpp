@@ -56,10 +56,7 @@ std::vector<Tensor> empty_flat(const std::vector<FlatSpec>& specs) {
     const auto& [shape, opts] = specs[i];
     FRUGAL_CHECK(opts.device == device, "empty_flat: tensor ", i, " is on ", opts.device,
                  ", tensor 0 on ", device, "; one allocation serves one device");
-    for (int64_t d : shape.dims()) {
-      FRUGAL_CHECK(d >= 0, "empty_flat: negative extent in shape ", shape, " of tensor ", i);
-    }
-    bytes[i] = static_cast<size_t>(shape.numel()) * dtype_size(opts.dtype);
+    bytes[i] = checked_nbytes(shape, dtype_size(opts.dtype), "empty_flat");
     offsets[i] = total;
     total += bytes[i] == 0 ? 0 : memory::round_request(bytes[i]);
     parts += bytes[i] != 0;

@@ -13,6 +13,8 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   std::vector<int64_t> dims = shape.dims();
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < dims.size(); ++i) {
+    FRUGAL_CHECK(dims[i] >= -1, "reshape: negative extent ", dims[i], " in ", shape,
+                 " (only -1, inferred, may be negative)");
     if (dims[i] == -1) {
       FRUGAL_CHECK(infer < 0, "reshape: more than one -1 in ", shape);
       infer = static_cast<int64_t>(i);

@@ -14,8 +14,7 @@
 namespace frugal {
 
 Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
-  for (int64_t d : shape.dims()) FRUGAL_CHECK(d >= 0, "empty: negative extent in shape ", shape);
-  const size_t nbytes = static_cast<size_t>(shape.numel()) * dtype_size(opts.dtype);
+  const size_t nbytes = checked_nbytes(shape, dtype_size(opts.dtype), "empty");
   Tensor t = over(shape, opts, memory::allocator_for(opts.device).allocate(nbytes));
   if (opts.requires_grad) {
     FRUGAL_CHECK(is_floating(opts.dtype), "requires_grad: only floating tensors can require ",
@@ -197,6 +196,9 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   }
   FRUGAL_CHECK(g.shape() == shape(), "backward: gradient shape ", g.shape(),
                " does not match tensor shape ", shape());
+  // As PyTorch's engine: the seed takes the output's dtype. An f32 seed for an f16 output went
+  // on into backward functions that read operands as one dtype (matmul's read f16 bytes as f32).
+  if (g.dtype() != dtype()) g = cast(g, dtype());
   autograd::run_backward({*this}, {g}, retain_graph);
 }
 

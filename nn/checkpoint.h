@@ -48,6 +48,9 @@ class Checkpoint : public Module {
 
 // torch.utils.checkpoint.checkpoint_sequential: splits seq's layers into `segments` runs of
 // nearly equal length and checkpoints each but the last (whose output backward needs at once).
+// The recomputation refers to seq, which must therefore outlive the backward of the output (as
+// a model's own features do); nn::Checkpoint holds its module instead, for a wrapper that may go
+// before the backward does.
 Tensor checkpoint_sequential(const Sequential& seq, int64_t segments, const Tensor& x);
 
 }  // namespace frugal::nn

@@ -34,6 +34,35 @@ TEST(Autograd, BackwardWithExplicitGradientForNonScalar) {
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{5, 10, 15, 20}));
 }
 
+// As PyTorch's engine: a seed of another dtype is cast to the output's. An f32 seed for an f16
+// matmul used to reach the matmul's backward as is, which read the f16 operand's bytes as f32.
+TEST(Autograd, ASeedOfAnotherDtypeTakesTheOutputsDtype) {
+  for (DType low : {DType::f16, DType::bf16}) {
+    Generator gen(1);
+    Tensor a = randn({2, 3}, gen, {.dtype = low, .requires_grad = true});
+    Tensor b = randn({3, 4}, gen, {.dtype = low});
+    Tensor a2 = a.detach().clone().requires_grad_();
+    matmul(a, b).backward(ones({2, 4}));  // f32 seed
+    matmul(a2, b).backward(ones({2, 4}, {.dtype = low}));
+    EXPECT_EQ(a.grad().to_vector(), a2.grad().to_vector()) << dtype_name(low);
+  }
+}
+
+// The leaf's .grad is its own: not the tensor the caller seeded backward with, and not the
+// other leaf's when one gradient reaches two (a + b passes the same tensor to both).
+TEST(Autograd, ALeafsGradSharesNoBytesWithTheSeedOrAnotherLeaf) {
+  Tensor x = zeros({3}, {.requires_grad = true});
+  Tensor g = ones({3});
+  x.clone().backward(g);
+  fill_(g, 7.0);
+  EXPECT_EQ(x.grad().to_vector(), std::vector<double>(3, 1.0));
+
+  Tensor a = zeros({3}, {.requires_grad = true}), b = zeros({3}, {.requires_grad = true});
+  sum(add(a, b)).backward();
+  fill_(a.grad(), 5.0);  // as GradScaler::unscale_ writes each parameter's gradient in place
+  EXPECT_EQ(b.grad().to_vector(), std::vector<double>(3, 1.0));
+}
+
 TEST(Autograd, NonScalarBackwardWithoutGradientIsAnError) {
   Tensor x = ones({2, 3}, {.requires_grad = true});
   Tensor y = mul(x, 2.0);

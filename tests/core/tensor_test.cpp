@@ -117,3 +117,38 @@ TEST(Tensor, MismatchErrorsNameTheOpAndShapes) {
             }).find("only floating tensors"),
             std::string::npos);
 }
+
+// An empty extent against 1 broadcasts to 0, as in NumPy and PyTorch: the CPU used to refuse
+// an empty batch's bias add, and the meta device to plan it as one row.
+TEST(Tensor, AnEmptyExtentBroadcastsToEmpty) {
+  EXPECT_EQ(add(zeros({0, 3}), ones({3})).shape(), Shape({0, 3}));
+  EXPECT_EQ(add(ones({1, 3}), zeros({0, 1})).shape(), Shape({0, 3}));
+  EXPECT_EQ(
+      add(zeros({0, 3}, {.device = Device::meta()}), ones({3}, {.device = Device::meta()})).shape(),
+      Shape({0, 3}));
+  EXPECT_EQ(broadcast_shapes(Shape{0}, Shape{1}, "t"), Shape({0}));
+  EXPECT_THROW(add(zeros({0, 3}), ones({2, 3})), Error);
+}
+
+// Sizes that do not describe a tensor are refused where they come in: a negative extent other
+// than reshape's -1, and a shape whose element count passes INT64_MAX (it wrapped to a small
+// allocation that later ops read past).
+TEST(Tensor, ShapesThatDescribeNoTensorAreRefused) {
+  EXPECT_NE(error_of([] {
+              reshape(ones({6}), Shape{-2, -3});
+            }).find("reshape: negative extent -2"),
+            std::string::npos);
+  EXPECT_EQ(reshape(ones({6}), Shape{-1, 3}).shape(), Shape({2, 3}));
+  EXPECT_NE(error_of([] {
+              Tensor::empty(Shape{(int64_t{1} << 62) + 1, 4});
+            }).find("empty: shape [4611686018427387905, 4] has more than 2^63 bytes"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              Tensor::empty(Shape{int64_t{1} << 61, 4});
+            }).find("more than 2^63"),
+            std::string::npos);  // 2^63 elements' worth of bytes
+  EXPECT_NE(error_of([] {
+              Tensor::empty(Shape{2, -1});
+            }).find("empty: negative extent"),
+            std::string::npos);
+}
