@@ -19,8 +19,13 @@ struct Conv2dShape {
   int64_t dil_h = 1, dil_w = 1;
   int64_t groups = 1;
 
-  int64_t oh() const { return (h + 2 * pad_h - dil_h * (kh - 1) - 1) / stride_h + 1; }
-  int64_t ow() const { return (w + 2 * pad_w - dil_w * (kw - 1) - 1) / stride_w + 1; }
+  // 0 when the (padded) input is smaller than the dilated kernel, as PyTorch's floor division
+  // gives: C++'s division truncates toward 0, and a span in (-stride, 0) made one output.
+  int64_t oh() const { return out_extent(h + 2 * pad_h - dil_h * (kh - 1) - 1, stride_h); }
+  int64_t ow() const { return out_extent(w + 2 * pad_w - dil_w * (kw - 1) - 1, stride_w); }
+  static int64_t out_extent(int64_t span, int64_t stride) {
+    return span < 0 ? 0 : span / stride + 1;
+  }
   int64_t cin_per_group() const { return c / groups; }
   int64_t cout_per_group() const { return k / groups; }
   bool depthwise() const { return groups == c && groups == k; }

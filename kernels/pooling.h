@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/context.h"
+#include "kernels/conv.h"  // Conv2dShape::out_extent
 
 namespace frugal::kernels {
 
@@ -13,8 +14,9 @@ struct Pool2dShape {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;
   bool count_include_pad = true;  // average pooling only, PyTorch's default
-  int64_t oh() const { return (h + 2 * pad_h - kh) / stride_h + 1; }
-  int64_t ow() const { return (w + 2 * pad_w - kw) / stride_w + 1; }
+  // 0 when the padded input is smaller than the window (Conv2dShape::out_extent's reason).
+  int64_t oh() const { return Conv2dShape::out_extent(h + 2 * pad_h - kh, stride_h); }
+  int64_t ow() const { return Conv2dShape::out_extent(w + 2 * pad_w - kw, stride_w); }
 };
 
 // Padding never wins a max. Backward finds the (first) argmax again from x instead of saving

@@ -134,6 +134,22 @@ TEST(Layers, ConvRejectsMismatchedChannelsWithShapes) {
   }
 }
 
+// An input smaller than the (dilated) kernel or window has no output, as in PyTorch: C++'s
+// truncating division made one output from a window that ran past the padded input.
+TEST(Layers, AnInputSmallerThanTheWindowIsRefused) {
+  EXPECT_THROW(
+      nn::functional::conv2d(ones({1, 2, 2, 1}), ones({1, 3, 3, 1}), Tensor(), {.stride = 2}),
+      Error);
+  EXPECT_THROW(nn::functional::max_pool2d(ones({1, 1, 1, 3}), {.kernel = 2}), Error);
+  EXPECT_THROW(nn::functional::avg_pool2d(ones({1, 1, 1, 3}), {.kernel = 2}), Error);
+  // Just large enough: one output.
+  EXPECT_EQ(nn::functional::conv2d(ones({1, 3, 3, 1}), ones({1, 3, 3, 1}), Tensor(), {.stride = 2})
+                .shape(),
+            Shape({1, 1, 1, 1}));
+  EXPECT_EQ(nn::functional::max_pool2d(ones({1, 2, 3, 1}), {.kernel = 2}).shape(),
+            Shape({1, 1, 1, 1}));
+}
+
 TEST(Module, NamedModulesApplyAndParametersWithoutRecursion) {
   nn::Sequential net({conv_bn_relu(3, 8), std::make_shared<nn::Conv2d>(8, 4, 1)});
   auto mods = net.named_modules();
