@@ -42,7 +42,10 @@ void forward_impl(int64_t n, int64_t c, const T* logits, const int64_t* labels, 
       // -log p_j = l - x_j; the smoothed term is the mean of that over the classes.
       double nll = l - static_cast<double>(row[labels[i]]);
       double smooth = l - sum_x / static_cast<double>(c);
-      loss[i] = static_cast<T>((1.0 - s) * nll + s * smooth);
+      // Each term only where it counts: a -inf logit makes `smooth` +inf, and 0 * inf is NaN
+      // (PyTorch's loss without smoothing stays finite).
+      double value = s == 0.0 ? nll : s == 1.0 ? smooth : (1.0 - s) * nll + s * smooth;
+      loss[i] = static_cast<T>(value);
       lse[i] = static_cast<T>(l);
     }
   });

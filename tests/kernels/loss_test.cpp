@@ -122,6 +122,21 @@ TEST(CrossEntropy, HugeLogitsStayFinite) {
   EXPECT_NEAR(g[2], 0.0, 1e-6);
 }
 
+// A masked class (a -inf logit) leaves the unsmoothed loss finite, as PyTorch's: the smoothed
+// term is +inf there, and weighting it by 0 gave NaN. With smoothing the loss is +inf, as
+// PyTorch's is.
+TEST(CrossEntropy, AMinusInfinityLogitLeavesTheUnsmoothedLossFinite) {
+  std::vector<double> x{0.0, -INFINITY, 1.0};
+  std::vector<int64_t> label{0};
+  double loss = 0, lse = 0;
+  kernels::cross_entropy_forward(cpu_ctx(), DType::f64, 1, 3, x.data(), label.data(), 0.0, &loss,
+                                 &lse);
+  EXPECT_NEAR(loss, 1.0 + std::log1p(std::exp(-1.0)), 1e-12);  // PyTorch: 1.3133
+  kernels::cross_entropy_forward(cpu_ctx(), DType::f64, 1, 3, x.data(), label.data(), 0.1, &loss,
+                                 &lse);
+  EXPECT_EQ(loss, INFINITY);
+}
+
 TEST(CrossEntropy, BadLabelThrowsNamingIt) {
   std::vector<float> x(2 * 4, 0.5f), loss(2), lse(2);
   for (int64_t bad : {4, -1}) {
