@@ -52,6 +52,7 @@ void DataParallel::reset_backward_state() {
   in_flight_.resize(buckets_.size());
   missing_.clear();
   for (const Bucket& b : buckets_) missing_.push_back(b.params.size());
+  next_start_ = 0;
   finish_queued_ = false;
   overlap_ = {};
 }
@@ -82,9 +83,12 @@ void DataParallel::on_gradient(size_t i) {
     autograd::queue_callback([this] { finish_backward(); });
     finish_queued_ = true;
   }
-  const size_t b = bucket_of_[i];
-  if (--missing_[b] == 0) {
-    start_bucket(b);
+  if (--missing_[bucket_of_[i]] == 0) start_complete_buckets();
+}
+
+void DataParallel::start_complete_buckets() {
+  while (next_start_ < buckets_.size() && missing_[next_start_] == 0) {
+    start_bucket(next_start_++);
     ++overlap_.during_backward;
   }
 }
@@ -109,9 +113,8 @@ void DataParallel::start_bucket(size_t b) {
 }
 
 void DataParallel::finish_backward() {
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (in_flight_[b].work) continue;
-    start_bucket(b);
+  for (; next_start_ < buckets_.size(); ++next_start_) {  // in order, as during backward
+    start_bucket(next_start_);
     ++overlap_.at_end;
   }
   autograd::NoGradGuard no_grad;

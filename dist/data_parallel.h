@@ -10,14 +10,17 @@
 // - At construction rank 0's parameters and buffers are broadcast, so the replicas start equal
 //   whatever each rank's seed was.
 // - Backward: a hook on each parameter (Note [Gradient hooks]) counts the gradients of its bucket
-//   (Note [Gradient buckets]); the moment a bucket is complete its gradients are flattened into
-//   one buffer and its average across ranks (in reduce_dtype) is started (all_reduce_async: on
-//   GPUs it runs on a communication stream while backward goes on). Buckets still open when
-//   backward ends (a parameter without a gradient) are started then; then every bucket is waited
-//   for and written back as its parameters' .grad. A parameter no rank gave a gradient gets
-//   zeros. Every rank ends backward with bit-identical gradients (Note [Collectives]), so the
-//   optimizer keeps the replicas equal. Memory: the buckets in flight, at most one copy of the
-//   gradients.
+//   (Note [Gradient buckets]); once a bucket and every bucket before it are complete, its
+//   gradients are flattened into one buffer and its average across ranks (in reduce_dtype) is
+//   started (all_reduce_async: on GPUs it runs on a communication stream while backward goes
+//   on). Buckets start in index order on every rank, as PyTorch's Reducer launches them: a
+//   parameter with a gradient on one rank and none on another would otherwise complete
+//   different buckets first, and the ranks would average one bucket with another. Buckets still
+//   open when backward ends (a parameter without a gradient) are started then, in order; then
+//   every bucket is waited for and written back as its parameters' .grad. A parameter no rank gave
+//   a gradient gets zeros. Every rank ends backward with bit-identical gradients (Note
+//   [Collectives]), so the optimizer keeps the replicas equal. Memory: the buckets in flight, at
+//   most one copy of the gradients.
 // - Gradient accumulation: every backward averages what .grad holds. Averaging is linear and
 //   the part accumulated earlier is already equal on every rank, so the result is the average of
 //   the accumulated gradients, as with one reduction at the end. Inside no_sync() backward
@@ -94,6 +97,8 @@ class DataParallel final : public nn::Module {
 
  private:
   void reset_backward_state();
+  // Starts every bucket from next_start_ on that is complete, in order, up to the first open one.
+  void start_complete_buckets();
   void broadcast_buffers();  // rank 0's, to every rank
   void on_gradient(size_t param);
   void start_bucket(size_t bucket);
@@ -115,6 +120,7 @@ class DataParallel final : public nn::Module {
     std::unique_ptr<Work> work;
   };
   std::vector<InFlight> in_flight_;  // by bucket; empty until started
+  size_t next_start_ = 0;            // buckets before it are started
   bool finish_queued_ = false;
   bool sync_ = true;  // false inside no_sync()
   int64_t buckets_reduced_ = 0;

@@ -200,7 +200,10 @@ SocketGroup::SocketGroup(int rank, int size, SocketGroupOptions options)
                  " refused rank ", rank, ": ", message);
     return;
   }
-  Socket listener = listen_on(options.master_addr, options.master_port);
+  // Every interface, as torchrun's store listens: MASTER_ADDR is where the others connect, and
+  // bound to its resolved address alone rank 0 listened on 127.0.1.1 where /etc/hosts maps the
+  // host's own name there (Debian, Ubuntu), refusing every rank on another node.
+  Socket listener = listen_on("0.0.0.0", options.master_port);
   peers_.resize(static_cast<size_t>(size));
   for (int joined = 1; joined < size; ++joined) {
     Socket s = accept_before(listener, deadline,

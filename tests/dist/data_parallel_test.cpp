@@ -217,6 +217,35 @@ TEST(DataParallel, AParameterOnlyOneRankUsedGetsTheAverageEverywhere) {
   EXPECT_EQ(overlap[1].at_end, 1);  // rank 1's one bucket waited for gradients that never came
 }
 
+// Buckets start in index order on every rank (PyTorch's Reducer): with one parameter a bucket,
+// rank 0 completing bucket 1 first and rank 1 bucket 0 used to pair rank 0's bucket 1 with rank
+// 1's bucket 0 in the first all-reduce, mixing the two parameters' gradients without an error.
+TEST(DataParallel, BucketsStartInOrderWhenRanksCompleteThemInAnother) {
+  std::vector<std::shared_ptr<nn::Module>> nets(2);
+  for (auto& net : nets) {
+    auto seq = std::make_shared<nn::Sequential>();
+    seq->push_back(std::make_shared<nn::Linear>(2, 2, false));
+    seq->push_back(std::make_shared<nn::Linear>(2, 2, false));
+    net = seq;
+  }
+  std::vector<std::vector<std::vector<double>>> grads(2);
+  auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    auto group = std::shared_ptr<dist::ProcessGroup>(&g, [](dist::ProcessGroup*) {});
+    dist::DataParallel model(nets[r], group, {.bucket_cap_bytes = 1, .first_bucket_cap_bytes = 1});
+    ASSERT_EQ(model.buckets().size(), 2u);
+    const std::vector<Tensor> p = model.module().parameters();
+    Tensor loss = r == 0 ? sum(p[0]) : sum(mul(p[1], 3.0));  // each rank one parameter
+    loss.backward();
+    grads[r] = grads_of(model.module());
+  });
+  ASSERT_TRUE(no_errors(errors));
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(grads[r][0], std::vector<double>(4, 0.5)) << "rank " << r;
+    EXPECT_EQ(grads[r][1], std::vector<double>(4, 1.5)) << "rank " << r;
+  }
+}
+
 TEST(DataParallel, Bf16ReductionRoundsOnceAndStaysIdenticalAcrossRanks) {
   std::vector<std::shared_ptr<nn::Module>> nets{small_net(3), small_net(3)};
   std::vector<std::vector<std::vector<double>>> grads(2);

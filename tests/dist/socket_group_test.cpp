@@ -211,3 +211,37 @@ TEST(SocketGroup, TensorsMustBeOnTheCpu) {
 
 }  // namespace
 }  // namespace frugal
+
+namespace frugal {
+
+// Rank 0 listens on every interface, as torchrun's store does: a rank that reaches it by another
+// of the host's addresses joins. (Bound to MASTER_ADDR's resolved address alone, rank 0 refused
+// ranks of other nodes where /etc/hosts maps the host's name to 127.0.1.1.) On Linux all of
+// 127.0.0.0/8 reaches the loopback interface.
+TEST(SocketGroup, RankZeroListensOnEveryInterface) {
+  const int port = dist::choose_free_port();
+  std::vector<std::string> errors(2);
+  std::vector<double> sums(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        dist::SocketGroup group(r, 2,
+                                {.master_addr = r == 0 ? "127.0.0.1" : "127.0.0.2",
+                                 .master_port = port,
+                                 .timeout_seconds = 20,
+                                 .rendezvous_timeout_seconds = 20});
+        Tensor t = full({1}, 1.0 + r);
+        group.all_reduce(t, dist::ReduceOp::sum);
+        sums[static_cast<size_t>(r)] = t.item();
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(test::no_errors(errors));
+  EXPECT_EQ(sums, (std::vector<double>{3.0, 3.0}));
+}
+
+}  // namespace frugal
