@@ -61,6 +61,12 @@ CachingAllocator::~CachingAllocator() {
 DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   if (bytes == 0) return {};
   detail::check_injected_oom(device_, bytes);
+  // No device has 2^62 bytes; past that, rounding the request (and its segment) could wrap to a
+  // small size, and the block would share its address with the next allocation.
+  if (bytes > kMaxRequestBytes) {
+    throw OutOfMemoryError(frugal::detail::str(device_.str(), " out of memory: tried to allocate ",
+                                               bytes, " bytes, more than any device holds"));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   const size_t rounded = round_request(bytes);
   // A planned step's requests go to its arena before a private pool can take them: a step
@@ -97,10 +103,13 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
       }
       // A large block is lent whole, and what the request leaves of it serves the capture's
       // later requests (a cached scratch segment holds each scratch in turn).
+      // Merged with a free neighbour the pool already holds, as a freed block is: side by side
+      // but apart, the two could not serve a larger request (a new segment was mapped), and the
+      // invariants' check failed.
       erase_free(lent);
       lent->stream = stream;
-      insert_free(lent);
-      b = lent;
+      merge_and_insert_free(lent);  // may absorb lent into its neighbour
+      b = find_free(rounded, stream, small_pool);
     }
   }
   if (scratch && !small_pool) largest_scratch_ = std::max(largest_scratch_, rounded);

@@ -53,6 +53,9 @@
 
 namespace frugal::memory {
 
+// The largest request allocate() considers; larger ones fail as out of memory.
+constexpr size_t kMaxRequestBytes = size_t{1} << 62;
+
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr size_t kSmallRequestMax = 1 * kMiB;
 constexpr size_t kSmallSegmentBytes = 2 * kMiB;

@@ -234,7 +234,15 @@ void CachingAllocator::free_if_retired_and_unused(Arena* arena) {
   if (r == retired_.end()) return;
   std::unique_ptr<Arena> gone = std::move(*r);
   retired_.erase(r);
-  free_arena(std::move(gone));
+  // Called from release(), which cannot throw (a DataPtr's destructor), and from unpin_arena
+  // (a captured step's destructor): a failed free (a sticky CUDA error) is reported, as the
+  // allocator's destructor reports it, instead of ending the process in std::terminate.
+  try {
+    free_arena(std::move(gone));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "frugal: freeing a retired arena of %s failed: %s\n",
+                 device_.str().c_str(), e.what());
+  }
 }
 
 uintptr_t CachingAllocator::pin_arena() {

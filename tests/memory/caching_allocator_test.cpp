@@ -138,6 +138,17 @@ TEST(CachingAllocator, BestFitPicksSmallestSufficientBlockThenLowestAddress) {
   EXPECT_EQ(addr_of(q), low);
 }
 
+// A request no device could hold fails as out of memory: rounded, it wrapped to a 0-byte block
+// that shared its address with the next allocation.
+TEST(CachingAllocator, ARequestPastAnyDeviceIsOutOfMemory) {
+  FakeDevice dev;
+  EXPECT_THROW(dev.alloc.allocate(SIZE_MAX - 100), OutOfMemoryError);
+  EXPECT_THROW(dev.alloc.allocate(kMaxRequestBytes + 1), OutOfMemoryError);
+  DataPtr ok = dev.alloc.allocate(4096);
+  dev.alloc.check_invariants();
+  EXPECT_EQ(dev.alloc.stats().allocation.current, 1);
+}
+
 TEST(CachingAllocator, LargeAndSmallSplitThresholds) {
   FakeDevice dev;
   DataPtr a = dev.alloc.allocate(2 * kMiB);   // 20 MiB segment, 18 MiB tail split off

@@ -40,6 +40,7 @@ class FakeDeviceSource final : public DeviceMemorySource {
     return reinterpret_cast<void*>(addr);
   }
   void raw_free(void* ptr) override {
+    if (fail_frees) FRUGAL_FAIL("fake source: injected free failure");  // a sticky CUDA error
     auto it = live.find(reinterpret_cast<uintptr_t>(ptr));
     FRUGAL_CHECK(it != live.end(), "fake source: free of unknown segment");
     used_ -= it->second;
@@ -51,7 +52,8 @@ class FakeDeviceSource final : public DeviceMemorySource {
 
   size_t used() const { return used_; }
 
-  int fail_next = 0;  // the next n raw_allocs fail
+  int fail_next = 0;        // the next n raw_allocs fail
+  bool fail_frees = false;  // raw_free throws, as cudaFree after a sticky error
   int alloc_calls = 0;
   int free_calls = 0;
   std::vector<size_t> segment_sizes;      // every successful raw_alloc, in order

@@ -382,6 +382,25 @@ TEST(PlannedStep, AnArenaOutlivesItsPlanWhileABlockLivesInIt) {
   dev.alloc.check_invariants();
 }
 
+// The last block of a retired arena is released from a DataPtr's destructor, which cannot
+// throw: a failed free of the arena (a sticky CUDA error) is reported, not std::terminate.
+TEST(PlannedStep, AFailedFreeOfARetiredArenaDoesNotEndTheProcess) {
+  FakeDevice dev;
+  FakeTraining t;
+  ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
+  t.keep_one = true;
+  dev.alloc.begin_planned_step();
+  t.step(dev.alloc);
+  dev.alloc.end_planned_step();
+  dev.alloc.remove_plan();
+  dev.source->fail_frees = true;
+  const int64_t reserved = dev.alloc.stats().reserved_bytes.current;
+  t.keep.clear();  // the retired arena's last block: its free throws inside release()
+  EXPECT_LT(dev.alloc.stats().reserved_bytes.current, reserved);
+  dev.source->fail_frees = false;
+  dev.alloc.check_invariants();
+}
+
 TEST(PlannedStep, AnArenaOverTheCapIsRefused) {
   FakeDevice dev;
   FakeTraining t;

@@ -237,3 +237,28 @@ TEST(PrivatePool, RandomTrafficNeverHandsACapturesBytesToAnyoneElse) {
   dev.alloc.empty_cache();
   EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, 0);  // every lent block rejoined its segment
 }
+
+// A large block lent to a reopened pool merges with the pool's free neighbour, as a freed block
+// does: kept apart, the two could not serve a request as large as both (a segment was mapped
+// for it), and the invariants' check failed.
+TEST(PrivatePool, ALentBlockMergesWithThePoolsFreeNeighbour) {
+  FakeDevice dev;
+  DataPtr x = dev.alloc.allocate(8 * kMiB), y = dev.alloc.allocate(8 * kMiB);  // [8][8][4 free]
+  x.reset();
+  dev.alloc.open_private_pool(kPool);
+  DataPtr p = dev.alloc.allocate(3 * kMiB);  // lends the 4 MiB tail
+  dev.alloc.close_private_pool();
+  y.reset();
+  p.reset();  // [16 free, default][4 free, pool]
+  dev.alloc.open_private_pool(kPool);
+  DataPtr q = dev.alloc.allocate(10 * kMiB);  // lends the 16 MiB block beside the pool's 4
+  dev.alloc.check_invariants();
+  q.reset();
+  const int maps = dev.source->alloc_calls;
+  DataPtr r = dev.alloc.allocate(18 * kMiB);  // the merged 20 MiB holds it
+  EXPECT_EQ(dev.source->alloc_calls, maps);
+  r.reset();
+  dev.alloc.close_private_pool();
+  dev.alloc.release_private_pool(kPool);
+  dev.alloc.check_invariants();
+}
