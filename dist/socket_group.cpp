@@ -190,7 +190,7 @@ SocketGroup::SocketGroup(int rank, int size, SocketGroupOptions options)
     Header hello;
     hello.root = rank;
     hello.numel = static_cast<uint64_t>(size);
-    send_all(peers_[0], &hello, sizeof hello, "rank 0 at " + where);
+    send_all(peers_[0], &hello, sizeof hello, deadline, "rank 0 at " + where);
     Reply reply;
     recv_all(peers_[0], &reply, sizeof reply, deadline, "rank 0 at " + where);
     std::string message(reply.message_bytes, '\0');
@@ -224,9 +224,9 @@ SocketGroup::SocketGroup(int rank, int size, SocketGroupOptions options)
       problem = "two processes claimed rank " + std::to_string(hello.root);
     }
     Reply reply{kMagic, problem.empty() ? 0u : 1u, problem.size()};
-    send_all(s, &reply, sizeof reply, "a connecting rank");
+    send_all(s, &reply, sizeof reply, deadline, "a connecting rank");
     if (!problem.empty()) {
-      send_all(s, problem.data(), problem.size(), "a connecting rank");
+      send_all(s, problem.data(), problem.size(), deadline, "a connecting rank");
       FRUGAL_FAIL("SocketGroup: ", problem);
     }
     peers_[static_cast<size_t>(hello.root)] = std::move(s);
@@ -234,8 +234,9 @@ SocketGroup::SocketGroup(int rank, int size, SocketGroupOptions options)
 }
 
 void SocketGroup::ask(const Call& call, const void* data, size_t bytes) {
-  send_all(peers_[0], &call.header, sizeof call.header, "rank 0");
-  if (call.contributes(rank_) && bytes > 0) send_all(peers_[0], data, bytes, "rank 0");
+  const Deadline deadline = deadline_in(timeout_);
+  send_all(peers_[0], &call.header, sizeof call.header, deadline, "rank 0");
+  if (call.contributes(rank_) && bytes > 0) send_all(peers_[0], data, bytes, deadline, "rank 0");
 }
 
 void SocketGroup::await(const Call& call, void* data, size_t bytes) {
@@ -264,8 +265,9 @@ void SocketGroup::collect(const Call& call, void* data, size_t bytes, std::vecto
       for (int q = 1; q < size_; ++q) {  // best effort: tell everyone why the job stops
         try {
           Reply reply{kMagic, 1, problem.size()};
-          send_all(peers_[static_cast<size_t>(q)], &reply, sizeof reply, peer_name(q));
-          send_all(peers_[static_cast<size_t>(q)], problem.data(), problem.size(), peer_name(q));
+          send_all(peers_[static_cast<size_t>(q)], &reply, sizeof reply, deadline, peer_name(q));
+          send_all(peers_[static_cast<size_t>(q)], problem.data(), problem.size(), deadline,
+                   peer_name(q));
         } catch (const Error&) {
         }
       }
@@ -283,11 +285,12 @@ void SocketGroup::collect(const Call& call, void* data, size_t bytes, std::vecto
 }
 
 void SocketGroup::answer(const Call& call, const void* data, size_t bytes) {
+  const Deadline deadline = deadline_in(timeout_);
   for (int r = 1; r < size_; ++r) {
     const Socket& s = peers_[static_cast<size_t>(r)];
     Reply reply;
-    send_all(s, &reply, sizeof reply, peer_name(r));
-    if (call.receives(r) && bytes > 0) send_all(s, data, bytes, peer_name(r));
+    send_all(s, &reply, sizeof reply, deadline, peer_name(r));
+    if (call.receives(r) && bytes > 0) send_all(s, data, bytes, deadline, peer_name(r));
   }
 }
 

@@ -26,10 +26,10 @@ int millis_left(Deadline deadline) {
   return static_cast<int>(std::clamp<int64_t>(left.count(), 0, 60'000));
 }
 
-// Waits until `fd` is readable; false once the deadline passed.
-bool wait_readable(int fd, Deadline deadline) {
+// Waits until `fd` is readable (POLLIN) or writable (POLLOUT); false once the deadline passed.
+bool wait_for(int fd, short events, Deadline deadline) {
   while (true) {
-    pollfd p{fd, POLLIN, 0};
+    pollfd p{fd, events, 0};
     int r = ::poll(&p, 1, millis_left(deadline));
     if (r > 0) return true;
     if (r < 0 && errno != EINTR) FRUGAL_FAIL("socket: poll failed: ", std::strerror(errno));
@@ -101,7 +101,7 @@ int bound_port(const Socket& s) {
 }
 
 Socket accept_before(const Socket& listener, Deadline deadline, const std::string& what) {
-  FRUGAL_CHECK(wait_readable(listener.fd(), deadline), "socket: timed out waiting for ", what);
+  FRUGAL_CHECK(wait_for(listener.fd(), POLLIN, deadline), "socket: timed out waiting for ", what);
   Socket s(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC));
   FRUGAL_CHECK(s.valid(), "socket: accept failed: ", std::strerror(errno));
   set_no_delay(s.fd());
@@ -128,11 +128,17 @@ Socket connect_before(const std::string& addr, int port, Deadline deadline) {
   }
 }
 
-void send_all(const Socket& s, const void* data, size_t n, const std::string& peer) {
+void send_all(const Socket& s, const void* data, size_t n, Deadline deadline,
+              const std::string& peer) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    ssize_t k = ::send(s.fd(), p, n, MSG_NOSIGNAL);  // a closed peer is an error, not SIGPIPE
-    if (k < 0 && errno == EINTR) continue;
+    // A peer that is alive but not reading (stuck, stopped) fills the socket's buffer: the send
+    // waits for room until the deadline, as a receive waits for data, instead of for ever.
+    FRUGAL_CHECK(wait_for(s.fd(), POLLOUT, deadline), "socket: ", peer,
+                 " took no data before the timeout (is it stuck or stopped?)");
+    // A closed peer is an error, not SIGPIPE; no wait inside send, the poll above does it.
+    ssize_t k = ::send(s.fd(), p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     FRUGAL_CHECK(k > 0, "socket: sending to ", peer, " failed: ", std::strerror(errno), " (did ",
                  peer, " exit?)");
     p += k;
@@ -143,7 +149,7 @@ void send_all(const Socket& s, const void* data, size_t n, const std::string& pe
 void recv_all(const Socket& s, void* data, size_t n, Deadline deadline, const std::string& peer) {
   char* p = static_cast<char*>(data);
   while (n > 0) {
-    FRUGAL_CHECK(wait_readable(s.fd(), deadline), "socket: ", peer,
+    FRUGAL_CHECK(wait_for(s.fd(), POLLIN, deadline), "socket: ", peer,
                  " did not answer before the timeout");
     ssize_t k = ::recv(s.fd(), p, n, 0);
     if (k < 0 && errno == EINTR) continue;

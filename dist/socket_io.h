@@ -37,8 +37,10 @@ Socket accept_before(const Socket& listener, Deadline deadline, const std::strin
 // Connects to addr:port, retrying while nobody listens yet, until `deadline`.
 Socket connect_before(const std::string& addr, int port, Deadline deadline);
 
-// Sends or receives exactly n bytes; `peer` names the other side in errors ("rank 1").
-void send_all(const Socket& s, const void* data, size_t n, const std::string& peer);
+// Sends or receives exactly n bytes, or fails once `deadline` passes; `peer` names the other
+// side in errors ("rank 1").
+void send_all(const Socket& s, const void* data, size_t n, Deadline deadline,
+              const std::string& peer);
 void recv_all(const Socket& s, void* data, size_t n, Deadline deadline, const std::string& peer);
 
 }  // namespace frugal::dist

@@ -158,6 +158,32 @@ TEST(SocketGroup, ARankThatStopsAnsweringTimesOut) {
   EXPECT_LT(seconds, 10.0);
 }
 
+// A send to a rank that is alive but not reading (stuck, stopped) fails at the timeout once the
+// socket's buffer is full, as a receive does: it used to block in send() until rank 0 read.
+TEST(SocketGroup, ASendToARankThatStopsReadingTimesOut) {
+  double rank1_seconds = 0;
+  auto errors = run_ranks(
+      2,
+      [&](dist::SocketGroup& g) {
+        Tensor t = zeros({16 << 20});  // 64 MiB: far past what the socket buffers hold
+        if (g.rank() == 0) std::this_thread::sleep_for(std::chrono::seconds(4));
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          g.all_reduce(t, dist::ReduceOp::sum);
+        } catch (...) {
+          if (g.rank() == 1) {
+            rank1_seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          }
+          throw;
+        }
+      },
+      /*timeout_seconds=*/0.5);
+  EXPECT_NE(errors[1].find("rank 0 took no data before the timeout"), std::string::npos)
+      << errors[1];
+  EXPECT_LT(rank1_seconds, 3.5);  // not held until rank 0 woke after 4 s
+}
+
 TEST(SocketGroup, RendezvousRejectsAWrongWorldSizeAndTwoClaimsOfOneRank) {
   const int port = dist::choose_free_port();
   dist::SocketGroupOptions o{.master_addr = "127.0.0.1", .master_port = port, .timeout_seconds = 5};
