@@ -151,4 +151,6 @@ TEST(Tensor, ShapesThatDescribeNoTensorAreRefused) {
               Tensor::empty(Shape{2, -1});
             }).find("empty: negative extent"),
             std::string::npos);
+  // Empty, however large the other extents: no bytes, no overflow.
+  EXPECT_EQ(Tensor::empty(Shape{int64_t{1} << 62, 4, 0}).numel(), 0);
 }
