@@ -364,14 +364,19 @@ TEST(PlannedStep, BytesStillInUseAreNotHandedOutAgain) {
   }
 }
 
-TEST(PlannedStep, AnArenaOutlivesItsPlanWhileABlockLivesInIt) {
-  FakeDevice dev;
-  FakeTraining t;
+// One planned step that keeps one of its tensors (t.keep) alive in the arena past the step.
+void planned_step_keeping_one(FakeDevice& dev, FakeTraining& t) {
   ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
   t.keep_one = true;
   dev.alloc.begin_planned_step();
   t.step(dev.alloc);
   dev.alloc.end_planned_step();
+}
+
+TEST(PlannedStep, AnArenaOutlivesItsPlanWhileABlockLivesInIt) {
+  FakeDevice dev;
+  FakeTraining t;
+  planned_step_keeping_one(dev, t);
   const int frees = dev.source->free_calls;
   dev.alloc.remove_plan();
   EXPECT_FALSE(dev.alloc.has_plan());
@@ -387,11 +392,7 @@ TEST(PlannedStep, AnArenaOutlivesItsPlanWhileABlockLivesInIt) {
 TEST(PlannedStep, AFailedFreeOfARetiredArenaDoesNotEndTheProcess) {
   FakeDevice dev;
   FakeTraining t;
-  ASSERT_TRUE(dev.alloc.install_plan(record_and_plan(dev, t)));
-  t.keep_one = true;
-  dev.alloc.begin_planned_step();
-  t.step(dev.alloc);
-  dev.alloc.end_planned_step();
+  planned_step_keeping_one(dev, t);
   dev.alloc.remove_plan();
   dev.source->fail_frees = true;
   const int64_t reserved = dev.alloc.stats().reserved_bytes.current;
