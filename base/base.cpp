@@ -53,9 +53,13 @@ int64_t Shape::dim(int64_t i) const {
   return j;
 }
 
+bool Shape::has_empty_extent() const {
+  return std::find(dims_.begin(), dims_.end(), 0) != dims_.end();
+}
+
 int64_t Shape::numel() const {
   // An empty extent first: [2^62, 4, 0] is empty, and multiplying in order would overflow.
-  if (std::find(dims_.begin(), dims_.end(), 0) != dims_.end()) return 0;
+  if (has_empty_extent()) return 0;
   int64_t n = 1;
   for (int64_t d : dims_) n *= d;
   return n;
@@ -90,12 +94,11 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 }
 
 size_t checked_nbytes(const Shape& shape, size_t element_size, const char* op) {
-  int64_t n = 1;
   for (int64_t d : shape.dims()) FRUGAL_CHECK(d >= 0, op, ": negative extent in shape ", shape);
-  // An empty extent: no bytes, however large the rest (and numel() is not called before the
-  // overflow check below, since it could overflow itself).
-  const auto& dims = shape.dims();
-  if (std::find(dims.begin(), dims.end(), 0) != dims.end()) return 0;
+  // No bytes, however large the rest; numel() is not called before the overflow check below,
+  // since the product could overflow there.
+  if (shape.has_empty_extent()) return 0;
+  int64_t n = 1;
   bool overflow = false;
   for (int64_t d : shape.dims()) overflow = overflow || __builtin_mul_overflow(n, d, &n);
   int64_t bytes = 0;

@@ -22,6 +22,9 @@ class Shape {
   // Dimension i counted from the end when negative, as in PyTorch; throws when out of range.
   int64_t dim(int64_t i) const;
   int64_t numel() const;
+  // Some extent is 0: the shape holds no element, however large the others (numel() and
+  // checked_nbytes look here before any product that could overflow).
+  bool has_empty_extent() const;
   const std::vector<int64_t>& dims() const { return dims_; }
   std::vector<int64_t> strides() const;  // contiguous, row-major, in elements
 
