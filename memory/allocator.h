@@ -71,13 +71,17 @@ class Allocator;
 class DataPtr {
  public:
   DataPtr() = default;
-  // Reports the allocation to the observers, if any (Note [Allocation events]).
-  DataPtr(void* ptr, size_t size, Allocator* owner);
+  // Reports the allocation to the observers, if any (Note [Allocation events]). `counted`: the
+  // bytes the owner's allocated statistic grew by for it (its block, after rounding), so that
+  // observers following allocated bytes add what the allocator adds; the 3-argument form is for
+  // allocators that count the size asked for.
+  DataPtr(void* ptr, size_t size, Allocator* owner, size_t counted);
+  DataPtr(void* ptr, size_t size, Allocator* owner) : DataPtr(ptr, size, owner, size) {}
   // Part of memory another DataPtr holds, whose allocation observers saw (Note [Flat resident
   // tensors] in core/flat_tensors.h): its owner hears of the release, observers do not.
   struct Unobserved {};
   DataPtr(void* ptr, size_t size, Allocator* owner, Unobserved)
-      : ptr_(ptr), size_(size), owner_(owner), observed_(false) {}
+      : ptr_(ptr), size_(size), counted_(size), owner_(owner), observed_(false) {}
   DataPtr(const DataPtr&) = delete;
   DataPtr& operator=(const DataPtr&) = delete;
   DataPtr(DataPtr&& o) noexcept { swap(o); }
@@ -90,6 +94,7 @@ class DataPtr {
 
   void* get() const { return ptr_; }
   size_t size() const { return size_; }
+  size_t counted() const { return counted_; }  // the owner's allocated bytes for it
   Allocator* owner() const { return owner_; }
   // The tags it was allocated under; null when nobody observed its allocation.
   const AllocationTag* tag() const { return tag_; }
@@ -100,6 +105,7 @@ class DataPtr {
   void swap(DataPtr& o) noexcept {
     std::swap(ptr_, o.ptr_);
     std::swap(size_, o.size_);
+    std::swap(counted_, o.counted_);
     std::swap(owner_, o.owner_);
     std::swap(tag_, o.tag_);
     std::swap(event_id_, o.event_id_);
@@ -107,6 +113,7 @@ class DataPtr {
   }
   void* ptr_ = nullptr;
   size_t size_ = 0;
+  size_t counted_ = 0;
   Allocator* owner_ = nullptr;
   const AllocationTag* tag_ = nullptr;  // interned (Note [Allocation events]); null: unobserved
   uint64_t event_id_ = 0;               // names it in events; 0 when nobody observed its allocation
@@ -134,13 +141,13 @@ class Allocator {
   virtual void release(void* ptr, size_t size) noexcept = 0;
 };
 
-inline DataPtr::DataPtr(void* ptr, size_t size, Allocator* owner)
-    : ptr_(ptr), size_(size), owner_(owner) {
+inline DataPtr::DataPtr(void* ptr, size_t size, Allocator* owner, size_t counted)
+    : ptr_(ptr), size_(size), counted_(counted), owner_(owner) {
   if (owner_ != nullptr && size_ != 0 && observing()) {
     tag_ = current_tag();
     event_id_ = next_event_id();
     notify_allocation({EventKind::alloc, owner_->device(), size_, event_id_, tag_,
-                       reinterpret_cast<uintptr_t>(ptr_)});
+                       reinterpret_cast<uintptr_t>(ptr_), counted_});
   }
 }
 
@@ -148,12 +155,14 @@ inline void DataPtr::reset() {
   if (owner_ != nullptr && (ptr_ != nullptr || size_ != 0)) {
     if (observed_ && observing()) {
       notify_allocation({EventKind::free, owner_->device(), size_, event_id_,
-                         tag_ != nullptr ? tag_ : untagged(), reinterpret_cast<uintptr_t>(ptr_)});
+                         tag_ != nullptr ? tag_ : untagged(), reinterpret_cast<uintptr_t>(ptr_),
+                         counted_});
     }
     owner_->release(ptr_, size_);
   }
   ptr_ = nullptr;
   size_ = 0;
+  counted_ = 0;
   owner_ = nullptr;
   tag_ = nullptr;
   event_id_ = 0;

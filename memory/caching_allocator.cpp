@@ -74,9 +74,9 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   bool scratch = false;  // kernel scratch of a planned step that the arena could not hold
   if (planned_step_ && stream == kDefaultStream && std::this_thread::get_id() == step_thread_) {
     if (plannable(current_category())) {
-      if (void* p = take_planned(rounded, bytes)) return DataPtr(p, bytes, this);
+      if (void* p = take_planned(rounded, bytes)) return DataPtr(p, bytes, this, rounded);
     } else if (in_scratch_scope()) {
-      if (void* p = take_scratch(rounded, bytes)) return DataPtr(p, bytes, this);
+      if (void* p = take_scratch(rounded, bytes)) return DataPtr(p, bytes, this, rounded);
       scratch = true;
     }
   }
@@ -99,7 +99,7 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
       if (small_pool) {  // the request's bytes only: eager small requests go on between replays
         take(lent, rounded, bytes);
         lent->stream = stream;
-        return DataPtr(reinterpret_cast<void*>(lent->addr), bytes, this);
+        return DataPtr(reinterpret_cast<void*>(lent->addr), bytes, this, lent->size);
       }
       // A large block is lent whole, and what the request leaves of it serves the capture's
       // later requests (a cached scratch segment holds each scratch in turn).
@@ -130,8 +130,8 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
       }
     }
   }
-  take(b, rounded, bytes);
-  return DataPtr(reinterpret_cast<void*>(b->addr), bytes, this);
+  take(b, rounded, bytes);  // b->size: what allocated_bytes grew by, unsplit tail included
+  return DataPtr(reinterpret_cast<void*>(b->addr), bytes, this, b->size);
 }
 
 CachingAllocator::Block* CachingAllocator::find_free(size_t rounded, StreamId stream,

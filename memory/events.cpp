@@ -168,7 +168,7 @@ PeakTracker::~PeakTracker() { remove_allocation_observer(this); }
 void PeakTracker::on_event(const AllocationEvent& e) {
   if (e.device != device_ || (!e.is_alloc() && !e.is_free())) return;
   std::lock_guard<std::mutex> lock(mu_);
-  const auto n = static_cast<int64_t>(e.bytes);
+  const auto n = static_cast<int64_t>(e.counted);
   live_[static_cast<size_t>(e.category())] += e.is_alloc() ? n : -n;
   if (!e.is_alloc()) return;
   int64_t total = 0;

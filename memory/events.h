@@ -167,6 +167,10 @@ struct AllocationEvent {
   // other kinds: the tag of the thread that mapped, unmapped or failed. Never null.
   const AllocationTag* tag = nullptr;
   uintptr_t address = 0;  // of the allocation or segment; 0 when unknown (meta, oom)
+  // alloc, free: what the allocator's allocated statistic moves by, its block after rounding
+  // (`bytes` where the allocator counts what was asked for); 0 for the other kinds. Follow
+  // this, not `bytes`, from a base of allocated_bytes.current.
+  size_t counted = 0;
 
   bool is_alloc() const { return kind == EventKind::alloc; }
   bool is_free() const { return kind == EventKind::free; }
@@ -196,7 +200,9 @@ inline void notify_memory_event(EventKind kind, Device device, size_t bytes,
 
 // Live bytes of one device by category, and the moment of their largest sum: the bytes of each
 // category then, the phase and the module path of the allocation that reached it. Observes from
-// construction to destruction; `baseline` counts as resident (what was live before).
+// construction to destruction; `baseline` counts as resident (what was live before). Bytes as
+// the allocator counts them (AllocationEvent::counted): from a baseline of
+// allocated_bytes.current, the peak is the allocator's allocated peak over the same time.
 class PeakTracker : public AllocationObserver {
  public:
   explicit PeakTracker(Device device, int64_t baseline = 0);

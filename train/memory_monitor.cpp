@@ -77,7 +77,9 @@ void MemoryMonitor::on_event(const memory::AllocationEvent& e) {
   if (e.device != device_ || !(e.is_alloc() || e.is_free())) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!in_step_) return;
-  step_delta_ += e.is_alloc() ? static_cast<int64_t>(e.bytes) : -static_cast<int64_t>(e.bytes);
+  // Counted bytes, not requested ones: the base is the allocator's allocated bytes.
+  const auto n = static_cast<int64_t>(e.counted);
+  step_delta_ += e.is_alloc() ? n : -n;
   step_peak_ = std::max(step_peak_, step_base_ + step_delta_);
   if (profiling_) {
     profile_.push_back({(now_seconds() - profile_start_) * 1e3, step_base_ + step_delta_});

@@ -43,7 +43,7 @@ struct MemorySample {
   double seconds = 0;  // since the monitor was made
   int64_t allocated = 0, reserved = 0;
   int64_t device_used = -1;  // from MemoryMonitorOptions::device_used; -1 when unknown
-  int64_t step_peak = -1;    // at step_end: the largest allocated during the step
+  int64_t step_peak = -1;    // at step_end: the largest allocated during the step, as counted
   // At step_end: the process's resident host memory (memory/host_rss.h), -1 elsewhere or when
   // unknown. Once a step, as a file read costs more than the allocator's counters.
   int64_t host_rss = -1;

@@ -5,10 +5,12 @@
 #include "common/event_recorder.h"
 #include "memory/allocator.h"
 #include "memory/events.h"
+#include "memory/fake_device_source.h"
 
 using namespace frugal;
 using namespace frugal::memory;
 
+using frugal::memory::testing::FakeDevice;
 using test::EventRecorder;
 
 TEST(AllocationEvents, EveryAllocationAndReleaseIsReportedWithItsTags) {
@@ -68,4 +70,37 @@ TEST(AllocationEvents, PeakTrackerFindsTheMomentAndItsMakeUp) {
   // Other devices are not its business.
   DataPtr elsewhere = meta_allocator().allocate(1 << 20);
   EXPECT_EQ(tracker.peak_bytes(), p.bytes);
+}
+
+// The caching allocator counts a block's bytes, not the request's: a request rounds up to 512
+// bytes, and a large one keeps a whole free block whose tail is too small to split off. Events
+// carry those counted bytes, so a tracker's peak is the allocator's own allocated peak; with the
+// requested bytes it fell short by each tail.
+TEST(AllocationEvents, EventsCarryTheBytesTheAllocatorCounts) {
+  FakeDevice dev;
+  const Device d = Device::cuda(0);  // the fake device's name
+  EventRecorder rec;
+  PeakTracker tracker(d, dev.alloc.stats().allocated_bytes.current);
+  DataPtr a = dev.alloc.allocate(2 * kMiB);   // a 20 MiB segment, its 18 MiB tail split off
+  DataPtr b = dev.alloc.allocate(17 * kMiB);  // a 1 MiB tail is not split: b holds 18 MiB
+  DataPtr c = dev.alloc.allocate(1);          // 512 bytes in the small pool
+  EXPECT_EQ(a.counted(), 2 * kMiB);
+  EXPECT_EQ(b.counted(), 18 * kMiB);
+  EXPECT_EQ(c.counted(), 512u);
+  b.reset();
+  const MemoryStats s = dev.alloc.stats();
+  EXPECT_EQ(tracker.peak_bytes(), s.allocated_bytes.peak);
+  EXPECT_EQ(tracker.peak_bytes(), static_cast<int64_t>(20 * kMiB + 512));
+  std::vector<AllocationEvent> b_events;
+  for (const AllocationEvent& e : rec.events) {
+    if (e.bytes == 17 * kMiB) b_events.push_back(e);
+  }
+  ASSERT_EQ(b_events.size(), 2u);
+  EXPECT_TRUE(b_events[0].is_alloc());
+  EXPECT_TRUE(b_events[1].is_free());
+  for (const AllocationEvent& e : b_events) EXPECT_EQ(e.counted, 18 * kMiB);
+  // The host allocator counts what was asked for.
+  DataPtr h = cpu_allocator().allocate(1000);
+  EXPECT_EQ(h.counted(), 1000u);
+  EXPECT_EQ(rec.events.back().counted, 1000u);
 }

@@ -13,6 +13,7 @@
 
 #include "core/factory.h"
 #include "memory/allocator.h"
+#include "memory/fake_device_source.h"
 #include "nn/functional.h"
 #include "train/trainer.h"
 #include "train_test_util.h"
@@ -87,6 +88,34 @@ TEST(MemoryMonitor, RecordsTheAllocatorsCountersAtEveryPoint) {
   }
   EXPECT_FALSE(run.monitor->growth().has_value());
   EXPECT_TRUE(run.warnings.empty());
+}
+
+// A caching allocator counts whole blocks: 17 MiB asked for holds an 18 MiB block whose 1 MiB
+// tail is too small to split off. The step's peak is the allocator's allocated peak, in the
+// same bytes as the samples' allocated, not the requests' sum on top of it.
+TEST(MemoryMonitor, TheStepPeakCountsWhatTheAllocatorCounts) {
+  const Device fake = Device::cuda(15);
+  memory::CachingAllocator alloc(
+      std::make_unique<memory::testing::FakeDeviceSource>(size_t{1} << 30), fake);
+  memory::register_device_allocator(fake, &alloc);
+  struct Unregister {
+    Device d;
+    ~Unregister() { memory::register_device_allocator(d, nullptr); }
+  } unregister{fake};
+  train::MemoryMonitor monitor(fake, {.warn = [](const std::string&) {}});
+  memory::DataPtr kept = alloc.allocate(2 * memory::kMiB);
+  monitor.record({.point = train::StepPoint::step_begin, .device = fake});
+  alloc.reset_peak_stats();
+  {
+    memory::DataPtr a = alloc.allocate(17 * memory::kMiB);
+    memory::DataPtr b = alloc.allocate(1);
+    EXPECT_EQ(alloc.stats().allocated_bytes.current, static_cast<int64_t>(20 * memory::kMiB + 512));
+  }
+  monitor.record({.point = train::StepPoint::step_end, .device = fake});
+  const train::MemorySample& end = monitor.samples().back();
+  EXPECT_EQ(end.allocated, static_cast<int64_t>(2 * memory::kMiB));
+  EXPECT_EQ(end.step_peak, alloc.stats().allocated_bytes.peak);
+  EXPECT_EQ(end.step_peak, static_cast<int64_t>(20 * memory::kMiB + 512));
 }
 
 TEST(MemoryMonitor, CsvAndJsonHoldEverySample) {
