@@ -26,10 +26,13 @@ SyntheticDataset::SyntheticDataset(Shape sample_shape, int64_t num_classes, int6
                "SyntheticDataset: sample shape must be a non-empty [H, W, C], got ", shape_);
   FRUGAL_CHECK(classes_ >= 1, "SyntheticDataset: need at least one class, got ", classes_);
   FRUGAL_CHECK(size_ >= 0, "SyntheticDataset: negative size ", size_);
+  FRUGAL_CHECK(opts_.first_index >= 0 && opts_.first_index <= kTestSplitIndex,
+               "SyntheticDataset: first_index ", opts_.first_index, " outside [0, 2^40]");
 }
 
 int64_t SyntheticDataset::label_of(int64_t i) const {
-  float u = kernels::uniform01(stream_seed(seed_, kLabelStream), static_cast<uint64_t>(i));
+  float u = kernels::uniform01(stream_seed(seed_, kLabelStream),
+                               static_cast<uint64_t>(opts_.first_index + i));
   int64_t c = static_cast<int64_t>(u * static_cast<float>(classes_));
   return c < classes_ ? c : classes_ - 1;
 }
@@ -45,8 +48,9 @@ void SyntheticDataset::get(int64_t i, float* image, int64_t* label) const {
   const int64_t n = shape_.numel();
   const int64_t c = label_of(i);
   const uint64_t noise_seed = stream_seed(seed_, kNoiseStream);
+  const auto first = static_cast<uint64_t>(opts_.first_index + i) * static_cast<uint64_t>(n);
   for (int64_t j = 0; j < n; ++j) {
-    float u = kernels::uniform01(noise_seed, static_cast<uint64_t>(i * n + j));
+    float u = kernels::uniform01(noise_seed, first + static_cast<uint64_t>(j));
     image[j] = class_mean(c, j) + opts_.noise * (u - 0.5f);
   }
   *label = c;
