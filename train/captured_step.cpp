@@ -57,11 +57,15 @@ Tensor CapturedStep::run_eager() {
 
 int64_t CapturedStep::graph_nodes() const { return graph_ != nullptr ? graph_->num_nodes() : 0; }
 
-Tensor CapturedStep::operator()() {
+bool CapturedStep::next_call_is_eager() const {
   // A planner still settling (plans queued, a step departing) would re-plan inside the capture.
   const bool settling = options_.planner != nullptr && options_.planner->settling() &&
                         calls_ < options_.warmup + kMaxSettlingCalls;
-  if (!can_capture_ || calls_ < options_.warmup || (graph_ == nullptr && settling)) {
+  return !can_capture_ || calls_ < options_.warmup || (graph_ == nullptr && settling);
+}
+
+Tensor CapturedStep::operator()() {
+  if (next_call_is_eager()) {
     ++calls_;
     return run_eager();
   }
@@ -85,6 +89,7 @@ void CapturedStep::capture() {
   // Planned: the arena the capture writes in stays for the graph (Note [Captured steps in the
   // arena]); a planner that re-plans during the capture gets another one.
   const bool planned = options_.planner != nullptr && options_.planner->active();
+  const uint64_t offset_before = gen_->offset();  // draws while capturing ran nothing
   const uintptr_t pinned = planned ? alloc.pin_arena() : 0;
   alloc.open_private_pool(pool);
   Tensor out;
@@ -104,8 +109,13 @@ void CapturedStep::capture() {
     graph.reset();
     alloc.release_private_pool(pool);
     alloc.unpin_arena(pinned);
-    FRUGAL_FAIL("CapturedStep: capturing the step on ", device_, " failed, nothing ran (see ",
-                "Note [Captured training steps] in train/captured_step.h): ", e.what());
+    gen_->set_offset(offset_before);
+    const std::string msg = frugal::detail::str(
+        "CapturedStep: capturing the step on ", device_, " failed, nothing ran (see ",
+        "Note [Captured training steps] in train/captured_step.h): ", e.what());
+    // Out of memory stays out of memory: callers retry smaller on it (frugal exits with 3).
+    if (dynamic_cast<const OutOfMemoryError*>(&e) != nullptr) throw OutOfMemoryError(msg);
+    FRUGAL_FAIL(msg);
   }
   alloc.close_private_pool();
   // The capture borrowed what it needed of the cache the eager steps left (Note [Private pools

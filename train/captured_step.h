@@ -82,6 +82,9 @@ class CapturedStep {
   static constexpr int64_t kMaxSettlingCalls = 8;  // eager calls past warmup, for the planner
 
   bool captured() const { return graph_ != nullptr; }
+  // The next call runs the step eagerly (a warm-up, a settling planner, no graphs here): host
+  // code inside the step, such as step callbacks, runs then, and not in a capture or replay.
+  bool next_call_is_eager() const;
   int64_t replays() const { return replays_; }
   int64_t graph_nodes() const;  // 0 until captured
 

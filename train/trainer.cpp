@@ -158,12 +158,8 @@ Tensor train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& images
 
 EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedule* schedule,
                        data::DataLoader& loader, int64_t epoch, const EpochOptions& options) {
-  model.train();
-  Device device = opt.params().empty() ? Device::cpu() : opt.params()[0].device();
-  memory::Allocator& alloc = memory::allocator_for(device);
-  alloc.reset_peak_stats();
-  ProgressFn progress = options.progress ? options.progress : print_progress;
   const DType precision = options.precision;
+  // Refused before anything changes: the model's mode and the peak statistics stay as they were.
   FRUGAL_CHECK(precision == DType::f32 || is_low_precision(precision),
                "train_epoch: precision must be f32, f16 or bf16, got ", precision);
   FRUGAL_CHECK(options.log_every >= 1, "train_epoch: log_every must be >= 1, got ",
@@ -173,6 +169,11 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   FRUGAL_CHECK(precision != DType::f16 || options.scaler != nullptr,
                "train_epoch: f16 training needs a GradScaler (EpochOptions::scaler); its small ",
                "exponent range underflows unscaled gradients");
+  model.train();
+  Device device = opt.params().empty() ? Device::cpu() : opt.params()[0].device();
+  memory::Allocator& alloc = memory::allocator_for(device);
+  alloc.reset_peak_stats();
+  ProgressFn progress = options.progress ? options.progress : print_progress;
   optim::GradScaler* scaler = options.scaler;
   // EpochOptions::graph: the captured step reads its batch from these fixed tensors, and its
   // learning rate from the device (Note [Learning rate on the device]), so schedules still work.
@@ -180,6 +181,9 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
   Tensor graph_images, graph_labels;
   Shape planned_shape;  // of the epoch's first batch: the step the planner serves
   std::unique_ptr<CapturedStep> captured;
+  // The captured step's callbacks: this epoch's for its eager calls (warm-up, CPU), none for the
+  // capture and the replays, which run no host code inside the step (Note [Step points]).
+  StepCallbacks* graph_callbacks = nullptr;
 
   EpochStats stats;
   const int64_t steps = loader.batches_per_epoch();
@@ -202,7 +206,8 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
               // chose them must hold for the replayed step too.
               return train_step(model, opt, graph_images, graph_labels, precision, scaler,
                                 options.label_smoothing,
-                                std::min(options.micro_batches, graph_images.size(0)));
+                                std::min(options.micro_batches, graph_images.size(0)),
+                                graph_callbacks);
             },
             // Planned, the capture lives in the planner's arena (Note [Captured training steps]).
             CapturedStepOptions{.warmup = 1, .planner = options.planner});
@@ -210,6 +215,8 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
       }
       copy_(graph_images, batch->images);
       copy_(graph_labels, batch->labels);
+      graph_callbacks = captured->next_call_is_eager() ? callbacks : nullptr;
+      if (graph_callbacks != nullptr) graph_callbacks->fire(StepPoint::step_begin);
       loss = (*captured)();
     } else {
       if (planned_shape.ndim() == 0) planned_shape = batch->images.shape();
@@ -240,12 +247,15 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
     since_log += batch->images.size(0);
     ++step;
     if (step % options.log_every == 0 || step == steps) {
-      double now = seconds_since(t_log);
+      // The loss read waits for the device: the window's time then counts its steps' work, not
+      // only the host's queueing of it (which runs ahead, far ahead with replayed steps).
+      const double loss_now = loss.item();
+      const double now = seconds_since(t_log);
       Progress p{epoch,
                  options.epochs,
                  step,
                  steps,
-                 loss.item(),
+                 loss_now,
                  now > 0 ? static_cast<double>(since_log) / now : 0,
                  alloc.stats().allocated_bytes.current};
       progress(p);
@@ -284,7 +294,13 @@ EpochStats reduce_across(const EpochStats& local, dist::ProcessGroup& group) {
 }
 
 double evaluate(nn::Module& model, data::DataLoader& loader, dist::ProcessGroup* group) {
-  bool was_training = model.is_training();
+  // The model's mode comes back however evaluation ends: a caller that catches an error (out of
+  // memory, a loader's) and goes on training must not train with running statistics.
+  struct RestoreMode {
+    nn::Module& model;
+    bool was_training;
+    ~RestoreMode() { model.train(was_training); }
+  } restore{model, model.is_training()};
   model.eval();
   autograd::NoGradGuard ng;
   int64_t correct = 0, seen = 0;
@@ -293,7 +309,6 @@ double evaluate(nn::Module& model, data::DataLoader& loader, dist::ProcessGroup*
     correct += correct_count(model.forward(batch->images), batch->labels);
     seen += batch->images.size(0);
   }
-  model.train(was_training);
   if (group != nullptr) {
     std::vector<double> totals = dist::all_reduce_values(
         *group, {static_cast<double>(correct), static_cast<double>(seen)}, dist::ReduceOp::sum);

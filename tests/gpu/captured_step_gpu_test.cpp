@@ -13,6 +13,7 @@
 #include "data/synthetic.h"
 #include "gpu_test_util.h"
 #include "memory/caching_allocator.h"
+#include "memory/oom_injection.h"
 #include "models/registry.h"
 #include "nn/functional.h"
 #include "optim/grad_scaler.h"
@@ -281,9 +282,12 @@ TEST(CapturedStepGpu, AStepThatReadsBackFailsToCaptureAndChangesNothing) {
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
   Tensor images = batch_images(0), labels = batch_labels(0);
   auto& alloc = dynamic_cast<memory::CachingAllocator&>(memory::allocator_for(kGpu));
+  Tensor mask_input = ones({256}, {.device = kGpu});
   train::CapturedStep step(kGpu,
                            [&] {
                              Tensor loss = train::train_step(*model, opt, images, labels);
+                             // Draws while capturing: a failed capture gives them back.
+                             (void)nn::functional::dropout(mask_input, 0.5, true);
                              if (loss.item() > 1e9)
                                throw std::runtime_error("unreachable");  // a host read
                              return loss;
@@ -291,6 +295,7 @@ TEST(CapturedStepGpu, AStepThatReadsBackFailsToCaptureAndChangesNothing) {
                            {.warmup = 1});
   step();
   std::vector<std::vector<double>> before = state_of(*model);
+  const uint64_t offset = default_generator().offset();
   try {
     step();
     FAIL() << "a synchronising step was captured";
@@ -301,6 +306,7 @@ TEST(CapturedStepGpu, AStepThatReadsBackFailsToCaptureAndChangesNothing) {
   }
   EXPECT_FALSE(step.captured());
   EXPECT_EQ(state_of(*model), before);
+  EXPECT_EQ(default_generator().offset(), offset);
   for (const memory::SegmentSnapshot& seg : alloc.snapshot()) {
     EXPECT_EQ(seg.stream, memory::kDefaultStream) << "a failed capture kept its pool";
   }
@@ -308,6 +314,27 @@ TEST(CapturedStepGpu, AStepThatReadsBackFailsToCaptureAndChangesNothing) {
   // Eager steps still work after the failed capture.
   Tensor loss = train::train_step(*model, opt, images, labels);
   EXPECT_TRUE(std::isfinite(loss.item()));
+}
+
+// Out of memory while capturing stays an OutOfMemoryError: callers retry smaller on it, and
+// `frugal train --graph` exits with 3 as for an eager step's.
+TEST(CapturedStepGpu, OutOfMemoryWhileCapturingIsOutOfMemory) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = ones({1 << 16}, {.device = kGpu});
+  train::CapturedStep step(kGpu, [&] { return mul(add(x, 1.0), 2.0); }, {.warmup = 1});
+  step();
+  ASSERT_FALSE(step.next_call_is_eager());
+  // Allocation 0 is the capture's random-offset counter, made before capturing; 1 is the step's.
+  memory::InjectOom fail(kGpu, 1);
+  try {
+    step();
+    FAIL() << "the injected out-of-memory error was lost";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("CapturedStep: capturing the step"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(fail.fired());
+  EXPECT_FALSE(step.captured());
 }
 
 TEST(CapturedStepGpu, ThePoolGoesBackToTheAllocatorWithTheStep) {

@@ -20,7 +20,10 @@ TEST(CapturedStep, OnTheCpuEveryCallRunsTheStepEagerly) {
     copy_(counter, next);
     return next;
   });
-  for (int i = 1; i <= 4; ++i) EXPECT_EQ(step().item(), i);
+  for (int i = 1; i <= 4; ++i) {
+    EXPECT_TRUE(step.next_call_is_eager());
+    EXPECT_EQ(step().item(), i);
+  }
   EXPECT_EQ(calls, 4);
   EXPECT_FALSE(step.captured());
   EXPECT_EQ(step.replays(), 0);

@@ -22,7 +22,7 @@ struct Seen {
   std::vector<bool> has_loss;
 };
 
-Seen run(int64_t epochs, int64_t micro_batches) {
+Seen run(int64_t epochs, int64_t micro_batches, bool graph = false) {
   manual_seed(3);
   auto net = train_test::tiny_cnn();
   auto loader = train_test::tiny_loader(32, 16);  // two steps an epoch
@@ -41,6 +41,7 @@ Seen run(int64_t epochs, int64_t micro_batches) {
   for (int64_t e = 0; e < epochs; ++e) {
     train::train_epoch(*net, opt, nullptr, *loader, e,
                        {.progress = [](const train::Progress&) {},
+                        .graph = graph,
                         .micro_batches = micro_batches,
                         .callbacks = &cb});
   }
@@ -73,6 +74,12 @@ TEST(StepCallbacks, FireAtEveryPointOfEveryStepInOrder) {
     const bool want = s.points[i] != "step_begin" && s.points[i] != "epoch_end";
     EXPECT_EQ(s.has_loss[i], want) << s.points[i];
   }
+}
+
+// A graph step's eager calls (the warm-up; every call where graphs do not exist, as here) run
+// host code inside the step, so every point fires for them as for plain steps.
+TEST(StepCallbacks, TheEagerCallsOfAGraphStepFireEveryPoint) {
+  EXPECT_EQ(run(2, 1, /*graph=*/true).points, run(2, 1).points);
 }
 
 TEST(StepCallbacks, MicroBatchesFireTheInnerPointsOncePerSlice) {
