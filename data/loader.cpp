@@ -20,6 +20,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/random.h"
 #include "memory/cuda_allocators.h"
+#include "memory/rounding.h"
 
 namespace frugal::data {
 namespace {
@@ -353,6 +354,16 @@ std::optional<Batch> DataLoader::next() {
 }
 
 int64_t DataLoader::batches_per_epoch() const { return impl_->num_batches; }
+
+int64_t staged_device_bytes(const LoaderOptions& o, const Shape& sample_shape) {
+  if (!o.device.is_cuda() || !o.copy_stream) return 0;
+  std::vector<int64_t> images{o.batch_size};
+  images.insert(images.end(), sample_shape.dims().begin(), sample_shape.dims().end());
+  const char* op = "staged_device_bytes";
+  return static_cast<int64_t>(
+      memory::round_request(checked_nbytes(Shape(images), dtype_size(DType::f32), op)) +
+      memory::round_request(checked_nbytes(Shape{o.batch_size}, dtype_size(DType::i64), op)));
+}
 
 Shape DataLoader::sample_shape() const { return impl_->out_shape; }
 

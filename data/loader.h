@@ -64,6 +64,11 @@ struct LoaderOptions {
   bool copy_stream = true;
 };
 
+// Device bytes a loader with `o` holds beside the batch it handed over: with copy_stream on a
+// CUDA device, the staged next batch of `sample_shape` images (f32) and labels (i64), each as the
+// device allocator rounds it; 0 otherwise. What a memory prediction of the step leaves room for.
+int64_t staged_device_bytes(const LoaderOptions& o, const Shape& sample_shape);
+
 struct Batch {
   Tensor images;      // [N, H, W, C] f32 on the loader's device
   Tensor labels;      // [N] i64

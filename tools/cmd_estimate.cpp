@@ -72,6 +72,8 @@ int print_max_batches(const std::string& model_name, const models::ModelConfig& 
     bool recompute;
     const char* checkpoint;
   };
+  // As far as --batch goes: a best at that limit may be short of what fits.
+  const int64_t limit = kMaxBatch / granularity * granularity;
   for (const Way& w : {Way{"plain", false, "none"}, Way{"--recompute-depthwise", true, "none"},
                        Way{"--checkpoint blocks", false, "blocks"},
                        Way{"--checkpoint blocks --recompute-depthwise", true, "blocks"}}) {
@@ -84,8 +86,9 @@ int print_max_batches(const std::string& model_name, const models::ModelConfig& 
                                         optimizer, 1, true, /*with_arena=*/false)
               .peak_allocated_bytes;
         },
-        budget, granularity);
-    std::printf("  %-44s %lld\n", w.name, static_cast<long long>(best));
+        budget, granularity, limit);
+    std::printf("  %-44s %lld%s\n", w.name, static_cast<long long>(best),
+                best == limit ? " or more (the largest --batch)" : "");
   }
   return 0;
 }

@@ -227,14 +227,39 @@ int cmd_train(const std::vector<std::string>& argv) {
   models::ModelConfig mc = o.model_config;
   mc.num_classes = splits.num_classes;
   mc.in_channels = splits.train->sample_shape()[2];
+  // A data-parallel step is dry-run wrapped the same way, over a group that moves nothing: for
+  // the budget's prediction and the planner's plan.
+  train::ModelWrapper wrap_like_run;
+  if (group) {
+    wrap_like_run = [&](std::shared_ptr<nn::Module> m) -> std::shared_ptr<nn::Module> {
+      auto meta_group = std::make_shared<dist::MetaGroup>(group->size(), group->rank());
+      if (o.sync_bn) dist::convert_sync_batchnorm(*m, meta_group);
+      return std::make_shared<dist::DataParallel>(
+          m, meta_group, dist::DataParallelOptions{.reduce_dtype = o.reduce_precision});
+    };
+  }
+  // The training loader's options (its staged batch counts against a budget).
+  const data::LoaderOptions train_loader_options{.batch_size = batch,
+                                                 .shuffle = true,
+                                                 .drop_last = true,
+                                                 .num_workers = o.workers,
+                                                 .prefetch = 4,
+                                                 .seed = seed,
+                                                 .rank = env.rank,
+                                                 .world_size = env.world_size,
+                                                 .transforms = splits.train_transforms,
+                                                 .device = device};
   // Note [Fitting a memory budget]: the cheapest way to fit, chosen by prediction before the
   // model is built; the allocator is capped at the budget, so a run never exceeds it.
   int64_t micro_batches = o.micro_batches;
   if (o.memory_budget) {
     const int64_t budget = *o.memory_budget;
+    const Shape sample{dc.image_size, dc.image_size, dc.channels};
     const train::BudgetChoice choice = train::choose_for_budget(
         model_name, mc, Shape{batch, dc.image_size, dc.image_size, dc.channels}, precision,
-        opt_name, budget, /*for_cuda=*/device.is_cuda());
+        opt_name, budget, /*for_cuda=*/device.is_cuda(),
+        {.resident_bytes = data::staged_device_bytes(train_loader_options, sample),
+         .wrap = wrap_like_run});
     say("memory budget %.1f MiB: %s\n", static_cast<double>(budget) / 1048576.0,
         choice.str().c_str());
     if (!choice.fits) {
@@ -264,16 +289,7 @@ int cmd_train(const std::vector<std::string>& argv) {
 
   const int workers = o.workers;
   // --batch is each rank's; every rank visits its shard of each epoch (and of the test set).
-  data::DataLoader train_loader(splits.train, {.batch_size = batch,
-                                               .shuffle = true,
-                                               .drop_last = true,
-                                               .num_workers = workers,
-                                               .prefetch = 4,
-                                               .seed = seed,
-                                               .rank = env.rank,
-                                               .world_size = env.world_size,
-                                               .transforms = splits.train_transforms,
-                                               .device = device});
+  data::DataLoader train_loader(splits.train, train_loader_options);
   data::DataLoader test_loader(splits.test, {.batch_size = batch,
                                              .shuffle = false,
                                              .num_workers = workers,
@@ -343,16 +359,6 @@ int cmd_train(const std::vector<std::string>& argv) {
   const bool planned = o.planner;  // with --graph, the capture goes into its arena
   train::StepPlanner planner(planned ? device : Device::cpu());
   // The loader's batches after the transforms: resized to --image-size, --channels repeated.
-  // A data-parallel step is dry-run wrapped the same way, over a group that moves nothing.
-  train::ModelWrapper wrap_like_run;
-  if (group) {
-    wrap_like_run = [&](std::shared_ptr<nn::Module> m) -> std::shared_ptr<nn::Module> {
-      auto meta_group = std::make_shared<dist::MetaGroup>(group->size(), group->rank());
-      if (o.sync_bn) dist::convert_sync_batchnorm(*m, meta_group);
-      return std::make_shared<dist::DataParallel>(
-          m, meta_group, dist::DataParallelOptions{.reduce_dtype = o.reduce_precision});
-    };
-  }
   train::plan_before_first_step(planner, model_name, mc,
                                 Shape{batch, dc.image_size, dc.image_size, dc.channels}, precision,
                                 micro_batches, wrap_like_run);

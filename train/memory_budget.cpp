@@ -45,23 +45,34 @@ std::string BudgetChoice::str() const {
 
 BudgetChoice choose_for_budget(const std::string& name, const models::ModelConfig& base,
                                const Shape& input_nhwc, DType precision,
-                               const std::string& optimizer, int64_t budget, bool for_cuda) {
+                               const std::string& optimizer, int64_t budget, bool for_cuda,
+                               const BudgetExtras& extras) {
+  FRUGAL_CHECK(extras.resident_bytes >= 0, "choose_for_budget: resident_bytes must be >= 0, got ",
+               extras.resident_bytes);
   BudgetChoice c;
   auto attempt = [&](const models::CheckpointPolicy& policy, int64_t micro) {
     models::ModelConfig config = base;
     config.checkpoint = policy;
     int64_t peak = 0;
-    try {
-      peak = estimate_memory(name, config, input_nhwc, precision, optimizer, micro, for_cuda,
-                             /*with_arena=*/false)
-                 .peak_allocated_bytes;
-    } catch (const Error&) {
-      return false;  // a way that cannot run at all (BatchNorm on slices of one image, say)
+    auto predict = [&] {
+      return estimate_memory(name, config, input_nhwc, precision, optimizer, micro, for_cuda,
+                             /*with_arena=*/false, extras.wrap)
+          .peak_allocated_bytes;
+    };
+    if (micro == 1) {
+      peak = predict();  // the plain step's error is the run's: the caller sees it
+    } else {
+      try {
+        peak = predict();
+      } catch (const Error&) {
+        return false;  // a way that cannot run at all (BatchNorm on slices of one image, say)
+      }
     }
     c.checkpoint = policy;
     c.micro_batches = micro;
-    c.predicted_peak_bytes = peak;
-    c.fits = peak <= budget;
+    c.predicted_peak_bytes = peak + extras.resident_bytes;
+    const auto headroom = static_cast<int64_t>(kReservedHeadroom * static_cast<double>(peak));
+    c.fits = c.predicted_peak_bytes + headroom <= budget;
     return c.fits;
   };
   if (attempt(base.checkpoint, 1)) return c;

@@ -190,7 +190,7 @@ MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const S
 MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfig& config,
                                const Shape& input_nhwc, DType precision,
                                const std::string& optimizer, int64_t micro_batches, bool for_cuda,
-                               bool with_arena) {
+                               bool with_arena, const ModelWrapper& wrap) {
   FRUGAL_CHECK(optimizer == "sgd" || optimizer == "adamw",
                "estimate_memory: optimizer must be sgd or adamw, got '", optimizer, "'");
   // Building a model takes its initial weights' share of the random stream, the steps dropout
@@ -202,6 +202,7 @@ MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfi
     nn::ConstructionDeviceGuard on_meta(Device::meta());
     model = models::create(name, config);
   }
+  if (wrap) model = wrap(model);
   std::unique_ptr<optim::Optimizer> opt;
   if (optimizer == "sgd") {
     opt = std::make_unique<optim::SGD>(model->parameters(), optim::SgdOptions{.momentum = 0.9});
@@ -249,7 +250,7 @@ std::string breakdown_table(const MemoryEstimate& e) {
       {"optimizer state", b.optimizer_state},
       {"saved activations", b.saved_activations},
       {"transient buffers", b.transients},
-      {"library workspace (cuBLAS; cuDNN's not run on meta)", b.workspace},
+      {"library workspace (cuBLAS, cuDNN bounded)", b.workspace},
       {"batch, buffers, loss", b.other}};
   for (const auto& [name, bytes] : rows) {
     std::snprintf(line, sizeof line, "  %-40s %10.2f MiB\n", name, bytes / kMiB);

@@ -40,6 +40,7 @@
 #include "models/registry.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
+#include "train/model_wrapper.h"
 
 namespace frugal::train {
 
@@ -77,11 +78,13 @@ MemoryEstimate estimate_memory(nn::Module& model, optim::Optimizer& opt, const S
                                int64_t micro_batches = 1, bool with_arena = true);
 
 // The same for zoo model `name` built with `config` on meta, trained by "sgd" (momentum 0.9) or
-// "adamw", predicted for CUDA (or, with for_cuda false, for the CPU).
+// "adamw", predicted for CUDA (or, with for_cuda false, for the CPU); `wrap`, when given, wraps
+// the model as the run does (train/model_wrapper.h).
 MemoryEstimate estimate_memory(const std::string& name, const models::ModelConfig& config,
                                const Shape& input_nhwc, DType precision,
                                const std::string& optimizer = "sgd", int64_t micro_batches = 1,
-                               bool for_cuda = true, bool with_arena = true);
+                               bool for_cuda = true, bool with_arena = true,
+                               const ModelWrapper& wrap = nullptr);
 
 // The largest multiple of `granularity` (up to `limit`) whose peak(batch) is at most `budget`,
 // searched as doubling then bisection (peak grows with the batch); 0 when even `granularity` does

@@ -75,10 +75,16 @@ std::string ReleasePolicy::str() const {
 ReleaseScheduler::ReleaseScheduler(memory::Allocator& allocator, ReleasePolicy policy,
                                    std::function<int64_t()> capacity,
                                    std::function<void(const std::string&)> log)
-    : allocator_(allocator),
-      policy_(policy),
-      capacity_(std::move(capacity)),
-      log_(std::move(log)) {}
+    : allocator_(allocator), policy_(policy), capacity_(std::move(capacity)), log_(std::move(log)) {
+  // What parse() guarantees, for policies set field by field.
+  FRUGAL_CHECK(policy_.fraction > 0 && policy_.fraction <= 1,
+               "ReleaseScheduler: fraction must be in (0, 1], got ", policy_.fraction);
+  FRUGAL_CHECK(policy_.cooldown_steps >= 0, "ReleaseScheduler: cooldown_steps must be >= 0, got ",
+               policy_.cooldown_steps);
+  FRUGAL_CHECK(policy_.window_steps >= 1, "ReleaseScheduler: window_steps must be >= 1, got ",
+               policy_.window_steps);
+  FRUGAL_CHECK(policy_.margin >= 0, "ReleaseScheduler: margin must be >= 0, got ", policy_.margin);
+}
 
 void ReleaseScheduler::attach(StepCallbacks& callbacks) {
   for (StepPoint p : {StepPoint::step_begin, StepPoint::step_end, StepPoint::epoch_end}) {

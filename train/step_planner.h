@@ -26,6 +26,7 @@
 #include "memory/caching_allocator.h"
 #include "memory/step_trace.h"
 #include "models/registry.h"
+#include "train/model_wrapper.h"
 
 namespace frugal::train {
 
@@ -91,7 +92,6 @@ class StepPlanner {
 // the first step already runs in the arena. False when the planner is not active or the arena does
 // not fit. `wrap`, when given, wraps the dry run's model as the real one is wrapped (data
 // parallelism over a dist::MetaGroup), so that the plan covers what the wrapper allocates.
-using ModelWrapper = std::function<std::shared_ptr<nn::Module>(std::shared_ptr<nn::Module>)>;
 bool plan_before_first_step(StepPlanner& planner, const std::string& name,
                             const models::ModelConfig& config, const Shape& input_nhwc,
                             DType precision, int64_t micro_batches = 1,

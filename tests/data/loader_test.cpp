@@ -268,3 +268,15 @@ TEST(DataLoader, RanksShareOnePermutationAndVisitEqualShards) {
   EXPECT_EQ(shard_size(0, 4), 0);
   EXPECT_TRUE(rank_shard({}, 1, 4).empty());
 }
+
+// What a prediction leaves room for: the staged batch exists with the copy stream on a CUDA
+// device only, images f32 and labels i64, each rounded as the device allocator rounds.
+TEST(Loader, StagedDeviceBytesAreOneRoundedBatchOnACopyStream) {
+  const Shape sample{5, 5, 3};  // 300 bytes of f32 an image
+  data::LoaderOptions o{.batch_size = 3, .device = Device::cuda(0)};
+  EXPECT_EQ(data::staged_device_bytes(o, sample), 1024 + 512);  // 900 -> 1024, 24 -> 512
+  o.copy_stream = false;
+  EXPECT_EQ(data::staged_device_bytes(o, sample), 0);
+  o = {.batch_size = 3};
+  EXPECT_EQ(data::staged_device_bytes(o, sample), 0);  // the CPU: batches are host tensors
+}

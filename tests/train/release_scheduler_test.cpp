@@ -68,6 +68,16 @@ TEST(ReleasePolicy, ParsesEachPolicyAndRefusesOthers) {
   }
 }
 
+TEST(ReleaseScheduler, RefusesAPolicyParseWouldNot) {
+  FakeDevice dev;
+  auto make = [&](ReleasePolicy p) { train::ReleaseScheduler s(dev.alloc, p); };
+  EXPECT_THROW(make({.kind = ReleasePolicy::Kind::adaptive, .window_steps = 0}), Error);
+  EXPECT_THROW(make({.kind = ReleasePolicy::Kind::adaptive, .margin = -0.1}), Error);
+  EXPECT_THROW(make({.kind = ReleasePolicy::Kind::threshold, .fraction = 0}), Error);
+  EXPECT_THROW(make({.kind = ReleasePolicy::Kind::threshold, .cooldown_steps = -1}), Error);
+  EXPECT_NO_THROW(make({.kind = ReleasePolicy::Kind::adaptive, .window_steps = 1}));
+}
+
 TEST(ReleaseScheduler, EpochReleasesAtTheEpochsEndOnly) {
   Driver d("epoch");
   d.step({30 * kMiB});
