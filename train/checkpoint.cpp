@@ -189,6 +189,12 @@ ModelLoad plan_model_load(const char* op, const std::string& path, const nn::Mod
     FRUGAL_FAIL(op, ": '", path, "' does not match the ", model.type_name(),
                 " (nothing was loaded):", all);
   }
+  // The file's tensors go to the model's devices now, before anything is changed: a copy that
+  // runs out of device memory then leaves the model, optimizer and scaler as they were, and the
+  // copies that change the model allocate nothing.
+  for (auto& [dst, src] : plan.copies) {
+    if (src.device() != dst.device()) src = src.to(dst.device());
+  }
   return plan;
 }
 
@@ -306,6 +312,8 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
     try {
       optim::GradScaler probe(scaler->options());
       probe.load_state_dict(scaler_part);
+    } catch (const OutOfMemoryError&) {
+      throw;
     } catch (const Error& e) {
       FRUGAL_FAIL("load_checkpoint: '", path,
                   "': scaler part rejected (nothing was loaded): ", e.what());
@@ -319,6 +327,9 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
                  state.optimizer, " optimizer state, but a ", opt->name(), " optimizer was given");
     try {
       opt->load_state_dict(from_file_layout(opt_part));
+    } catch (const OutOfMemoryError& e) {  // stays out of memory: the caller may free some
+      throw OutOfMemoryError(detail::str("load_checkpoint: '", path,
+                                         "': optimizer part (nothing was loaded): ", e.what()));
     } catch (const Error& e) {
       FRUGAL_FAIL("load_checkpoint: '", path,
                   "': optimizer part rejected (nothing was loaded): ", e.what());

@@ -36,9 +36,9 @@ void save_model(const std::string& path, const nn::Module& model, const Metadata
 
 // Loads a file written by save_model (or torch) into the module. A missing or extra tensor, a
 // wrong shape or dtype, or a NaN or infinity in any tensor throws naming the tensor before
-// anything is copied: on error the module is unchanged. Copies in place into the existing
-// tensors, on whatever device they are, then makes each BatchNorm2d forget its cached
-// num_batches_tracked.
+// anything is copied: on error the module is unchanged. The file's tensors move to the model's
+// devices first, then are copied in place into the existing tensors: running out of device
+// memory also leaves the module unchanged (an OutOfMemoryError).
 void load_model(const std::string& path, nn::Module& model);
 
 // Where a training run stands, kept in the checkpoint's __metadata__ as "frugal.<field>".

@@ -11,6 +11,7 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "file_test_util.h"
+#include "memory/oom_injection.h"
 #include "nn/layers.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
@@ -257,4 +258,35 @@ TEST(Checkpoint, ScalerStateResumesAndABadScalerPartChangesNothing) {
   EXPECT_EQ(params_of(*c), before);
   EXPECT_TRUE(opt_c.state_dict().size() == 1);  // only "lr": no momentum buffers were loaded
   EXPECT_EQ(untouched.get_scale(), 8.0);
+}
+
+// Running out of the model's device memory at any allocation of a load changes nothing and stays
+// an OutOfMemoryError (the optimizer part's too, which read as a rejected file). The model lives
+// on meta here, whose allocator InjectOom fails as a GPU's would; tests/gpu/checkpoint_gpu_test.cpp
+// does the same on the device, where the copies into the model also moved the tensors there.
+TEST(Checkpoint, RunningOutOfDeviceMemoryWhileLoadingChangesNothing) {
+  ScratchFile f("ckpt_oom.safetensors");
+  write_checkpoint(f.path());
+  bool loaded = false;
+  for (int64_t nth = 0; nth < 100 && !loaded; ++nth) {
+    SCOPED_TRACE(nth);
+    auto m = tiny_model(2);
+    m->to(Device::meta());
+    optim::SGD opt(m->parameters(), kSgd);
+    std::vector<uint64_t> versions;
+    for (const Tensor& p : m->parameters()) versions.push_back(p.version());
+    memory::InjectOom fail(Device::meta(), nth);
+    try {
+      train::load_checkpoint(f.path(), *m, &opt);
+      EXPECT_FALSE(fail.fired());
+      loaded = true;
+    } catch (const OutOfMemoryError&) {
+      EXPECT_TRUE(fail.fired());
+      std::vector<uint64_t> after;
+      for (const Tensor& p : m->parameters()) after.push_back(p.version());
+      EXPECT_EQ(after, versions) << "a parameter was written";
+      EXPECT_TRUE(opt.state_dict().empty()) << "the optimizer was loaded";
+    }
+  }
+  EXPECT_TRUE(loaded);
 }
