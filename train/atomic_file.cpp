@@ -2,8 +2,10 @@
 #include "train/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -31,14 +33,19 @@ bool injected_failure() {
   return fail;
 }
 
-// A name in the target's folder that no other process or thread of this host picks.
+// A name in the target's folder that no other process or thread of this host picks. The
+// target's file name is cut to kTempStemBytes so that a name of up to 255 bytes, which the
+// target may have, stays one with the suffix.
+constexpr size_t kTempStemBytes = 192;
 std::string temp_name_for(const std::string& target) {
   static std::atomic<uint64_t> counter{0};
   static const uint32_t token = std::random_device{}();
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%llu.%08x", static_cast<long>(::getpid()),
                 static_cast<unsigned long long>(counter.fetch_add(1)), token);
-  return target + suffix;
+  const size_t slash = target.find_last_of('/');
+  const size_t name_at = slash == std::string::npos ? 0 : slash + 1;
+  return target.substr(0, name_at + std::min(target.size() - name_at, kTempStemBytes)) + suffix;
 }
 
 // Creates a fresh temporary file for target (O_EXCL: an existing one, say left by a killed
@@ -46,7 +53,8 @@ std::string temp_name_for(const std::string& target) {
 int create_temp(const std::string& target, std::string* temp) {
   for (int attempt = 0; attempt < 16; ++attempt) {
     *temp = temp_name_for(target);
-    const int fd = ::open(temp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    // 0666 less the umask, as any new file; an existing target's mode replaces it (AtomicFile).
+    const int fd = ::open(temp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0 || errno != EEXIST) return fd;
   }
   return -1;
@@ -70,6 +78,11 @@ std::string save_target_problem(const std::string& path, std::string* target_out
   if (fs::is_directory(st)) return "a directory; give a file name";
   if (fs::exists(st) && !fs::is_regular_file(st)) {
     return "not a regular file (a device, FIFO or socket), which a save would replace";
+  }
+  // A write-protected file is kept from being overwritten, as opening it to write would be.
+  if (fs::exists(st) && ::access(target.c_str(), W_OK) != 0) {
+    return std::string("the file is not writable (") + std::strerror(errno) +
+           "), which a save would replace";
   }
   const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   const fs::file_status fst = fs::status(folder, ec);
@@ -102,6 +115,19 @@ AtomicFile::AtomicFile(const std::string& path, const std::string& op) : op_(op)
   }
   fd_ = create_temp(target_, &temp_);
   FRUGAL_CHECK(fd_ >= 0, op, ": cannot create '", temp_, "': ", std::strerror(errno));
+  // The renamed file takes the place of the target: it keeps the target's permissions and, where
+  // this user may set it, its group (a private 0600 checkpoint stays private).
+  struct stat st {};
+  if (::stat(target_.c_str(), &st) == 0) {
+    if (::fchmod(fd_, st.st_mode & 07777) != 0) {
+      const int err = errno;
+      ::close(fd_);  // a constructor that throws runs no destructor
+      ::unlink(temp_.c_str());
+      FRUGAL_FAIL(op, ": cannot give '", temp_, "' the mode of '", target_,
+                  "': ", std::strerror(err));
+    }
+    (void)::fchown(fd_, static_cast<uid_t>(-1), st.st_gid);  // refused unless a member: kept
+  }
 }
 
 AtomicFile::~AtomicFile() {

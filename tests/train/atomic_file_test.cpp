@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <thread>
@@ -135,4 +136,44 @@ TEST(AtomicFile, ALeftoverTemporaryFileDoesNotBreakTheNextSave) {
   train::save_safetensors(path, tensors_of(2.0f));
   EXPECT_EQ(first_value(path), 2.0f);
   EXPECT_EQ(read_bytes(path + ".tmp.1.0.00000000"), "half a checkpoint");
+}
+
+// The saved file takes the target's place with the target's permissions: a private checkpoint
+// stays private. A new file gets the umask's.
+TEST(AtomicFile, AReplacedFileKeepsItsMode) {
+  ScratchDir dir;
+  for (const mode_t mode : {mode_t{0600}, mode_t{0640}, mode_t{0755}}) {
+    write_bytes(dir / "ckpt", "old");
+    ASSERT_EQ(::chmod((dir / "ckpt").c_str(), mode), 0);
+    train::AtomicFile f(dir / "ckpt", "test");
+    f.write("new", 3);
+    f.commit();
+    struct stat st {};
+    ASSERT_EQ(::stat((dir / "ckpt").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, mode);
+    EXPECT_EQ(read_bytes(dir / "ckpt"), "new");
+  }
+}
+
+// A write-protected file is refused as opening it to write would be (root may write anything).
+TEST(SaveTarget, RefusesAWriteProtectedFile) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes write-protected files";
+  ScratchDir dir;
+  write_bytes(dir / "ckpt", "old");
+  ASSERT_EQ(::chmod((dir / "ckpt").c_str(), 0444), 0);
+  expect_mentions(error_of([&] { train::checked_save_target(dir / "ckpt"); }),
+                  {"ckpt", "not writable"});
+  EXPECT_EQ(read_bytes(dir / "ckpt"), "old");
+}
+
+// A file name as long as a file system allows (255 bytes) saves: the temporary file's name, the
+// target's and a suffix, is cut to fit.
+TEST(AtomicFile, AFileNameOfTheLongestLengthSaves) {
+  ScratchDir dir;
+  const std::string name(255, 'c');
+  train::AtomicFile f(dir / name, "test");
+  f.write("x", 1);
+  f.commit();
+  EXPECT_EQ(read_bytes(dir / name), "x");
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{name}));
 }
