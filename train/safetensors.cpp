@@ -3,6 +3,8 @@
 #include "train/safetensors.h"
 
 #include <algorithm>
+#include <bit>
+#include <cctype>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -15,15 +17,12 @@ namespace {
 
 using json = nlohmann::ordered_json;  // keeps the writer's key order (__metadata__ first)
 
+// The format stores elements little-endian; tensors are written and read as they lie in memory.
+static_assert(std::endian::native == std::endian::little,
+              "safetensors I/O copies tensor bytes as they are: a little-endian host only");
+
 constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16,
                                 DType::f64, DType::i64, DType::u8};
-
-// One place for the load errors' wording: file, then the tensor when there is one, then where.
-[[noreturn]] void bad_file(const std::string& path, const std::string& tensor, uint64_t offset,
-                           const std::string& what) {
-  std::string who = tensor.empty() ? "" : "tensor '" + tensor + "': ";
-  FRUGAL_FAIL("load_safetensors: '", path, "': ", who, what, " (at byte offset ", offset, ")");
-}
 
 // A JSON value for a message: at most kBriefChars of it (a hostile header can hold megabytes in
 // one value), invalid UTF-8 replaced rather than thrown on.
@@ -32,6 +31,41 @@ std::string brief(const json& v) {
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   if (s.size() > kBriefChars) s = s.substr(0, kBriefChars - 3) + "...";
   return s;
+}
+
+// A name for a message, as brief as a value (a tensor's name can be megabytes long too).
+std::string brief_name(const std::string& name) {
+  const std::string quoted = brief(json(name));  // "name", escaped
+  return quoted.substr(1, quoted.size() - (quoted.back() == '"' ? 2 : 1));
+}
+
+// One place for the load errors' wording: file, then the tensor when there is one, then where.
+[[noreturn]] void bad_file(const std::string& path, const std::string& tensor, uint64_t offset,
+                           const std::string& what) {
+  std::string who = tensor.empty() ? "" : "tensor '" + brief_name(tensor) + "': ";
+  FRUGAL_FAIL("load_safetensors: '", path, "': ", who, what, " (at byte offset ", offset, ")");
+}
+
+// Where header key `name` is in the file: the first occurrence of it quoted and followed by a
+// colon; `fallback` (the header's start) when it is written with other escapes.
+uint64_t key_offset(const std::string& text, const std::string& name, uint64_t fallback) {
+  const std::string quoted = json(name).dump(-1, ' ', false, json::error_handler_t::replace);
+  for (size_t at = text.find(quoted); at != std::string::npos; at = text.find(quoted, at + 1)) {
+    size_t next = at + quoted.size();
+    while (next < text.size() && std::isspace(static_cast<unsigned char>(text[next]))) ++next;
+    if (next < text.size() && text[next] == ':') return 8 + at;
+  }
+  return fallback;
+}
+
+// Text a JSON header can hold: valid UTF-8.
+bool valid_utf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
 }
 
 // A safetensors header nests three levels deep ({name: {"shape": [...]}}); a much deeper one is
@@ -79,8 +113,8 @@ struct Entry {
   uint64_t begin, end;
 };
 
-// Checks one header entry (name -> {dtype, shape, data_offsets}); header_offset (where the JSON
-// starts in the file) is the offset messages give, as nlohmann does not keep value positions.
+// Checks one header entry (name -> {dtype, shape, data_offsets}); header_offset (where its key
+// is in the file) is the offset messages give, as nlohmann does not keep value positions.
 Entry parse_entry(const std::string& path, const std::string& name, const json& v,
                   uint64_t header_offset) {
   if (!v.is_object()) bad_file(path, name, header_offset, "header entry is not a JSON object");
@@ -186,6 +220,13 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     FRUGAL_CHECK(t.defined(), "save_safetensors: '", path, "': tensor '", name, "' is undefined");
     FRUGAL_CHECK(!t.device().is_meta(), "save_safetensors: '", path, "': tensor '", name,
                  "' is on the meta device and has no data");
+    FRUGAL_CHECK(valid_utf8(name), "save_safetensors: '", path, "': tensor name ",
+                 brief(json(name)), " is not valid UTF-8, which the JSON header must be");
+  }
+  for (const auto& [k, v] : metadata) {
+    FRUGAL_CHECK(valid_utf8(k) && valid_utf8(v), "save_safetensors: '", path,
+                 "': __metadata__ entry ", brief(json(k)), " = ", brief(json(v)),
+                 " is not valid UTF-8, which the JSON header must be");
   }
   // Widest elements first keeps every tensor aligned to its element size (the reference's order).
   std::vector<size_t> order(tensors.size());
@@ -247,14 +288,17 @@ SafetensorsFile load_safetensors(const std::string& path) {
   }
   std::string text(n, '\0');
   in.read_exact_at(8, text.data(), n);
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) {
+    bad_file(path, "", 8, "the header starts with a UTF-8 byte order mark, which JSON forbids");
+  }
   if (size_t at = too_deep_at(text); at != std::string::npos) {
     bad_file(path, "", 8 + at,
              detail::str("the header nests deeper than ", kMaxHeaderDepth, " levels"));
   }
 
   // Parse, noting duplicate top-level keys (a JSON object would silently keep the last one).
-  std::set<std::string> keys;
-  std::string duplicate;
+  std::set<std::string> keys, fields;
+  std::string duplicate, duplicate_field;
   // The last tensor name and field seen, to name them when a number is out of range (nlohmann
   // reports that without a position).
   std::string tensor, field;
@@ -264,9 +308,15 @@ SafetensorsFile load_safetensors(const std::string& path) {
       if (ev == json::parse_event_t::key && depth == 1) {
         tensor = parsed.get<std::string>();
         field.clear();
-        if (!keys.insert(tensor).second) duplicate = tensor;
+        fields.clear();
+        if (!keys.insert(tensor).second && duplicate.empty()) duplicate = tensor;
       } else if (ev == json::parse_event_t::key && depth == 2) {
         field = parsed.get<std::string>();
+        // A field given twice: readers that keep the first or the last one disagree.
+        if (!fields.insert(field).second && duplicate.empty() && duplicate_field.empty()) {
+          duplicate = tensor;
+          duplicate_field = field;
+        }
       }
       return true;
     });
@@ -279,22 +329,30 @@ SafetensorsFile load_safetensors(const std::string& path) {
                  "a value in the header cannot be read: " + e.what());
   }
   if (!header.is_object()) bad_file(path, "", 8, "the header is not a JSON object");
-  if (!duplicate.empty()) bad_file(path, duplicate, 8, "the name appears twice in the header");
+  if (!duplicate.empty()) {
+    bad_file(path, duplicate, key_offset(text, duplicate, 8),
+             duplicate_field.empty()
+                 ? std::string("the name appears twice in the header")
+                 : "field '" + brief_name(duplicate_field) + "' appears twice in its entry");
+  }
 
   SafetensorsFile out;
   std::vector<Entry> entries;
   for (const auto& [name, v] : header.items()) {
+    const uint64_t at = key_offset(text, name, 8);
     if (name == "__metadata__") {
-      if (!v.is_object()) bad_file(path, "", 8, "__metadata__ is not a JSON object");
+      if (v.is_null()) continue;  // the reference reader's "no metadata"
+      if (!v.is_object()) bad_file(path, "", at, "__metadata__ is not a JSON object");
       for (const auto& [k, s] : v.items()) {
         if (!s.is_string()) {
-          bad_file(path, "", 8, "__metadata__ value of '" + k + "' is not a string: " + brief(s));
+          bad_file(path, "", at,
+                   "__metadata__ value of '" + brief_name(k) + "' is not a string: " + brief(s));
         }
         out.metadata[k] = s.get<std::string>();
       }
       continue;
     }
-    entries.push_back(parse_entry(path, name, v, 8));
+    entries.push_back(parse_entry(path, name, v, at));
   }
 
   // The tensors must tile the data section: sorted by offset, each begins where the last ended.

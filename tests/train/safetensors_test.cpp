@@ -170,13 +170,13 @@ TEST(SafetensorsBadFile, InvalidJson) {
 TEST(SafetensorsBadFile, UnknownDType) {
   std::string json = R"({"ids":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}})";
   expect_bad_file(test::safetensors_bytes(json, std::string(8, '\1')),
-                  {"tensor 'ids'", "unknown dtype \"I32\"", "byte offset 8"});
+                  {"tensor 'ids'", "unknown dtype \"I32\"", "byte offset 9"});  // its key
 }
 
 TEST(SafetensorsBadFile, ShapeDoesNotMatchOffsets) {
   std::string json = R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})";
   expect_bad_file(test::safetensors_bytes(json, std::string(20, '\1')),
-                  {"tensor 'w'", "hold 20 bytes", "[2, 3]", "needs 24", "byte offset 8"});
+                  {"tensor 'w'", "hold 20 bytes", "[2, 3]", "needs 24", "byte offset 9"});
   std::string neg = R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})";
   expect_bad_file(test::safetensors_bytes(neg, std::string(8, '\1')),
                   {"tensor 'w'", "bad extent -2"});
@@ -233,6 +233,65 @@ TEST(SafetensorsBadFile, DuplicateNameAndBadMetadata) {
   expect_bad_file(test::safetensors_bytes(md, ""), {"__metadata__", "'epoch'", "not a string"});
   std::string no_shape = R"({"a":{"dtype":"U8","data_offsets":[0,1]}})";
   expect_bad_file(test::safetensors_bytes(no_shape, "x"), {"tensor 'a'", "no 'shape'"});
+}
+
+// A field given twice inside one entry is refused: readers keeping the first or the last one
+// would read two different files. The offset is the entry's key's.
+TEST(SafetensorsBadFile, AFieldTwiceInOneEntry) {
+  const std::string head = R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)";
+  std::string twice =
+      head + R"("w":{"dtype":"F16","dtype":"F32","shape":[1],"data_offsets":[1,5]}})";
+  const std::string at = "byte offset " + std::to_string(8 + head.size());
+  expect_bad_file(test::safetensors_bytes(twice, "xabcd"),
+                  {"tensor 'w'", "field 'dtype' appears twice", at});
+}
+
+// An error in an entry deep in the header points at that entry, not at the header's start.
+TEST(SafetensorsBadFile, AnEntrysErrorGivesTheEntrysOffset) {
+  const std::string head = R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}, )";
+  std::string bad = head + R"("b":{"dtype":"I32","shape":[1],"data_offsets":[1,5]}})";
+  expect_bad_file(
+      test::safetensors_bytes(bad, "xabcd"),
+      {"tensor 'b'", "unknown dtype", "byte offset " + std::to_string(8 + head.size())});
+}
+
+// A name of megabytes is cut short in the message, as values are.
+TEST(SafetensorsBadFile, ALongNameIsCutShortInTheMessage) {
+  const std::string name(1 << 20, 'n');
+  std::string bad = R"({")" + name + R"(":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})";
+  ScratchFile f("bad");
+  test::write_bytes(f.path(), test::safetensors_bytes(bad, "abcd"));
+  const std::string msg = error_of([&] { train::load_safetensors(f.path()); });
+  expect_mentions(msg, {"unknown dtype", "nnn..."});
+  EXPECT_LT(msg.size(), 1000u);
+}
+
+// JSON text has no byte order mark; the reference reader refuses one, and so does frugal. Its
+// "__metadata__": null is no metadata, and frugal reads it so.
+TEST(SafetensorsBadFile, AByteOrderMarkIsRefusedAndNullMetadataIsNone) {
+  expect_bad_file(test::safetensors_bytes("\xEF\xBB\xBF{}", ""),
+                  {"byte order mark", "byte offset 8"});
+  ScratchFile f("null_md");
+  test::write_bytes(
+      f.path(),
+      test::safetensors_bytes(
+          R"({"__metadata__":null,"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x"));
+  const train::SafetensorsFile file = train::load_safetensors(f.path());
+  EXPECT_TRUE(file.metadata.empty());
+  ASSERT_EQ(file.tensors.size(), 1u);
+}
+
+// Names and metadata go into a JSON header, which is UTF-8: other bytes are refused before
+// anything is written, naming the file and the entry.
+TEST(SafetensorsBadFile, SavingTextThatIsNotUtf8IsRefused) {
+  ScratchFile f("not_utf8");
+  std::string msg = error_of([&] {
+    train::save_safetensors(f.path(), {{"w", zeros({1})}}, {{"note", "caf\xe9"}});
+  });
+  expect_mentions(msg, {f.path(), "__metadata__", "note", "not valid UTF-8"});
+  msg = error_of([&] { train::save_safetensors(f.path(), {{"caf\xe9", zeros({1})}}); });
+  expect_mentions(msg, {f.path(), "tensor name", "not valid UTF-8"});
+  EXPECT_FALSE(std::filesystem::exists(f.path()));
 }
 
 TEST(SafetensorsBadFile, MissingFile) {
