@@ -181,9 +181,11 @@ Tensor apply(AutocastOp op, const Tensor& t) {
   if (!s.enabled) return t;
   switch (autocast_policy(op)) {
     case AutocastPolicy::lower:
-      // Only f32 is lowered: f64 (gradient checks) and integer tensors are left alone.
-      if (t.dtype() != DType::f32) return t;
-      if (autograd::grad_enabled() && t.is_leaf() && t.requires_grad()) {
+      // Every floating dtype but f64 (gradient checks) goes to the autocast dtype, the other
+      // 16-bit one too, as PyTorch's cached_cast does; integer tensors are left alone. Only f32
+      // parameters are cached (Note [Lowering a forward's parameters together]).
+      if (t.dtype() == s.dtype || t.dtype() == DType::f64 || !is_floating(t.dtype())) return t;
+      if (t.dtype() == DType::f32 && autograd::grad_enabled() && t.is_leaf() && t.requires_grad()) {
         return cast_parameter(t, s.dtype);
       }
       return cast(t, s.dtype);

@@ -55,8 +55,11 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
     y = add(mul(mul(sub(xf, mean), invstd), weight.detach()), bias.detach());
     if (y.dtype() != x.dtype()) y = cast(y, x.dtype());
     if (!autograd::recomputing() && running_mean.defined() && running_var.defined()) {
-      // The running variance is unbiased over every replica's rows: var * n / (n - 1).
-      Tensor unbiased = mul(var, div(n, sub(n, 1.0)));
+      // The running variance is unbiased over every replica's rows: var * n / (n - 1). One row
+      // in all (one replica, one value a channel) has no unbiased variance; n / 1 keeps the
+      // running variance finite where n / 0 made it NaN for good (the count is on the device:
+      // refusing it, as batch_norm does, would wait for the collective).
+      Tensor unbiased = mul(var, div(n, clamp(sub(n, 1.0), 1.0)));
       copy_(running_mean, add(mul(running_mean, 1.0 - momentum), mul(mean, momentum)));
       copy_(running_var, add(mul(running_var, 1.0 - momentum), mul(unbiased, momentum)));
       running_mean.bump_version();

@@ -87,6 +87,26 @@ TEST(Autocast, OutputDtypesFollowThePolicy) {
   }
 }
 
+// The other 16-bit dtype is lowered too (PyTorch's cached_cast takes every floating dtype but
+// f64): a bf16 input under f16 autocast meets its f16 weight, where it was left bf16 and the
+// convolution refused the mix.
+TEST(Autocast, TheOther16BitDtypeIsLoweredToo) {
+  for (DType low : kLow) {
+    SCOPED_TRACE(dtype_name(low));
+    const DType other = low == DType::f16 ? DType::bf16 : DType::f16;
+    Generator gen(4);
+    Tensor x = cast(randn({2, 5, 5, 3}, gen), other);
+    Tensor w = param({4, 3, 3, 3}, gen), b = param({4}, gen);
+    Tensor a = cast(randn({5, 7}, gen), other), lw = param({6, 7}, gen), lb = param({6}, gen);
+    AutocastGuard amp(Device::cpu(), low);
+    EXPECT_EQ(F::conv2d(x, w, b, {.padding = 1}).dtype(), low);
+    EXPECT_EQ(F::linear(a, lw, lb).dtype(), low);
+    // f64 stays f64 (gradient checks run under autocast guards too).
+    EXPECT_EQ(matmul(cast(a, DType::f64), cast(randn({7, 2}, gen), DType::f64)).dtype(),
+              DType::f64);
+  }
+}
+
 TEST(Autocast, LoweredConvMatchesAnF32ReferenceWithinTheDtypesPrecision) {
   Generator gen(9);
   Tensor x = randn({2, 6, 5, 3}, gen), w = randn({5, 3, 3, 3}, gen);

@@ -59,6 +59,19 @@ TEST(SyncBatchNorm, GradientCheckOnOneRank) {
   for (const std::string& e : errors) EXPECT_TRUE(e.empty()) << e;
 }
 
+// One value a channel over all replicas has no unbiased variance: the running variance stays
+// finite (it was var * 1 / 0, NaN for good).
+TEST(SyncBatchNorm, OneValueAChannelKeepsTheRunningVarianceFinite) {
+  F::CrossReplicaSum alone = [](const Tensor& t) { return t; };  // one replica
+  Tensor x = from_vector({1, 2, 3}, {1, 3});
+  Tensor gamma = ones({3}), beta = zeros({3});
+  Tensor rm = zeros({3}), rv = ones({3});
+  (void)F::sync_batch_norm(x, gamma, beta, rm, rv, alone);
+  for (double v : rv.to_vector()) EXPECT_NEAR(v, 0.9, 1e-6);  // 0.9 * 1 + 0.1 * 0
+  const std::vector<double> mean = rm.to_vector();
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(mean[i], 0.1 * static_cast<double>(i + 1), 1e-6);
+}
+
 TEST(SyncBatchNorm, TwoRanksOnHalfBatchesAreOneBatchNormOverTheWhole) {
   constexpr int64_t kN = 6, kC = 5;
   Generator gen(3);

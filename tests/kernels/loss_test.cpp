@@ -75,6 +75,16 @@ TEST(CrossEntropy, HandComputedExample) {
   EXPECT_NEAR(g[2], 2.0 * (5.0 / 8 - 0.8), 1e-14);
 }
 
+// No rows and no classes: nothing to do (the CPU kernel divided by the class count first).
+TEST(CrossEntropy, NoRowsAndNoClassesDoNothing) {
+  double untouched = 7;
+  kernels::cross_entropy_forward(cpu_ctx(), DType::f64, 0, 0, nullptr, nullptr, 0.0, &untouched,
+                                 &untouched);
+  kernels::cross_entropy_backward(cpu_ctx(), DType::f64, 0, 0, nullptr, nullptr, 0.0, nullptr,
+                                  nullptr, &untouched);
+  EXPECT_EQ(untouched, 7);
+}
+
 TEST(CrossEntropy, BackwardMatchesFiniteDifferencesF64) {
   const int64_t n = 9, c = 13;
   auto xv = random_values(n * c, 72, -3, 3);
