@@ -2,6 +2,7 @@
 // test accuracy, time and memory per epoch, and save/resume checkpoints.
 #include <cstdarg>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <memory>
@@ -324,6 +325,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(precision);
 
   int64_t first_epoch = 0;
+  int64_t resumed_step = 0;  // optimizer steps the checkpoint had taken: the run counts on
   if (!o.resume.empty()) {
     train::TrainingState st = train::load_checkpoint(o.resume, *model, opt.get(), scaler.get());
     check_resumed_state(o.resume, st);
@@ -336,6 +338,7 @@ int cmd_train(const std::vector<std::string>& argv) {
                        "; resume with --seed " + std::to_string(st.seed));
     }
     first_epoch = st.epoch;
+    resumed_step = st.step;
     default_generator().set_offset(st.rng_offset);
     if (sched) sched->jump_to(st.step);  // O(1): a step count of 9e18 must not loop
     say("resumed from %s at epoch %lld (step %lld)\n", o.resume.c_str(),
@@ -391,11 +394,14 @@ int cmd_train(const std::vector<std::string>& argv) {
   // (their shards are the same size, so that is the global batch's mean loss).
   std::vector<std::pair<int64_t, double>> losses;
   if (!o.loss_log.empty()) {
-    callbacks.add(train::StepPoint::step_end, [&losses, &group](const train::StepInfo& info) {
-      double loss = info.loss.item();
-      if (group) loss = dist::all_reduce_values(*group, {loss}, dist::ReduceOp::avg)[0];
-      losses.emplace_back(info.global_step + 1, loss);
-    });
+    // Steps numbered as the run's optimizer steps: a resumed run's go on from the checkpoint's.
+    callbacks.add(train::StepPoint::step_end,
+                  [&losses, &group, resumed_step](const train::StepInfo& info) {
+                    double loss = info.loss.item();
+                    if (group)
+                      loss = dist::all_reduce_values(*group, {loss}, dist::ReduceOp::avg)[0];
+                    losses.emplace_back(resumed_step + info.global_step + 1, loss);
+                  });
   }
   const train::ReleasePolicy& release_policy = o.release;
   train::ReleaseScheduler release(memory::allocator_for(device), release_policy);
@@ -448,8 +454,10 @@ int cmd_train(const std::vector<std::string>& argv) {
         static_cast<double>(s.peak_reserved) / 1048576.0);
     std::fflush(stdout);
     if (!o.save.empty() && env.is_main()) {  // the replicas are identical: one file
+      // The optimizer steps taken, which the schedule follows: epochs times this run's steps an
+      // epoch would miscount a run resumed with another --batch or --limit.
       train::TrainingState st{.epoch = epoch + 1,
-                              .step = (epoch + 1) * steps_per_epoch,
+                              .step = resumed_step + callbacks.steps_finished(),
                               .seed = seed,
                               .rng_offset = default_generator().offset()};
       train::save_checkpoint(o.save, *model, opt.get(), st, scaler.get());
@@ -481,8 +489,11 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   if (monitor && env.is_main()) write_memory_files(*monitor, o);
   if (!o.loss_log.empty() && env.is_main()) {
-    std::ofstream log(o.loss_log);
-    log << "step,loss\n";
+    // A resumed run adds its steps to the log of the run it continues, if there is one.
+    const bool append = !o.resume.empty() && std::filesystem::exists(o.loss_log) &&
+                        std::filesystem::file_size(o.loss_log) > 0;
+    std::ofstream log(o.loss_log, append ? std::ios::app : std::ios::trunc);
+    if (!append) log << "step,loss\n";
     for (const auto& [step, loss] : losses)
       log << step << ',' << std::setprecision(9) << loss << '\n';
     FRUGAL_CHECK(log.good(), "train: writing --loss-log '", o.loss_log, "' failed");

@@ -116,6 +116,28 @@ TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
 
 // A --batch past the data is refused as such: the loaders used to allocate their seven buffers of
 // the whole batch first (256 GiB here) and end in an out-of-memory error.
+// A resumed run counts its optimizer steps on from the checkpoint's, with another --batch too: its
+// loss log goes on where the first run's ended (in the same file) and its checkpoint holds the
+// steps taken, which the learning-rate schedule follows.
+TEST(TrainCommand, AResumedRunCountsItsStepsOnFromTheCheckpoints) {
+  ScratchDir dir;
+  const std::string ckpt = dir / "ckpt.safetensors", log = dir / "loss.csv";
+  ASSERT_EQ(run("train", tiny_train({"--save", ckpt, "--loss-log", log})).code, kExitOk);
+  // 4 steps of 256, then an epoch of 8 steps of 128 (later flags win).
+  const CommandRun resumed =
+      run("train", tiny_train({"--resume", ckpt, "--epochs", "2", "--batch", "128", "--loss-log",
+                               log, "--save", dir / "ckpt2.safetensors"}));
+  ASSERT_EQ(resumed.code, kExitOk) << resumed.err;
+  std::ifstream in(log);
+  std::string line;
+  std::vector<std::string> steps;
+  while (std::getline(in, line)) steps.push_back(line.substr(0, line.find(',')));
+  std::vector<std::string> want = {"step"};
+  for (int i = 1; i <= 12; ++i) want.push_back(std::to_string(i));
+  EXPECT_EQ(steps, want);
+  EXPECT_EQ(train::load_safetensors(dir / "ckpt2.safetensors").metadata.at("frugal.step"), "12");
+}
+
 TEST(TrainCommand, ABatchLargerThanTheDataIsRefusedBeforeItsBuffersAreMade) {
   const CommandRun r = run(
       "train", {"--data", "synthetic", "--image-size", "256", "--limit", "16", "--test-limit", "16",
