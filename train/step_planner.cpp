@@ -43,6 +43,11 @@ std::string PlannerReport::str() const {
                   mib(trimmed_bytes));
     out += line;
   }
+  if (dropped_after_oom > 0) {
+    std::snprintf(line, sizeof line, "; %lld plans dropped after out-of-memory errors",
+                  static_cast<long long>(dropped_after_oom));
+    out += line;
+  }
   return out;
 }
 
@@ -114,6 +119,14 @@ void StepPlanner::run(const std::function<void()>& step) {
   if (planned) allocator_->begin_planned_step();
   try {
     step();
+  } catch (const OutOfMemoryError&) {
+    if (planned) allocator_->end_planned_step();
+    // The step does not fit as planned: whatever comes next (OomRecovery's retry in
+    // micro-batches, a smaller batch) runs on the caching allocator with the arena's bytes
+    // given back once the failed step's blocks go, and is recorded and planned anew. Kept as it
+    // is inside a capture, whose arena is pinned for the graph.
+    if (planned && !allocator_->capturing()) drop_plan();
+    throw;
   } catch (...) {
     if (planned) allocator_->end_planned_step();
     throw;
@@ -183,6 +196,15 @@ void StepPlanner::run(const std::function<void()>& step) {
   }
   if (allocator_->capturing()) return;
   install(memory::plan_step(trace));
+}
+
+void StepPlanner::drop_plan() {
+  allocator_->remove_plan();  // the arena goes when its last block does
+  queued_.clear();
+  settled_ = false;
+  carried_ = 0;
+  report_.arena_bytes = report_.lower_bound = 0;
+  report_.dropped_after_oom++;
 }
 
 // Note [Trimming after the plan settles]

@@ -41,9 +41,10 @@ struct PlannerReport {
   size_t arena_bytes = 0;     // of the plan in force; 0 without one
   size_t lower_bound = 0;     // its largest sum of live arena bytes
   bool gave_up = false;
-  size_t trimmed_bytes = 0;  // cached segments given back once the plan settled
-  memory::PlanReplay last;   // the last planned step's replay
-  std::string str() const;   // one line for people
+  size_t trimmed_bytes = 0;       // cached segments given back once the plan settled
+  int64_t dropped_after_oom = 0;  // plans dropped by steps that ran out of memory (see run)
+  memory::PlanReplay last;        // the last planned step's replay
+  std::string str() const;        // one line for people
 };
 
 class StepPlanner {
@@ -63,7 +64,9 @@ class StepPlanner {
   // large as the largest of them, serves them all.
   bool plan(const std::vector<memory::StepTrace>& traces);
   // Runs one step under the planner (see the lifecycle above). Exceptions from `step` pass
-  // through; the planned step is closed first.
+  // through; the planned step is closed first. A planned step that runs out of memory drops its
+  // plan (outside a graph capture): the arena goes once the failed step's blocks do, and the next
+  // step is recorded and planned anew, so a retry in micro-batches has the arena's bytes.
   void run(const std::function<void()>& step);
   const PlannerReport& report() const { return report_; }
   bool active() const { return allocator_ != nullptr; }
@@ -73,6 +76,7 @@ class StepPlanner {
 
  private:
   bool install(memory::StepPlan plan);
+  void drop_plan();  // after an out-of-memory error: see run
   void trim_unused(int64_t first_allocation);
 
   memory::CachingAllocator* allocator_ = nullptr;

@@ -222,20 +222,22 @@ EpochStats train_epoch(nn::Module& model, optim::Optimizer& opt, optim::LrSchedu
       if (planned_shape.ndim() == 0) planned_shape = batch->images.shape();
       if (callbacks != nullptr) callbacks->fire(StepPoint::step_begin);
       const int64_t rows = batch->images.size(0);
+      const bool plan_it = options.planner != nullptr && batch->images.shape() == planned_shape;
+      // Each attempt is a step of its own to the planner: one out of memory drops its plan, and
+      // the retry (outside any planned step, its state undone) is recorded and planned anew.
       auto step_of = [&](int64_t micro_batches) {
-        return train_step(model, opt, batch->images, batch->labels, precision, scaler,
-                          options.label_smoothing, std::min(micro_batches, rows), callbacks);
+        auto once = [&] {
+          return train_step(model, opt, batch->images, batch->labels, precision, scaler,
+                            options.label_smoothing, std::min(micro_batches, rows), callbacks);
+        };
+        if (!plan_it) return once();
+        Tensor out;
+        options.planner->run([&] { out = once(); });
+        return out;
       };
-      auto run_step = [&] {
-        loss = options.oom_recovery != nullptr
-                   ? options.oom_recovery->run(model, opt, scaler, rows, step_of)
-                   : step_of(options.micro_batches);
-      };
-      if (options.planner != nullptr && batch->images.shape() == planned_shape) {
-        options.planner->run(run_step);
-      } else {
-        run_step();
-      }
+      loss = options.oom_recovery != nullptr
+                 ? options.oom_recovery->run(model, opt, scaler, rows, step_of)
+                 : step_of(options.micro_batches);
     }
     if (schedule != nullptr) schedule->step();
     if (callbacks != nullptr) callbacks->fire(StepPoint::step_end, loss);

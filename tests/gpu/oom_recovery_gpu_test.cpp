@@ -15,6 +15,7 @@
 #include "memory/oom_injection.h"
 #include "optim/grad_scaler.h"
 #include "train/oom_recovery.h"
+#include "train/step_planner.h"
 #include "train/train_test_util.h"
 #include "train/trainer.h"
 
@@ -145,4 +146,36 @@ TEST(OomRecoveryGpu, UnderTheAllocatorsCapEveryRungIsTriedThenCheckpointingFits)
     EXPECT_GE(recovery.micro_batches(), 2);
   }
   EXPECT_TRUE(std::isfinite(loss.item()));
+}
+
+// With the step planner, as train_epoch nests them: each attempt is a planned step of its own.
+// The one that runs out of memory drops its plan, the retry in 2 micro-batches runs on the
+// caching allocator and is recorded, and the steps after it follow the plan made from it.
+TEST(OomRecoveryGpu, APlannedStepThatRunsOutOfMemoryIsRetriedAndPlannedAnew) {
+  SKIP_WITHOUT_GPU();
+  const Device gpu = Device::cuda(0);
+  GpuSetup s(64);
+  train::StepPlanner planner(gpu);
+  ASSERT_TRUE(planner.active());
+  train::OomRecovery recovery({.log = [](const std::string&) {}});
+  auto step_of = [&](int64_t m) {
+    Tensor out;
+    planner.run([&] { out = s.step(m); });
+    return out;
+  };
+  auto step = [&] { return recovery.run(*s.net, *s.opt, &s.scaler, 64, step_of); };
+  for (int i = 0; i < 3; ++i) step();
+  ASSERT_TRUE(planner.report().last.followed()) << planner.report().str();
+  {
+    memory::InjectOom fail(gpu, 5);
+    Tensor loss = step();
+    EXPECT_TRUE(fail.fired());
+    EXPECT_TRUE(std::isfinite(loss.item()));
+  }
+  EXPECT_EQ(recovery.recoveries(), 1);
+  EXPECT_EQ(recovery.micro_batches(), 2);
+  EXPECT_EQ(planner.report().dropped_after_oom, 1);
+  for (int i = 0; i < 3; ++i) step();
+  EXPECT_TRUE(planner.report().last.followed()) << planner.report().str();
+  EXPECT_GT(planner.report().arena_bytes, 0u);
 }

@@ -9,6 +9,7 @@
 #include "core/factory.h"
 #include "memory/allocator.h"
 #include "memory/fake_device_source.h"
+#include "memory/oom_injection.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
 #include "train/memory_estimate.h"
@@ -131,6 +132,39 @@ TEST(StepPlanner, AFailingStepClosesItsPlannedStep) {
   planner.run([&] { fake_step(dev.alloc, sizes, grad); });
   EXPECT_THROW(planner.run([] { throw std::runtime_error("step failed"); }), std::runtime_error);
   planner.run([&] { fake_step(dev.alloc, sizes, grad); });  // not "a planned step is running"
+  dev.alloc.check_invariants();
+}
+
+// A planned step that runs out of memory drops its plan: the arena goes once the failed step's
+// gradient does (zero_grad), and the retry, in another shape (micro-batches), is recorded and
+// planned anew instead of departing from a plan whose arena sat idle beside it.
+TEST(StepPlanner, AStepThatRunsOutOfMemoryDropsItsPlan) {
+  FakeDevice dev;
+  train::StepPlanner planner(dev.alloc);
+  memory::DataPtr grad;
+  const std::vector<size_t> sizes = {8 << 20, 4 << 20, 6 << 20};
+  for (int s = 0; s < 3; ++s) planner.run([&] { fake_step(dev.alloc, sizes, grad, true); });
+  ASSERT_TRUE(dev.alloc.has_plan());
+  const size_t arena = dev.alloc.arena_bytes();
+  EXPECT_THROW(planner.run([&] {
+    memory::InjectOom fail(Device::cuda(0), 3);  // the fake device's name
+    fake_step(dev.alloc, sizes, grad, true);
+  }),
+               OutOfMemoryError);
+  EXPECT_FALSE(dev.alloc.has_plan());
+  EXPECT_EQ(planner.report().dropped_after_oom, 1);
+  EXPECT_NE(planner.report().str().find("1 plans dropped after out-of-memory"), std::string::npos)
+      << planner.report().str();
+  grad.reset();             // the failed step's gradients go (run_undoable's zero_grad)
+  dev.alloc.empty_cache();  // OomRecovery's, before its retry
+  EXPECT_EQ(dev.alloc.stats().reserved_bytes.current, 0) << "the arena of " << arena << " bytes";
+  const std::vector<size_t> halves = {4 << 20, 2 << 20, 3 << 20};
+  const int64_t planned_before = planner.report().planned_steps;
+  for (int s = 0; s < 3; ++s) planner.run([&] { fake_step(dev.alloc, halves, grad, true); });
+  const train::PlannerReport& r = planner.report();
+  EXPECT_EQ(r.planned_steps, planned_before + 2);  // recorded, then planned
+  EXPECT_TRUE(r.last.followed());
+  EXPECT_GT(r.arena_bytes, 0u);
   dev.alloc.check_invariants();
 }
 
