@@ -69,19 +69,23 @@ bool StepPlanner::plan(const memory::StepTrace& trace) {
 }
 
 bool StepPlanner::plan(const std::vector<memory::StepTrace>& traces) {
-  if (allocator_ == nullptr || traces.empty()) return false;
-  settled_ = false;
-  queued_.clear();
+  // A planner that gave up runs its steps on the caching allocator: an arena now would only sit
+  // reserved beside them.
+  if (allocator_ == nullptr || traces.empty() || report_.gave_up) return false;
+  std::vector<memory::StepPlan> plans;
   size_t arena = 0;
   for (size_t i = 0; i < traces.size(); ++i) {
     // Each step's gradients are carried into the next one (Note [Gradients carried into the next
     // step]): the next trace says what that step frees first.
-    queued_.push_back(memory::plan_step(traces[i], &traces[std::min(i + 1, traces.size() - 1)]));
-    arena = std::max(arena, queued_.back().arena_bytes);
+    plans.push_back(memory::plan_step(traces[i], &traces[std::min(i + 1, traces.size() - 1)]));
+    arena = std::max(arena, plans.back().arena_bytes);
   }
-  queued_.front().arena_bytes = arena;  // the later plans then reuse its arena
-  memory::StepPlan first = std::move(queued_.front());
-  queued_.erase(queued_.begin());
+  plans.front().arena_bytes = arena;  // the later plans then reuse its arena
+  memory::StepPlan first = std::move(plans.front());
+  plans.erase(plans.begin());
+  // Nothing changes until the plans are made (install may still throw on a driver error).
+  settled_ = false;
+  queued_ = std::move(plans);
   return install(std::move(first));
 }
 

@@ -121,6 +121,10 @@ TEST(StepPlanner, GivesUpOnStepsThatNeverRepeat) {
   EXPECT_TRUE(planner.report().gave_up);
   EXPECT_FALSE(planner.settling());  // nothing to wait for
   EXPECT_FALSE(dev.alloc.has_plan());
+  // Steps run unplanned from now on: a plan offered later would only keep its arena reserved.
+  EXPECT_FALSE(
+      planner.plan(meta_trace("mobilenet_v1", 2, DType::f32, {}, Device::meta(), true, 32)));
+  EXPECT_FALSE(dev.alloc.has_plan());
   dev.alloc.check_invariants();
 }
 
