@@ -1,10 +1,12 @@
 // Reductions (sum, mean, sum_to) and matmul with their backward.
 #include <algorithm>
+#include <limits>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"
+#include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
 
@@ -44,6 +46,11 @@ Tensor reduce(const char* op, AutocastOp ac_op, const Tensor& a_in, std::vector<
   Tensor out = Tensor::empty(keep, src.options());
   kernels::sum_to(detail::ctx_of(a), src.dtype(), kernels::make_reduction(a.shape(), keep),
                   src.data_ptr(), scale, out.data_ptr());
+  if (average && count == 0 && keep.numel() > 0 && !out.device().is_meta()) {
+    // The mean of nothing is 0 / 0, as in PyTorch: NaN, not the empty sum's 0.
+    kernels::fill(detail::ctx_of(out), out.dtype(), out.numel(), out.data_ptr(),
+                  std::numeric_limits<double>::quiet_NaN());
+  }
   out = detail::cast_raw(out, a.dtype()).detach().reshape(out_shape);
   return autograd::record(op, {a}, out,
                           [keep, in_shape = a.shape(), scale](const std::vector<Tensor>& g) {

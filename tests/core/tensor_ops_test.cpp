@@ -288,6 +288,14 @@ TEST(TensorOps, ErrorsNameTheOpShapesAndDtypes) {
                "permute: [0, 0] is not a permutation of the dims of [2, 3] f32 cpu");
   EXPECT_ERROR(amax(a, {1, 1}), "amax: a dim appears twice");
   EXPECT_ERROR(amax(zeros({2, 0}), {1}), "amax: cannot reduce the empty dim 1 of [2, 0] f32 cpu");
+  // Over an empty dim the sum is 0 and the mean 0 / 0, NaN, as in PyTorch.
+  EXPECT_EQ(sum(zeros({0, 3}), {0}).to_vector(), (std::vector<double>{0, 0, 0}));
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const std::vector<double> m = mean(zeros({0, 3}, {.dtype = dt}), {0}).to_vector();
+    ASSERT_EQ(m.size(), 3u);
+    for (double v : m) EXPECT_TRUE(std::isnan(v)) << dtype_name(dt);
+  }
+  EXPECT_EQ(mean(zeros({2, 0}), {0}).numel(), 0);  // nothing to fill
   EXPECT_ERROR(exp(zeros({2}, {.dtype = DType::i64})),
                "exp: expected a floating tensor, got [2] i64 cpu");
   EXPECT_ERROR(pow(a, zeros({2})), "pow: shapes [2, 3] and [2] cannot be broadcast");
