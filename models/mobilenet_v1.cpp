@@ -31,8 +31,9 @@ MobileNetV1::MobileNetV1(const ModelConfig& cfg) {
   auto ch = [&](int64_t c) { return make_divisible(static_cast<double>(c) * cfg.width); };
   int64_t in = ch(32);
   features_ = register_module("features", std::make_shared<nn::Sequential>());
-  features_->push_back(std::make_shared<Conv2dNormActivation>(
-      cfg.in_channels, in, ConvNormOptions{.kernel = 3, .stride = 2, .act = Act::relu}));
+  // The stem is block 0 of the checkpoint policy, as in MobileNetV2 and EfficientNet.
+  features_->push_back(wrap(std::make_shared<Conv2dNormActivation>(
+      cfg.in_channels, in, ConvNormOptions{.kernel = 3, .stride = 2, .act = Act::relu})));
   for (const Block& b : kBlocks) {
     features_->push_back(wrap(std::make_shared<DepthwiseSeparable>(in, ch(b.c), b.s)));
     in = ch(b.c);

@@ -36,8 +36,10 @@ struct ModelConfig {
   // Channel multiplier; every width is rounded with make_divisible(c * width, 8) as torchvision
   // does, so width 1.0 gives the reference layouts exactly.
   double width = 1.0;
-  double dropout = 0.2;           // before the classifier's Linear
-  double drop_connect = 0.2;      // EfficientNet stochastic depth, the deepest block's probability
+  double dropout = 0.2;  // before the classifier's Linear
+  // EfficientNet stochastic depth: the scale of torchvision's linear schedule, block i of n
+  // dropping with probability drop_connect * i / n (block 0 never; the deepest 0.2 * 15/16).
+  double drop_connect = 0.2;
   CheckpointPolicy checkpoint{};  // none by default: the lean saved state alone
   // Inverted-residual (MBConv) blocks recompute their depthwise conv's output in backward from
   // the expand conv's output instead of keeping it (Note [Recomputed convolutions] in

@@ -99,6 +99,10 @@ Tensor BatchNorm2d::forward_with_activation(const Tensor& x, Activation act) {
                                 {is_training(), momentum_, eps_, act}, num_batches_tracked);
 }
 
+Dropout::Dropout(double p) : p_(p) {
+  FRUGAL_CHECK(p >= 0.0 && p <= 1.0, "Dropout: probability must be in [0, 1], got ", p);
+}
+
 std::string pool_repr(const functional::Pool2dOptions& o, bool average) {
   std::string s =
       detail::str("kernel_size=", o.kernel, ", stride=", o.stride == 0 ? o.kernel : o.stride,

@@ -94,7 +94,8 @@ std::string pool_repr(const functional::Pool2dOptions& o, bool average);
 
 class Dropout : public Module {
  public:
-  explicit Dropout(double p = 0.5) : p_(p) {}
+  // Refuses p outside [0, 1] here, as torch.nn.Dropout does, not at the first training forward.
+  explicit Dropout(double p = 0.5);
   Tensor forward(const Tensor& x) override { return functional::dropout(x, p_, is_training()); }
   std::string type_name() const override { return "Dropout"; }
 

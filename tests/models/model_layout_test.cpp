@@ -13,6 +13,7 @@
 #include "models/mobilenet_v2.h"
 #include "models/registry.h"
 #include "models/resnet.h"
+#include "nn/construction_device.h"
 
 using namespace frugal;
 using frugal::testing::expect_shapes;
@@ -210,4 +211,39 @@ TEST(Registry, NamesDescriptionsAndUnknownName) {
   EXPECT_THROW(models::description("vgg16"), Error);
   EXPECT_THROW(models::create("mobilenet_v2", {.num_classes = 0}), Error);
   EXPECT_THROW(models::create("efficientnet_b0", {.drop_connect = 1.5}), Error);
+}
+
+// Every zoo model's BatchNorm has torchvision's eps 1e-5 and momentum 0.1 (EfficientNet-B0 too:
+// only B5-B7 take eps 1e-3 and momentum 0.01 there), which parameter counts cannot see.
+TEST(Registry, EveryBatchNormHasTorchvisionsEpsAndMomentum) {
+  for (const char* name : {"mobilenet_v1", "mobilenet_v2", "efficientnet_b0", "resnet18"}) {
+    SCOPED_TRACE(name);
+    nn::ConstructionDeviceGuard on_meta(Device::meta());
+    auto net = models::create(name, {});
+    int64_t norms = 0;
+    for (const auto& [path, m] : net->named_modules()) {
+      if (m->type_name() != "BatchNorm2d") continue;
+      ++norms;
+      EXPECT_NE(m->str().find("eps=1e-05, momentum=0.1)"), std::string::npos)
+          << path << ": " << m->str();
+    }
+    EXPECT_GT(norms, 10);
+  }
+}
+
+// The stem is block 0 of a checkpoint policy in MobileNetV1 as in MobileNetV2 and EfficientNet:
+// "blocks" wraps it with the 13 separable blocks, "first:1" wraps it alone.
+TEST(MobileNetV1, TheStemIsBlockZeroOfACheckpointPolicy) {
+  nn::ConstructionDeviceGuard on_meta(Device::meta());
+  auto count = [](const char* policy) {
+    auto net =
+        models::create("mobilenet_v1", {.checkpoint = models::CheckpointPolicy::parse(policy)});
+    std::vector<std::string> wrapped;
+    for (const auto& [path, m] : net->named_modules()) {
+      if (m->type_name() == "Checkpoint") wrapped.push_back(path);
+    }
+    return wrapped;
+  };
+  EXPECT_EQ(count("blocks").size(), 14u);
+  EXPECT_EQ(count("first:1"), (std::vector<std::string>{"features.0"}));
 }

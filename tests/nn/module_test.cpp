@@ -233,3 +233,10 @@ TEST(Module, PrintingShowsEveryLayersArguments) {
     EXPECT_NE(s.find(want), std::string::npos) << want << " not in\n" << s;
   }
 }
+
+// A probability outside [0, 1] is refused when the layer is made, as torch.nn.Dropout does.
+TEST(Module, DropoutRefusesABadProbabilityWhenMade) {
+  EXPECT_THROW(nn::Dropout(1.5), Error);
+  EXPECT_THROW(nn::Dropout(-0.1), Error);
+  EXPECT_NO_THROW(nn::Dropout(1.0));
+}
