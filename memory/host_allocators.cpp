@@ -78,6 +78,7 @@ class MetaAllocator final : public CountingAllocator {
  public:
   DataPtr allocate(size_t bytes) override {
     if (bytes == 0) return {};
+    detail::check_injected_oom(device(), bytes);  // dry runs of out-of-memory paths, too
     if (!count_alloc_under_cap(bytes)) {
       throw OutOfMemoryError("meta out of memory: tried to allocate " + std::to_string(bytes) +
                              " bytes; this would exceed the memory cap of " +

@@ -46,16 +46,22 @@ std::string brief_name(const std::string& name) {
   FRUGAL_FAIL("load_safetensors: '", path, "': ", who, what, " (at byte offset ", offset, ")");
 }
 
-// Where header key `name` is in the file: the first occurrence of it quoted and followed by a
-// colon; `fallback` (the header's start) when it is written with other escapes.
-uint64_t key_offset(const std::string& text, const std::string& name, uint64_t fallback) {
+// Where top-level key `name` is in the file: the first occurrence of it quoted and followed by a
+// colon and an object (or null), which a field of an entry ("dtype": "F32") is not; 8, the
+// header's start, when it is written with other escapes. A scan of the header: only for errors.
+uint64_t key_offset(const std::string& text, const std::string& name) {
   const std::string quoted = json(name).dump(-1, ' ', false, json::error_handler_t::replace);
+  auto skip_space = [&](size_t i) {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    return i;
+  };
   for (size_t at = text.find(quoted); at != std::string::npos; at = text.find(quoted, at + 1)) {
-    size_t next = at + quoted.size();
-    while (next < text.size() && std::isspace(static_cast<unsigned char>(text[next]))) ++next;
-    if (next < text.size() && text[next] == ':') return 8 + at;
+    size_t next = skip_space(at + quoted.size());
+    if (next >= text.size() || text[next] != ':') continue;
+    next = skip_space(next + 1);
+    if (next < text.size() && (text[next] == '{' || text[next] == 'n')) return 8 + at;
   }
-  return fallback;
+  return 8;
 }
 
 // Text a JSON header can hold: valid UTF-8.
@@ -113,57 +119,51 @@ struct Entry {
   uint64_t begin, end;
 };
 
-// Checks one header entry (name -> {dtype, shape, data_offsets}); header_offset (where its key
-// is in the file) is the offset messages give, as nlohmann does not keep value positions.
+// Checks one header entry (name -> {dtype, shape, data_offsets}); messages give the offset of its
+// key in the file (`text` is the header), as nlohmann does not keep value positions.
 Entry parse_entry(const std::string& path, const std::string& name, const json& v,
-                  uint64_t header_offset) {
-  if (!v.is_object()) bad_file(path, name, header_offset, "header entry is not a JSON object");
+                  const std::string& text) {
+  auto fail = [&](const std::string& what) { bad_file(path, name, key_offset(text, name), what); };
+  if (!v.is_object()) fail("header entry is not a JSON object");
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
-    if (!v.contains(key))
-      bad_file(path, name, header_offset, std::string("no '") + key + "' field");
+    if (!v.contains(key)) fail(std::string("no '") + key + "' field");
   }
   Entry e;
   e.name = name;
   const json& dt = v["dtype"];
   if (!dt.is_string() || !parse_safetensors_dtype(dt.get<std::string>(), &e.dtype)) {
-    bad_file(path, name, header_offset,
-             "unknown dtype " + brief(dt) + " (frugal reads F32, F16, BF16, F64, I64, U8)");
+    fail("unknown dtype " + brief(dt) + " (frugal reads F32, F16, BF16, F64, I64, U8)");
   }
   const json& shape = v["shape"];
-  if (!shape.is_array()) bad_file(path, name, header_offset, "shape is not an array");
+  if (!shape.is_array()) fail("shape is not an array");
   for (const json& d : shape) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-      bad_file(path, name, header_offset,
-               "shape " + brief(shape) + " has a bad extent " + brief(d));
+      fail("shape " + brief(shape) + " has a bad extent " + brief(d));
     }
     e.dims.push_back(d.get<int64_t>());
   }
   const json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
       !off[1].is_number_unsigned()) {
-    bad_file(path, name, header_offset,
-             "data_offsets " + brief(off) + " is not a pair of non-negative integers");
+    fail("data_offsets " + brief(off) + " is not a pair of non-negative integers");
   }
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
   if (e.end < e.begin) {
-    bad_file(path, name, header_offset, "data_offsets " + brief(off) + " end before they begin");
+    fail("data_offsets " + brief(off) + " end before they begin");
   }
   uint64_t want = 0;
   if (!byte_size(e.dims, e.dtype, &want) || e.end - e.begin != want) {
-    bad_file(
-        path, name, header_offset,
-        detail::str("data_offsets ", brief(off), " hold ", e.end - e.begin, " bytes but shape ",
-                    Shape(e.dims), " of ", safetensors_dtype_name(e.dtype), " needs ",
-                    byte_size(e.dims, e.dtype, &want) ? std::to_string(want) : "over 2^64"));
+    fail(detail::str("data_offsets ", brief(off), " hold ", e.end - e.begin, " bytes but shape ",
+                     Shape(e.dims), " of ", safetensors_dtype_name(e.dtype), " needs ",
+                     byte_size(e.dims, e.dtype, &want) ? std::to_string(want) : "over 2^64"));
   }
   // Even an empty tensor's strides are products of its other extents: they must fit in int64.
   uint64_t span = 1;
   for (int64_t d : e.dims) {
     if (d > 0 && (__builtin_mul_overflow(span, static_cast<uint64_t>(d), &span) ||
                   span > static_cast<uint64_t>(INT64_MAX))) {
-      bad_file(path, name, header_offset,
-               "shape " + brief(shape) + " spans more than 2^63 elements (its strides overflow)");
+      fail("shape " + brief(shape) + " spans more than 2^63 elements (its strides overflow)");
     }
   }
   return e;
@@ -325,12 +325,12 @@ SafetensorsFile load_safetensors(const std::string& path) {
              std::string("the header is not valid JSON: ") + e.what());
   } catch (const json::exception& e) {  // a number out of range (out_of_range 406)
     bad_file(path, tensor, 8,
-             (field.empty() ? std::string() : "field '" + field + "': ") +
+             (field.empty() ? std::string() : "field '" + brief_name(field) + "': ") +
                  "a value in the header cannot be read: " + e.what());
   }
   if (!header.is_object()) bad_file(path, "", 8, "the header is not a JSON object");
   if (!duplicate.empty()) {
-    bad_file(path, duplicate, key_offset(text, duplicate, 8),
+    bad_file(path, duplicate, key_offset(text, duplicate),
              duplicate_field.empty()
                  ? std::string("the name appears twice in the header")
                  : "field '" + brief_name(duplicate_field) + "' appears twice in its entry");
@@ -339,20 +339,20 @@ SafetensorsFile load_safetensors(const std::string& path) {
   SafetensorsFile out;
   std::vector<Entry> entries;
   for (const auto& [name, v] : header.items()) {
-    const uint64_t at = key_offset(text, name, 8);
     if (name == "__metadata__") {
       if (v.is_null()) continue;  // the reference reader's "no metadata"
-      if (!v.is_object()) bad_file(path, "", at, "__metadata__ is not a JSON object");
+      if (!v.is_object())
+        bad_file(path, "", key_offset(text, name), "__metadata__ is not a JSON object");
       for (const auto& [k, s] : v.items()) {
         if (!s.is_string()) {
-          bad_file(path, "", at,
+          bad_file(path, "", key_offset(text, name),
                    "__metadata__ value of '" + brief_name(k) + "' is not a string: " + brief(s));
         }
         out.metadata[k] = s.get<std::string>();
       }
       continue;
     }
-    entries.push_back(parse_entry(path, name, v, at));
+    entries.push_back(parse_entry(path, name, v, text));
   }
 
   // The tensors must tile the data section: sorted by offset, each begins where the last ended.
@@ -366,14 +366,14 @@ SafetensorsFile load_safetensors(const std::string& path) {
   for (const Entry& e : entries) {
     if (e.begin < expected) {
       bad_file(path, e.name, data_start + e.begin,
-               detail::str("data_offsets [", e.begin, ", ", e.end, "] overlap tensor '", prev->name,
-                           "' [", prev->begin, ", ", prev->end, "]"));
+               detail::str("data_offsets [", e.begin, ", ", e.end, "] overlap tensor '",
+                           brief_name(prev->name), "' [", prev->begin, ", ", prev->end, "]"));
     }
     if (e.begin > expected) {
       bad_file(path, e.name, data_start + expected,
                detail::str("data_offsets [", e.begin, ", ", e.end, "] leave a gap of ",
                            e.begin - expected, " bytes after ",
-                           prev ? "tensor '" + prev->name + "'" : "the header"));
+                           prev ? "tensor '" + brief_name(prev->name) + "'" : "the header"));
     }
     if (e.end > data_size) {
       bad_file(path, e.name, data_start + e.begin,

@@ -253,6 +253,10 @@ TEST(SafetensorsBadFile, AnEntrysErrorGivesTheEntrysOffset) {
   expect_bad_file(
       test::safetensors_bytes(bad, "xabcd"),
       {"tensor 'b'", "unknown dtype", "byte offset " + std::to_string(8 + head.size())});
+  // A tensor named as a field is found as a key whose value is an entry, not as a's field.
+  std::string named = head + R"("dtype":{"dtype":"I32","shape":[1],"data_offsets":[1,5]}})";
+  expect_bad_file(test::safetensors_bytes(named, "xabcd"),
+                  {"tensor 'dtype'", "byte offset " + std::to_string(8 + head.size())});
 }
 
 // A name of megabytes is cut short in the message, as values are.
