@@ -28,7 +28,8 @@ namespace frugal {
 
 // What autocast does to an op's floating inputs (STYLE 6).
 enum class AutocastPolicy : uint8_t {
-  lower,    // f32 inputs are cast to the autocast dtype (f16/bf16), accumulation stays f32
+  lower,    // floating inputs but f64 are cast to the autocast dtype (f16/bf16; the other 16-bit
+            // one too), accumulation stays f32
   f32,      // f16/bf16 inputs are cast up to f32
   promote,  // mixed inputs run in the widest type (the ops do this themselves)
   pass,     // inputs are used as they are

@@ -13,6 +13,11 @@ constexpr uint64_t kMeanStream = 0x6d65616e73ull;
 constexpr uint64_t kNoiseStream = 0x6e6f697365ull;
 
 uint64_t stream_seed(uint64_t seed, uint64_t stream) { return kernels::mix64(seed ^ stream); }
+
+// The label and noise streams of a split; split 0 keeps the train split's streams as they were.
+uint64_t split_stream(uint64_t stream, uint64_t split) {
+  return split == 0 ? stream : stream ^ kernels::mix64(split);
+}
 }  // namespace
 
 SyntheticDataset::SyntheticDataset(Shape sample_shape, int64_t num_classes, int64_t size,
@@ -26,13 +31,11 @@ SyntheticDataset::SyntheticDataset(Shape sample_shape, int64_t num_classes, int6
                "SyntheticDataset: sample shape must be a non-empty [H, W, C], got ", shape_);
   FRUGAL_CHECK(classes_ >= 1, "SyntheticDataset: need at least one class, got ", classes_);
   FRUGAL_CHECK(size_ >= 0, "SyntheticDataset: negative size ", size_);
-  FRUGAL_CHECK(opts_.first_index >= 0 && opts_.first_index <= kTestSplitIndex,
-               "SyntheticDataset: first_index ", opts_.first_index, " outside [0, 2^40]");
 }
 
 int64_t SyntheticDataset::label_of(int64_t i) const {
-  float u = kernels::uniform01(stream_seed(seed_, kLabelStream),
-                               static_cast<uint64_t>(opts_.first_index + i));
+  float u = kernels::uniform01(stream_seed(seed_, split_stream(kLabelStream, opts_.split)),
+                               static_cast<uint64_t>(i));
   int64_t c = static_cast<int64_t>(u * static_cast<float>(classes_));
   return c < classes_ ? c : classes_ - 1;
 }
@@ -47,10 +50,9 @@ void SyntheticDataset::get(int64_t i, float* image, int64_t* label) const {
                ")");
   const int64_t n = shape_.numel();
   const int64_t c = label_of(i);
-  const uint64_t noise_seed = stream_seed(seed_, kNoiseStream);
-  const auto first = static_cast<uint64_t>(opts_.first_index + i) * static_cast<uint64_t>(n);
+  const uint64_t noise_seed = stream_seed(seed_, split_stream(kNoiseStream, opts_.split));
   for (int64_t j = 0; j < n; ++j) {
-    float u = kernels::uniform01(noise_seed, first + static_cast<uint64_t>(j));
+    float u = kernels::uniform01(noise_seed, static_cast<uint64_t>(i * n + j));
     image[j] = class_mean(c, j) + opts_.noise * (u - 0.5f);
   }
   *label = c;

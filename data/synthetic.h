@@ -1,7 +1,7 @@
 // A dataset computed on the fly: sample i is a pure function of (seed, i), so it needs no storage
 // and any shape or size is free. Each class has its own mean image; samples are that mean plus
 // uniform noise, so a small network can learn the labels. A test split of the same task shares
-// the class means and draws other samples (SyntheticOptions::first_index).
+// the class means and draws other samples (SyntheticOptions::split).
 //
 //   auto ds = std::make_shared<data::SyntheticDataset>(Shape{32, 32, 3}, /*classes=*/10,
 //                                                      /*size=*/5000, /*seed=*/7);
@@ -15,13 +15,12 @@ namespace frugal::data {
 
 struct SyntheticOptions {
   float noise = 0.5f;  // sample = class_mean + noise * (U[0,1) - 0.5), class_mean in [0, 1)
-  // Sample i of the set is sample first_index + i of the seed's task. A test split is the same
-  // task (the same class means) with other samples: kTestSplitIndex past the train split's.
-  int64_t first_index = 0;
+  // Which samples of the seed's task: 0 the train split's; another value (kTestSplit) a split
+  // of the same task (the seed's class means) whose labels and noise come from streams of their
+  // own, so no sample repeats one of another split.
+  uint64_t split = 0;
 };
-// Where a test split starts: past any train split, and small enough that an index times the
-// elements of a 224x224x3 sample stays far inside the counters' 64 bits.
-constexpr int64_t kTestSplitIndex = int64_t{1} << 40;
+constexpr uint64_t kTestSplit = 1;
 
 class SyntheticDataset : public Dataset {
  public:

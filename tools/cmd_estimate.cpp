@@ -52,7 +52,9 @@ constexpr const char* kHelp =
     "                    the rows as JSON\n"
     "  --max-batch       instead: the largest batch whose predicted peak fits --memory-budget,\n"
     "                    for the plain step, depthwise outputs recomputed, checkpointed blocks,\n"
-    "                    and both (multiples of --granularity, default 16)\n"
+    "                    and both (multiples of --granularity, default 16); the step alone:\n"
+    "                    frugal train --memory-budget also leaves room for the loader's staged\n"
+    "                    batch and 5% headroom for reserved over allocated\n"
     "  --memory-budget SIZE   for --max-batch: bytes, or with KiB, MiB or GiB (e.g. 4GiB)\n"
     "  --gpus N          one rank's step of frugal train --gpus N (--batch images each): the\n"
     "                    model wrapped in DataParallel, its gradient buckets counted\n";
@@ -63,7 +65,8 @@ int print_max_batches(const std::string& model_name, const models::ModelConfig& 
                       int64_t budget, int64_t granularity) {
   std::printf(
       "%s, input %lldx%lldx%lld, %s, %s: largest batch (a multiple of %lld) whose "
-      "predicted peak allocated fits %.1f MiB\n",
+      "predicted peak allocated fits %.1f MiB (the step alone: frugal train --memory-budget "
+      "also leaves room for the loader's staged batch and 5%% headroom)\n",
       model_name.c_str(), static_cast<long long>(in.c), static_cast<long long>(in.h),
       static_cast<long long>(in.w), dtype_name(precision), optimizer.c_str(),
       static_cast<long long>(granularity), static_cast<double>(budget) / (1 << 20));

@@ -1,8 +1,8 @@
 // `frugal train`: build model, data and optimizer from flags, train with a progress bar, report
 // test accuracy, time and memory per epoch, and save/resume checkpoints.
+#include <charconv>
 #include <cstdarg>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <memory>
@@ -159,6 +159,21 @@ void check_files(const TrainOptions& o) {
 
 // A checkpoint's position must be one this run can continue from: a negative or absurd epoch or
 // step (a corrupt or hand-edited file) is refused naming the file, rather than trusted.
+// The step of a --loss-log file's last row ("step,loss" rows under a header), or -1 when there is
+// no such file or row.
+int64_t last_logged_step(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  if (!std::getline(in, line) || line != "step,loss") return -1;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  int64_t step = -1;
+  const std::string field = last.substr(0, last.find(','));
+  auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), step);
+  return ec == std::errc() && end == field.data() + field.size() ? step : -1;
+}
+
 void check_resumed_state(const std::string& path, const train::TrainingState& st) {
   FRUGAL_CHECK(st.epoch >= 0 && st.epoch <= kMaxEpochs, "train: --resume '", path,
                "': the checkpoint's epoch ", st.epoch, " is outside [0, ", kMaxEpochs, "]");
@@ -489,9 +504,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   if (monitor && env.is_main()) write_memory_files(*monitor, o);
   if (!o.loss_log.empty() && env.is_main()) {
-    // A resumed run adds its steps to the log of the run it continues, if there is one.
-    const bool append = !o.resume.empty() && std::filesystem::exists(o.loss_log) &&
-                        std::filesystem::file_size(o.loss_log) > 0;
+    // A resumed run adds its steps to the log of the run it continues: one whose last step is the
+    // checkpoint's. Any other file (an older experiment's, a log written past the checkpoint) is
+    // replaced, as a run that does not resume replaces it.
+    const bool append = !o.resume.empty() && last_logged_step(o.loss_log) == resumed_step;
     std::ofstream log(o.loss_log, append ? std::ios::app : std::ios::trunc);
     if (!append) log << "step,loss\n";
     for (const auto& [step, loss] : losses)

@@ -13,10 +13,13 @@
 // A directory, a device node, a FIFO or a socket is refused: renaming onto it would replace it
 // (or, as root, /dev/null). The folder must exist and take a new file, which is probed by
 // creating one, since permission bits do not say whether the file system is read-only.
-// The temporary file sits in the target's folder (a rename is atomic only within one file
-// system) and is named "<target>.tmp.<pid>.<counter>.<random>", so two processes, or two threads,
-// saving to one path each write their own file and the last rename wins with a whole file; a
-// temporary file left by a killed process is never reused.
+// A write-protected file is refused, as opening it to write would be; a file that is replaced
+// keeps its mode (and its group, where the user may set it), and a new one gets 0666 less the
+// umask. The temporary file sits in the target's folder (a rename is atomic only within one file
+// system) and is named "<target>.tmp.<pid>.<counter>.<random>", the target's file name cut to
+// 192 bytes, so two processes, or two threads, saving to one path each write their own file and
+// the last rename wins with a whole file; a temporary file left by a killed process is never
+// reused.
 #pragma once
 
 #include <cstddef>

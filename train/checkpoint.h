@@ -38,7 +38,8 @@ void save_model(const std::string& path, const nn::Module& model, const Metadata
 // wrong shape or dtype, or a NaN or infinity in any tensor throws naming the tensor before
 // anything is copied: on error the module is unchanged. The file's tensors move to the model's
 // devices first, then are copied in place into the existing tensors: running out of device
-// memory also leaves the module unchanged (an OutOfMemoryError).
+// memory also leaves the module unchanged (an OutOfMemoryError). The price is one more copy of
+// the model's tensors on its device while the load runs (load_checkpoint's too).
 void load_model(const std::string& path, nn::Module& model);
 
 // Where a training run stands, kept in the checkpoint's __metadata__ as "frugal.<field>".
@@ -59,8 +60,9 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 
 // Refuses a negative epoch or step and NaN or infinity in any tensor it would load. Validates
 // the model part and the scaler part (loaded into a scratch scaler), then loads the optimizer
-// (its load_state_dict is all-or-nothing), then the scaler, then copies the model: any error
-// leaves model, optimizer and scaler unchanged. With a null `opt` the optimizer part is
+// (its load_state_dict is all-or-nothing), then the scaler, then copies the model: any error,
+// running out of device memory included (load_model), leaves model, optimizer and scaler
+// unchanged. With a null `opt` the optimizer part is
 // ignored (e.g. to evaluate a checkpoint); with one, the file must hold state for an optimizer
 // of the same name. A given `scaler` keeps its state when the file has no scaler part (a run
 // saved in f32 or bf16 and resumed in f16 starts scaling afresh).

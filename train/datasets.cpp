@@ -56,9 +56,9 @@ DataSplits make_data(const DataConfig& cfg) {
     }
     // The same task as the train split (seed 1: the same class means), other samples: a test
     // set from another seed has other means, and accuracy on it stays at chance.
-    out.test = std::make_shared<data::SyntheticDataset>(
-        shape, cfg.synthetic_classes, test_size, 1,
-        data::SyntheticOptions{.first_index = data::kTestSplitIndex});
+    out.test =
+        std::make_shared<data::SyntheticDataset>(shape, cfg.synthetic_classes, test_size, 1,
+                                                 data::SyntheticOptions{.split = data::kTestSplit});
     out.num_classes = cfg.synthetic_classes;
     return out;
   }

@@ -43,6 +43,11 @@ std::string BudgetChoice::str() const {
   return line;
 }
 
+int64_t budget_need(int64_t peak, int64_t resident_bytes) {
+  return peak + resident_bytes +
+         static_cast<int64_t>(kReservedHeadroom * static_cast<double>(peak));
+}
+
 BudgetChoice choose_for_budget(const std::string& name, const models::ModelConfig& base,
                                const Shape& input_nhwc, DType precision,
                                const std::string& optimizer, int64_t budget, bool for_cuda,
@@ -50,6 +55,7 @@ BudgetChoice choose_for_budget(const std::string& name, const models::ModelConfi
   FRUGAL_CHECK(extras.resident_bytes >= 0, "choose_for_budget: resident_bytes must be >= 0, got ",
                extras.resident_bytes);
   BudgetChoice c;
+  bool first = true;  // the plain step's error is the caller's; a later way's is passed over
   auto attempt = [&](const models::CheckpointPolicy& policy, int64_t micro) {
     models::ModelConfig config = base;
     config.checkpoint = policy;
@@ -59,8 +65,9 @@ BudgetChoice choose_for_budget(const std::string& name, const models::ModelConfi
                              /*with_arena=*/false, extras.wrap)
           .peak_allocated_bytes;
     };
-    if (micro == 1) {
-      peak = predict();  // the plain step's error is the run's: the caller sees it
+    if (first) {
+      first = false;
+      peak = predict();
     } else {
       try {
         peak = predict();
@@ -71,8 +78,7 @@ BudgetChoice choose_for_budget(const std::string& name, const models::ModelConfi
     c.checkpoint = policy;
     c.micro_batches = micro;
     c.predicted_peak_bytes = peak + extras.resident_bytes;
-    const auto headroom = static_cast<int64_t>(kReservedHeadroom * static_cast<double>(peak));
-    c.fits = c.predicted_peak_bytes + headroom <= budget;
+    c.fits = budget_need(peak, extras.resident_bytes) <= budget;
     return c.fits;
   };
   if (attempt(base.checkpoint, 1)) return c;

@@ -56,6 +56,10 @@ struct BudgetExtras {
 // Reserved bytes a way needs beyond its allocated peak, as a fraction of that peak.
 constexpr double kReservedHeadroom = 0.05;
 
+// What a way with predicted peak `peak` needs under a --memory-budget cap: the peak, what the
+// run keeps beside the step, and the headroom (choose_for_budget and estimate --max-batch).
+int64_t budget_need(int64_t peak, int64_t resident_bytes);
+
 // Predicted for a CUDA device unless `for_cuda` is false (the CPU's allocator).
 BudgetChoice choose_for_budget(const std::string& name, const models::ModelConfig& base,
                                const Shape& input_nhwc, DType precision,

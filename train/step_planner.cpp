@@ -101,9 +101,7 @@ bool StepPlanner::install(memory::StepPlan plan) {
     report_.gave_up = true;  // trying again each step would free and refill the cache each time
     return false;
   }
-  // The allocator may keep a larger arena than this plan packs into (an earlier plan's, reused):
-  // the report says what is reserved.
-  report_.arena_bytes = allocator_->arena_bytes();
+  report_.arena_bytes = arena;
   report_.lower_bound = bound;
   return true;
 }

@@ -114,8 +114,6 @@ TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
   EXPECT_NE(negative.err.find("epoch -1"), std::string::npos) << negative.err;
 }
 
-// A --batch past the data is refused as such: the loaders used to allocate their seven buffers of
-// the whole batch first (256 GiB here) and end in an out-of-memory error.
 // A resumed run counts its optimizer steps on from the checkpoint's, with another --batch too: its
 // loss log goes on where the first run's ended (in the same file) and its checkpoint holds the
 // steps taken, which the learning-rate schedule follows.
@@ -128,16 +126,31 @@ TEST(TrainCommand, AResumedRunCountsItsStepsOnFromTheCheckpoints) {
       run("train", tiny_train({"--resume", ckpt, "--epochs", "2", "--batch", "128", "--loss-log",
                                log, "--save", dir / "ckpt2.safetensors"}));
   ASSERT_EQ(resumed.code, kExitOk) << resumed.err;
-  std::ifstream in(log);
-  std::string line;
-  std::vector<std::string> steps;
-  while (std::getline(in, line)) steps.push_back(line.substr(0, line.find(',')));
-  std::vector<std::string> want = {"step"};
-  for (int i = 1; i <= 12; ++i) want.push_back(std::to_string(i));
-  EXPECT_EQ(steps, want);
+  auto steps_in = [&] {
+    std::ifstream in(log);
+    std::string line;
+    std::vector<std::string> steps;
+    while (std::getline(in, line)) steps.push_back(line.substr(0, line.find(',')));
+    return steps;
+  };
+  auto header_and = [](int from, int to) {
+    std::vector<std::string> want = {"step"};
+    for (int i = from; i <= to; ++i) want.push_back(std::to_string(i));
+    return want;
+  };
+  EXPECT_EQ(steps_in(), header_and(1, 12));
   EXPECT_EQ(train::load_safetensors(dir / "ckpt2.safetensors").metadata.at("frugal.step"), "12");
+  // Resumed from the first checkpoint again: the log ends past it, so it is replaced, not
+  // appended to (steps 5-12 twice).
+  ASSERT_EQ(run("train", tiny_train({"--resume", ckpt, "--epochs", "2", "--batch", "128",
+                                     "--loss-log", log}))
+                .code,
+            kExitOk);
+  EXPECT_EQ(steps_in(), header_and(5, 12));
 }
 
+// A --batch past the data is refused as such: the loaders used to allocate their seven buffers of
+// the whole batch first (256 GiB here) and end in an out-of-memory error.
 TEST(TrainCommand, ABatchLargerThanTheDataIsRefusedBeforeItsBuffersAreMade) {
   const CommandRun r = run(
       "train", {"--data", "synthetic", "--image-size", "256", "--limit", "16", "--test-limit", "16",
