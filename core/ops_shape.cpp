@@ -1,4 +1,5 @@
 // Shape and dtype ops (reshape, cast) and in-place helpers (fill_, copy_, allclose).
+#include <algorithm>
 #include <cmath>
 
 #include "core/autograd.h"
@@ -12,22 +13,29 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   detail::check_defined("reshape", {&a});
   std::vector<int64_t> dims = shape.dims();
   int64_t known = 1, infer = -1;
+  // A product that wraps could equal the input's count ([9, 6148914691236517206] holds "6"
+  // elements mod 2^64) and describe far more memory than there is: refused, unless an extent of
+  // 0 makes the shape empty whatever the others are.
+  const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
   for (size_t i = 0; i < dims.size(); ++i) {
     FRUGAL_CHECK(dims[i] >= -1, "reshape: negative extent ", dims[i], " in ", shape,
                  " (only -1, inferred, may be negative)");
     if (dims[i] == -1) {
       FRUGAL_CHECK(infer < 0, "reshape: more than one -1 in ", shape);
       infer = static_cast<int64_t>(i);
-    } else {
-      known *= dims[i];
+    } else if (!empty) {
+      FRUGAL_CHECK(!__builtin_mul_overflow(known, dims[i], &known), "reshape: ", shape,
+                   " holds more than 2^63 elements; ", describe(a), " has ", a.numel());
     }
   }
+  if (empty) known = 0;
   if (infer >= 0) {
     FRUGAL_CHECK(known > 0 && a.numel() % known == 0, "reshape: cannot reshape ", a.shape(), " to ",
                  shape);
     dims[static_cast<size_t>(infer)] = a.numel() / known;
   }
   Shape target(dims);
+  (void)checked_nbytes(target, dtype_size(a.dtype()), "reshape");  // its bytes fit in 63 bits too
   FRUGAL_CHECK(target.numel() == a.numel(), "reshape: cannot reshape ", a.shape(), " (", a.numel(),
                " elements) to ", shape);
   Tensor out = a.detach();

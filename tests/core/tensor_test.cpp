@@ -139,6 +139,15 @@ TEST(Tensor, ShapesThatDescribeNoTensorAreRefused) {
             }).find("reshape: negative extent -2"),
             std::string::npos);
   EXPECT_EQ(reshape(ones({6}), Shape{-1, 3}).shape(), Shape({2, 3}));
+  // A count that wraps modulo 2^64 to the input's is no match: 9 * 6148914691236517206 is
+  // "6" (the shape then read far past the 24 bytes), with or without an inferred extent.
+  for (const Shape& wraps : {Shape{9, 6148914691236517206}, Shape{9, 6148914691236517206, -1}}) {
+    EXPECT_NE(error_of([&] { reshape(ones({6}), wraps); }).find("more than 2^63 elements"),
+              std::string::npos)
+        << wraps;
+  }
+  // An empty shape is empty however large its other extents.
+  EXPECT_EQ(reshape(ones({0}), Shape{int64_t{1} << 62, 4, 0}).numel(), 0);
   EXPECT_NE(error_of([] {
               Tensor::empty(Shape{(int64_t{1} << 62) + 1, 4});
             }).find("empty: shape [4611686018427387905, 4] has more than 2^63 bytes"),
