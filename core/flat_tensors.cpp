@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "base/error.h"
+#include "core/autograd.h"
 #include "core/ops.h"
 #include "memory/events.h"
 #include "memory/rounding.h"
@@ -80,6 +81,7 @@ std::vector<Tensor> empty_flat(const std::vector<FlatSpec>& specs) {
 
 std::vector<Tensor> zeros_flat(const std::vector<FlatSpec>& specs) {
   std::vector<Tensor> out = empty_flat(specs);
+  autograd::NoGradGuard no_grad;  // parameters among them are made, not changed
   for (const Tensor& t : out) fill_(t, 0.0);
   return out;
 }

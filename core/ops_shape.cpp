@@ -75,8 +75,22 @@ Tensor slice_rows(const Tensor& a, int64_t start, int64_t count) {
   return out;
 }
 
+namespace {
+
+// An in-place write has no gradient of its own: into a tensor whose gradient autograd would
+// compute it leaves that gradient wrong. PyTorch refuses it for a leaf; frugal for any tensor
+// that requires grad while grad mode is on (write under NoGradGuard, as under torch.no_grad()).
+void check_no_history(const char* op, const Tensor& t) {
+  FRUGAL_CHECK(!(autograd::grad_enabled() && t.requires_grad()), op, ": ", describe(t),
+               " requires grad, and an in-place write would leave its gradient wrong; write "
+               "it under autograd::NoGradGuard (torch.no_grad())");
+}
+
+}  // namespace
+
 void fill_(const Tensor& t, double value) {
   detail::check_defined("fill_", {&t});
+  check_no_history("fill_", t);
   t.bump_version();
   if (t.device().is_meta()) return;
   kernels::fill(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr_for_overwrite(), value);
@@ -85,6 +99,7 @@ void fill_(const Tensor& t, double value) {
 void copy_(const Tensor& dst, const Tensor& src) {
   memory::OpScope op_scope("copy_");  // Note [Allocation events]
   detail::check_defined("copy_", {&dst, &src});
+  check_no_history("copy_", dst);
   FRUGAL_CHECK(dst.shape() == src.shape(), "copy_: shapes differ: destination ", describe(dst),
                ", source ", describe(src));
   dst.bump_version();

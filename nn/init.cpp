@@ -27,6 +27,9 @@ void kaiming_normal_fan_out_(const Tensor& t, int64_t fan_out, Generator& gen) {
   normal_(t, 0.0, std::sqrt(2.0 / static_cast<double>(std::max<int64_t>(fan_out, 1))), gen);
 }
 
-void constant_(const Tensor& t, double value) { fill_(t, value); }
+void constant_(const Tensor& t, double value) {
+  autograd::NoGradGuard ng;
+  fill_(t, value);
+}
 
 }  // namespace frugal::nn::init

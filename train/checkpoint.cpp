@@ -9,6 +9,7 @@
 #include <set>
 
 #include "base/half.h"
+#include "core/autograd.h"
 #include "core/ops.h"
 
 namespace frugal::train {
@@ -199,6 +200,7 @@ ModelLoad plan_model_load(const char* op, const std::string& path, const nn::Mod
 }
 
 void apply_model_load(const ModelLoad& plan) {
+  autograd::NoGradGuard no_grad;  // writes into parameters: no history (torch.no_grad())
   for (const auto& [dst, src] : plan.copies) copy_(dst, src);
 }
 

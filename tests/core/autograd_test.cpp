@@ -170,3 +170,25 @@ TEST(Autograd, OldStyleClosuresThatCaptureTheirTensorsStillWork) {
   sum(y).backward();
   for (double v : x.grad().to_vector()) EXPECT_DOUBLE_EQ(v, 12.0);
 }
+
+// An in-place write has no gradient: into a tensor autograd computes a gradient for, it left that
+// gradient wrong (fill_(y, 5) after y = 2x, and x.grad stayed [2, 2, 2]). Refused with grad mode
+// on, as PyTorch refuses it for a leaf; allowed under NoGradGuard, as under torch.no_grad().
+TEST(Autograd, InPlaceWritesIntoTensorsThatRequireGradAreRefused) {
+  Tensor x = full({3}, 1.0, {.requires_grad = true});
+  Tensor y = mul(x, 2.0);
+  EXPECT_THROW(fill_(y, 5.0), Error);
+  EXPECT_THROW(copy_(x, zeros({3})), Error);
+  EXPECT_THROW(fill_(x, 0.0), Error);
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{2, 2, 2}));
+  {
+    autograd::NoGradGuard no_grad;
+    copy_(x, full({3}, 4.0));
+    fill_(y, 5.0);
+  }
+  EXPECT_EQ(x.to_vector(), (std::vector<double>{4, 4, 4}));
+  Tensor plain = zeros({3});  // no gradient to keep right
+  fill_(plain, 1.0);
+  EXPECT_EQ(plain.to_vector(), (std::vector<double>{1, 1, 1}));
+}

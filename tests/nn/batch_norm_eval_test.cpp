@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
 #include "nn/layers.h"
@@ -13,10 +14,13 @@ using namespace frugal;
 TEST(BatchNormEval, EveryChannelUsesItsOwnRunningStatistics) {
   Generator gen(3);
   nn::BatchNorm2d bn(5);
-  copy_(bn.running_mean, rand({5}, gen, {}, -1, 1));
-  copy_(bn.running_var, rand({5}, gen, {}, 0.5, 2));
-  copy_(bn.weight, rand({5}, gen, {}, 0.5, 1.5));
-  copy_(bn.bias, rand({5}, gen, {}, -0.5, 0.5));
+  {
+    autograd::NoGradGuard no_grad;  // parameters are written as under torch.no_grad()
+    copy_(bn.running_mean, rand({5}, gen, {}, -1, 1));
+    copy_(bn.running_var, rand({5}, gen, {}, 0.5, 2));
+    copy_(bn.weight, rand({5}, gen, {}, 0.5, 1.5));
+    copy_(bn.bias, rand({5}, gen, {}, -0.5, 0.5));
+  }
   bn.eval();
   Tensor x = randn({2, 3, 4, 5}, gen);
   std::vector<double> y = bn(x).to_vector(), xv = x.to_vector();

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
 #include "file_test_util.h"
@@ -36,6 +37,7 @@ std::shared_ptr<nn::Sequential> small_model(uint64_t seed) {
       std::make_shared<nn::Linear>(5, 2)});
   auto bn = std::dynamic_pointer_cast<nn::BatchNorm2d>((*m)[1]);
   Generator gen(seed + 100);
+  autograd::NoGradGuard no_grad;  // parameters are written as under torch.no_grad()
   copy_(bn->weight, randn({4}, gen));
   copy_(bn->bias, randn({4}, gen));
   copy_(bn->running_mean, randn({4}, gen));
