@@ -24,6 +24,10 @@ Shape keepdim_shape(const Shape& in, std::vector<int64_t>& dims, const char* op)
     d = in.dim(d);
     out[static_cast<size_t>(d)] = 1;
   }
+  std::vector<int64_t> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  FRUGAL_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), op,
+               ": a dim appears twice in ", Shape(sorted), " for shape ", in);  // PyTorch's too
   return Shape(out);
 }
 

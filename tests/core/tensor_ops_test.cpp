@@ -288,6 +288,9 @@ TEST(TensorOps, ErrorsNameTheOpShapesAndDtypes) {
                "permute: [0, 0] is not a permutation of the dims of [2, 3] f32 cpu");
   EXPECT_ERROR(amax(a, {1, 1}), "amax: a dim appears twice");
   EXPECT_ERROR(amax(zeros({2, 0}), {1}), "amax: cannot reduce the empty dim 1 of [2, 0] f32 cpu");
+  // A dim named twice (1 and -1 of a 2-D tensor) is refused, as in PyTorch and as amax does.
+  EXPECT_ERROR(sum(zeros({2, 3}), {1, -1}), "sum: a dim appears twice in [1, 1] for shape [2, 3]");
+  EXPECT_ERROR(mean(zeros({2, 3}), {0, 0}), "mean: a dim appears twice");
   // Over an empty dim the sum is 0 and the mean 0 / 0, NaN, as in PyTorch.
   EXPECT_EQ(sum(zeros({0, 3}), {0}).to_vector(), (std::vector<double>{0, 0, 0}));
   for (DType dt : {DType::f32, DType::bf16}) {
