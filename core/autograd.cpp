@@ -15,6 +15,7 @@
 
 #include "core/autocast.h"
 #include "core/grad_hooks.h"
+#include "core/op_util.h"
 #include "core/ops.h"
 
 namespace frugal::autograd {
@@ -153,7 +154,7 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 
 Edge edge_of(const Tensor& t) {
   TensorImpl& impl = t.impl();
-  if (impl.grad_fn) return {impl.grad_fn, impl.output_nr};
+  if (impl.grad_fn) return {impl.grad_fn, impl.output_nr, t.device(), t.numel()};
   if (!impl.requires_grad) return {};
   std::shared_ptr<Node> acc = impl.grad_accumulator.lock();
   if (!acc) {
@@ -161,7 +162,21 @@ Edge edge_of(const Tensor& t) {
     acc->sequence_nr = g_next_sequence_nr++;
     impl.grad_accumulator = acc;
   }
-  return {acc, 0};
+  return {acc, 0, t.device(), t.numel()};
+}
+
+// Note [Gradient dtypes]
+// A gradient may reach an input in another floating dtype than the input's: conv2d under
+// autocast writes its weight gradient in the parameter's f32 for the lowered f16 weight, and the
+// cast node behind it takes it as it is (no cast down and up again). So backward functions read
+// the gradient in its own dtype and cast operands they combine it with (matmul's), and the engine
+// casts nothing; AccumulateGrad keeps a leaf's gradient in the leaf's dtype. What the engine
+// refuses is a gradient of another device or size, before any backward reads past it.
+Tensor checked_gradient(const Node& node, size_t i, const Edge& e, Tensor g) {
+  FRUGAL_CHECK(g.device() == e.device && g.numel() == e.numel, "backward: '", node.name(),
+               "' returned for its input ", i, " a gradient ", describe(g), ", but the input has ",
+               e.numel, " elements on ", e.device);
+  return g;
 }
 
 std::vector<Tensor> record(const std::string& name, const std::vector<Tensor>& inputs,
@@ -357,7 +372,7 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
       if (i < out.size() && out[i].defined()) {
         auto& buf = buffers[e.node.get()];
         buf.resize(e.node->num_outputs);
-        accumulate_into(buf, e.input_nr, std::move(out[i]));
+        accumulate_into(buf, e.input_nr, checked_gradient(*node, i, e, std::move(out[i])));
       }
       if (--deps[e.node.get()] == 0) ready.push(e.node.get());
     }

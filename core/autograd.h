@@ -33,6 +33,10 @@ namespace frugal::autograd {
 struct Edge {
   std::shared_ptr<Node> node;  // null when that input needs no gradient
   uint32_t input_nr = 0;
+  // The input's device and element count: the engine refuses a gradient of another device or
+  // size before a backward reads it. Its dtype may differ (Note [Gradient dtypes]).
+  Device device;
+  int64_t numel = 0;
 };
 
 class Node {

@@ -114,14 +114,15 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   return autograd::record(
       "matmul", {a, b}, out, {need_b ? a : Tensor(), need_a ? b : Tensor()},
-      [trans_b](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
+      [trans_b, dtype = a.dtype()](const std::vector<Tensor>& g, const std::vector<Tensor>& saved) {
         const Tensor &a_saved = saved[0], &b_saved = saved[1];
+        // The GEMMs read every operand as one dtype (Note [Gradient dtypes] in autograd.cpp).
+        const Tensor gc = g[0].dtype() == dtype ? g[0] : detail::cast_raw(g[0], dtype);
         Tensor ga, gb;
         // out = a @ op(b): da = g @ op(b)^T; d op(b) = a^T @ g.
-        if (b_saved.defined()) ga = gemm_raw(g[0], b_saved, false, !trans_b);
+        if (b_saved.defined()) ga = gemm_raw(gc, b_saved, false, !trans_b);
         if (a_saved.defined()) {
-          gb =
-              trans_b ? gemm_raw(g[0], a_saved, true, false) : gemm_raw(a_saved, g[0], true, false);
+          gb = trans_b ? gemm_raw(gc, a_saved, true, false) : gemm_raw(a_saved, gc, true, false);
         }
         return std::vector<Tensor>{ga, gb};
       });

@@ -196,6 +196,8 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   }
   FRUGAL_CHECK(g.shape() == shape(), "backward: gradient shape ", g.shape(),
                " does not match tensor shape ", shape());
+  FRUGAL_CHECK(g.device() == device(), "backward: gradient ", describe(g), " is not on ",
+               device(), " as the tensor ", describe(*this), " is");
   // As PyTorch's engine: the seed takes the output's dtype. An f32 seed for an f16 output went
   // on into backward functions that read operands as one dtype (matmul's read f16 bytes as f32).
   if (g.dtype() != dtype()) g = cast(g, dtype());

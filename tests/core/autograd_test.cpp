@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error_of.h"
 #include "core/factory.h"
 #include "core/ops.h"
 #include "memory/allocator.h"
 #include "nn/functional.h"
 
 using namespace frugal;
+using frugal::test::error_of;
 
 namespace {
 int64_t live_cpu_bytes() { return memory::cpu_allocator().stats().allocated_bytes.current; }
@@ -191,4 +193,30 @@ TEST(Autograd, InPlaceWritesIntoTensorsThatRequireGradAreRefused) {
   Tensor plain = zeros({3});  // no gradient to keep right
   fill_(plain, 1.0);
   EXPECT_EQ(plain.to_vector(), (std::vector<double>{1, 1, 1}));
+}
+
+// A gradient may reach an input in another dtype (Note [Gradient dtypes]): matmul's backward
+// casts it to its operands' dtype (its GEMMs read f64 bytes as f32 and past the end), and a leaf
+// keeps its own dtype. A gradient of another size or device is refused before anything reads it.
+TEST(Autograd, GradientsOfAnotherDtypeAreReadAsTheirsAndOfAnotherSizeRefused) {
+  Tensor a = full({2, 3}, 1.0, {.requires_grad = true});
+  Tensor b = full({3, 2}, 2.0, {.requires_grad = true});
+  Tensor h = matmul(a, b);
+  Tensor y =
+      autograd::record("in_f64", {h}, mul(h.detach(), 2.0), [](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{mul(cast(g[0], DType::f64), 2.0)};  // f64 for an f32 input
+      });
+  sum(y).backward();
+  ASSERT_EQ(a.grad().dtype(), DType::f32);
+  EXPECT_EQ(a.grad().to_vector(), std::vector<double>(6, 8.0));  // 2 * (2 + 2)
+  EXPECT_EQ(b.grad().to_vector(), std::vector<double>(6, 4.0));  // 2 * (1 + 1)
+
+  Tensor z = full({3}, 1.0, {.requires_grad = true});
+  Tensor w =
+      autograd::record("too_short", {z}, mul(z.detach(), 2.0),
+                       [](const std::vector<Tensor>&) { return std::vector<Tensor>{zeros({2})}; });
+  EXPECT_NE(error_of([&] { sum(w).backward(); }).find("'too_short' returned for its input 0"),
+            std::string::npos);
+  Tensor on_meta = full({3}, 1.0, {.device = Device::meta()});
+  EXPECT_NE(error_of([&] { w.backward(on_meta); }).find("is not on cpu"), std::string::npos);
 }

@@ -6,22 +6,15 @@
 #include <cmath>
 #include <functional>
 
+#include "common/error_of.h"
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
 
 using namespace frugal;
+using frugal::test::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 #define EXPECT_ERROR(stmt, text) \
   EXPECT_NE(error_of([&] { stmt; }).find(text), std::string::npos) << error_of([&] { stmt; })

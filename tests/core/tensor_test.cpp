@@ -3,21 +3,14 @@
 
 #include <cmath>
 
+#include "common/error_of.h"
 #include "core/factory.h"
 #include "core/ops.h"
 
 using namespace frugal;
+using frugal::test::error_of;
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-}  // namespace
+namespace {}  // namespace
 
 TEST(Tensor, FactoriesFillAndShape) {
   Tensor z = zeros({2, 3});
