@@ -38,7 +38,9 @@ void accumulate_into(std::vector<Tensor>& buffer, uint32_t slot, Tensor grad) {
 // that a tensor carries nothing for them; the engine asks only while any hook exists.
 struct LeafHook {
   uint64_t id;
-  const TensorImpl* leaf;
+  // Weak: a hook whose handle outlives its tensor must not run for a new tensor that happens to
+  // get the dead one's address.
+  std::weak_ptr<TensorImpl> leaf;
   std::shared_ptr<PostAccumulateHook> fn;
 };
 std::mutex g_hooks_mutex;
@@ -52,7 +54,7 @@ void run_post_accumulate_hooks(const std::shared_ptr<TensorImpl>& leaf) {
   {
     std::lock_guard<std::mutex> lock(g_hooks_mutex);
     for (const LeafHook& h : g_hooks) {
-      if (h.leaf == leaf.get()) fns.push_back(h.fn);
+      if (h.leaf.lock() == leaf) fns.push_back(h.fn);
     }
   }
   Tensor t(leaf);
@@ -92,8 +94,7 @@ HookHandle add_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook 
   FRUGAL_CHECK(hook != nullptr, "add_post_accumulate_grad_hook: empty hook");
   const uint64_t id = g_next_hook_id++;
   std::lock_guard<std::mutex> lock(g_hooks_mutex);
-  g_hooks.push_back(
-      {id, leaf.impl_ptr().get(), std::make_shared<PostAccumulateHook>(std::move(hook))});
+  g_hooks.push_back({id, leaf.impl_ptr(), std::make_shared<PostAccumulateHook>(std::move(hook))});
   g_hook_count.fetch_add(1, std::memory_order_relaxed);
   return HookHandle(id);
 }

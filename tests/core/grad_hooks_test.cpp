@@ -84,5 +84,27 @@ TEST(GradHooks, AFailedBackwardDropsItsCallbacksAndHooksNeedALeaf) {
       Error);
 }
 
+// A hook whose handle outlives its tensor runs for no other tensor, not even one that takes the
+// dead tensor's address (hooks were found by that address).
+TEST(GradHooks, AHookOutlivingItsTensorRunsForNoOther) {
+  int runs = 0;
+  autograd::HookHandle handle;
+  const void* old_address = nullptr;
+  {
+    Tensor w = full({4}, 1.0, {.requires_grad = true});
+    old_address = w.impl_ptr().get();
+    handle = autograd::add_post_accumulate_grad_hook(w, [&](const Tensor&) { ++runs; });
+  }
+  // Tensors like the dead one, all kept (each new one takes other freed memory first), until one
+  // takes its address, which the hook's handle no longer lets happen; none runs the hook.
+  std::vector<Tensor> tries;
+  for (int i = 0; i < 200 && (tries.empty() || tries.back().impl_ptr().get() != old_address); ++i) {
+    tries.push_back(full({4}, 1.0));
+    tries.back().requires_grad_(true);
+    sum(tries.back()).backward();
+  }
+  EXPECT_EQ(runs, 0);
+}
+
 }  // namespace
 }  // namespace frugal
