@@ -33,6 +33,12 @@ void check_floating(const char* op, const Tensor& t) {
   FRUGAL_CHECK(is_floating(t.dtype()), op, ": expected a floating tensor, got ", describe(t));
 }
 
+DType result_dtype(const Tensor& a, const Tensor& b) {
+  if (a.ndim() == 0 && b.ndim() > 0) return b.dtype();
+  if (b.ndim() == 0 && a.ndim() > 0) return a.dtype();
+  return promote(a.dtype(), b.dtype());
+}
+
 Shape broadcast_of(const char* op, const Tensor& a, const Tensor& b) {
   const Shape &sa = a.shape(), &sb = b.shape();
   for (int64_t i = 1; i <= std::min(sa.ndim(), sb.ndim()); ++i) {

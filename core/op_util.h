@@ -41,6 +41,11 @@ int64_t wrap_dim(const char* op, int64_t d, const Shape& shape, bool allow_end =
 // ([2, 3] f32 cpu and [4, 3] f16 cpu)" otherwise.
 Shape broadcast_of(const char* op, const Tensor& a, const Tensor& b);
 
+// The dtype of a binary op on floating tensors a and b, PyTorch's result type: a 0-d operand (a
+// scalar tensor) does not widen one with dims (bf16 activations times an f32 scalar stay bf16),
+// else the widest (promote).
+DType result_dtype(const Tensor& a, const Tensor& b);
+
 // out = a op b with broadcasting and promotion (u8 for comparisons); no autograd.
 Tensor binary_math_raw(kernels::MathOp op, const char* name, const Tensor& a, const Tensor& b);
 

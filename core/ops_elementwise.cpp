@@ -29,7 +29,7 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
   detail::check_same_device(name, {&a, &b});
   detail::check_floating(name, a);
   detail::check_floating(name, b);
-  DType dt = promote(a.dtype(), b.dtype());
+  DType dt = detail::result_dtype(a, b);
   Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor ac = detail::cast_raw(a, dt), bc = detail::cast_raw(b, dt);
   Tensor out = Tensor::empty(out_shape, {dt, a.device()});

@@ -87,7 +87,7 @@ Tensor binary_math_raw(MathOp op, const char* name, const Tensor& a, const Tenso
   check_same_device(name, {&a, &b});
   FRUGAL_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), name,
                ": expected floating tensors, got ", describe(a), " and ", describe(b));
-  const DType dt = promote(a.dtype(), b.dtype());
+  const DType dt = result_dtype(a, b);
   const Shape out_shape = broadcast_of(name, a, b);
   const Tensor ac = cast_raw(a, dt), bc = cast_raw(b, dt);
   Tensor out = Tensor::empty(out_shape, {kernels::is_comparison(op) ? DType::u8 : dt, a.device()});

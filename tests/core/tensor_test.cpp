@@ -79,6 +79,25 @@ TEST(Tensor, HalfTensorsComputeOnTheCpu) {
   EXPECT_EQ(add(a, full({4}, 1.0)).dtype(), DType::f32);  // promote
 }
 
+// PyTorch's result type: a 0-d tensor does not widen one with dims (bf16 activations times an f32
+// scalar stay bf16, not twice the memory), in ops, comparisons and where; two 0-d tensors, or two
+// with dims, take the widest. The scalar's gradient comes back in its own dtype.
+TEST(Tensor, AZeroDimTensorDoesNotWidenOneWithDims) {
+  Tensor x = full({3}, 1.5, {.dtype = DType::bf16, .requires_grad = true});
+  Tensor s = full({}, 2.0, {.requires_grad = true});
+  Tensor y = mul(x, s);
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  EXPECT_EQ(y.to_vector(), (std::vector<double>{3, 3, 3}));
+  EXPECT_EQ(add(s, full({2}, 1.0, {.dtype = DType::f16})).dtype(), DType::f16);
+  EXPECT_EQ(add(s, full({}, 1.0, {.dtype = DType::f16})).dtype(), DType::f32);
+  EXPECT_EQ(maximum(x, full({}, 2.0, {.dtype = DType::f64})).dtype(), DType::bf16);
+  EXPECT_EQ(where(gt(x, 0.0), x, full({}, 0.0)).dtype(), DType::bf16);
+  sum(y).backward();
+  EXPECT_EQ(s.grad().dtype(), DType::f32);
+  EXPECT_EQ(s.grad().to_vector(), (std::vector<double>{4.5}));
+  EXPECT_EQ(x.grad().dtype(), DType::bf16);
+}
+
 TEST(Tensor, PrintingShowsValuesShapeDtypeDevice) {
   std::string s = from_vector({1, 2}, Shape{2}).str();
   EXPECT_NE(s.find("[1, 2]"), std::string::npos) << s;
