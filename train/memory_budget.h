@@ -22,7 +22,7 @@
 //
 //   train::BudgetChoice c = train::choose_for_budget("mobilenet_v2", {}, {512, 224, 224, 3},
 //                                                    DType::f16, "sgd", int64_t{3} << 30);
-//   c.str();  // "checkpoint first:6, predicted peak 2,990.1 MiB"
+//   c.str();  // "4 micro-batches, predicted peak 2129.4 MiB" (bench/RESULTS.md, the H200)
 #pragma once
 
 #include <cstdint>

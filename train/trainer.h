@@ -57,7 +57,8 @@ struct EpochOptions {
   bool graph = false;
   // Plan the step's memory (Note [Planned steps] in memory/step_trace.h, train/step_planner.h):
   // each step runs through `planner` (the caller owns it, so its plans carry over between
-  // epochs), except a batch whose shape differs from the epoch's first. Not used with `graph`.
+  // epochs), except a batch whose shape differs from the epoch's first. With `graph` the warm-up
+  // runs through it and the capture goes into its arena (Note [Captured training steps]).
   StepPlanner* planner = nullptr;
   // Gradient accumulation over this many slices of each batch (train_step's micro_batches).
   int64_t micro_batches = 1;
