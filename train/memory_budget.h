@@ -57,7 +57,7 @@ struct BudgetExtras {
 constexpr double kReservedHeadroom = 0.05;
 
 // What a way with predicted peak `peak` needs under a --memory-budget cap: the peak, what the
-// run keeps beside the step, and the headroom (choose_for_budget and estimate --max-batch).
+// run keeps beside the step, and the headroom. (estimate --max-batch answers for the step alone.)
 int64_t budget_need(int64_t peak, int64_t resident_bytes);
 
 // Predicted for a CUDA device unless `for_cuda` is false (the CPU's allocator).

@@ -50,10 +50,8 @@ Step one_step(int64_t micro_batches) {
 
 double mib(int64_t b) { return static_cast<double>(b) / (1 << 20); }
 
-// The budget a predicted peak needs: the peak and the reserved headroom above it.
-int64_t need(int64_t peak) {
-  return peak + static_cast<int64_t>(train::kReservedHeadroom * static_cast<double>(peak));
-}
+// The budget a predicted peak needs with nothing beside the step: the peak and the headroom.
+int64_t need(int64_t peak) { return train::budget_need(peak, 0); }
 
 }  // namespace
 
