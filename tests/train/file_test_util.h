@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "common/error_of.h"  // test::error_of, for the file tests too
 #include "core/tensor.h"
 
 namespace frugal::test {
@@ -114,17 +115,6 @@ std::vector<std::string> snapshot(const Named& tensors) {
                   tensor_bytes(t));
   }
   return out;
-}
-
-// The message of the frugal::Error that f throws (a test failure when it throws none).
-inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected frugal::Error";
-  return "";
 }
 
 // Expects every part to appear in msg.
