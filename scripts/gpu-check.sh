@@ -4,9 +4,15 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 LOG="${OUT:-/tmp}/gpu-check.log"
+BUILD="${BUILD_DIR:-build-gpu}"  # gpu-build.sh's
 mkdir -p "$(dirname "$LOG")"
 : > "$LOG"
 status=0
+# No GPU, no check: a CPU-only build would leave out tests/gpu and every test would skip itself.
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "== NO GPU (nvidia-smi -L failed): nothing to check" | tee -a "$LOG"
+  exit 1
+fi
 
 {
   echo "== gpu-check $(date -u +%FT%TZ) on $(hostname)"
@@ -23,8 +29,18 @@ fi
 echo "== build took $(( $(date +%s) - start )) s" | tee -a "$LOG"
 
 echo "== gpu tests" | tee -a "$LOG"
-if ! (cd build-gpu && ctest -L gpu --output-on-failure) 2>&1 | tee -a "$LOG"; then
+# --no-tests=error: a build without the CUDA backend has no gpu tests; --timeout: a test that
+# hangs (a capture that never ends) costs 5 minutes, not the whole call.
+if ! (cd "$BUILD" && ctest -L gpu --output-on-failure --no-tests=error --timeout 300) 2>&1 |
+  tee -a "$LOG"; then
   echo "== GPU TESTS FAILED" | tee -a "$LOG"
+  status=1
+fi
+# Tests skip themselves without a usable device: more skips than the few that need two GPUs or
+# NCCL mean the tests ran on no GPU at all.
+skipped=$(grep -c '(Skipped)' "$LOG" || true)
+if [ "$skipped" -gt 4 ]; then
+  echo "== $skipped GPU TESTS SKIPPED: did they see the device?" | tee -a "$LOG"
   status=1
 fi
 
