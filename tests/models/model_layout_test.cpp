@@ -247,3 +247,30 @@ TEST(MobileNetV1, TheStemIsBlockZeroOfACheckpointPolicy) {
   EXPECT_EQ(count("blocks").size(), 14u);
   EXPECT_EQ(count("first:1"), (std::vector<std::string>{"features.0"}));
 }
+
+// Convolutions start as torchvision's: kaiming normal, fan_out = out_channels * kh * kw (not
+// divided by the groups, as PyTorch computes it for depthwise weights too), zero mean.
+TEST(Registry, ConvolutionsStartWithTorchvisionsKaimingFanOut) {
+  struct Case {
+    const char* model;
+    const char* param;
+    double fan_out;
+  };
+  for (const Case& c : {Case{"resnet18", "conv1.weight", 64.0 * 49},
+                        Case{"resnet18", "layer3.0.downsample.0.weight", 256.0},
+                        Case{"mobilenet_v2", "features.2.conv.1.0.weight", 96.0 * 9},
+                        Case{"efficientnet_b0", "features.3.0.block.1.0.weight", 144.0 * 25}}) {
+    SCOPED_TRACE(std::string(c.model) + " " + c.param);
+    manual_seed(1);
+    auto net = models::create(c.model, {});
+    Tensor w;
+    for (const auto& [name, p] : net->named_parameters()) {
+      if (name == c.param) w = p;
+    }
+    ASSERT_TRUE(w.defined());
+    const auto [m, s] = moments(w);
+    const double want = std::sqrt(2.0 / c.fan_out);
+    EXPECT_NEAR(s, want, 0.08 * want);
+    EXPECT_NEAR(m, 0.0, 0.1 * want);
+  }
+}
