@@ -151,7 +151,9 @@ void im2col_forward(const Context& ctx, const Conv2dShape& s, const S* x, const 
   T* ybuf = col + g.chunk * g.p * g.cols;
   T* wbuf = is_narrow_v<S> ? ybuf + g.chunk * g.p * s.k : nullptr;
   const T* w = widened_rows(w_in, 0, s.k, wcols, wbuf);
-  const T* bias = bias_in != nullptr ? widened_rows(bias_in, 0, 1, s.k, wbuf + w_numel) : nullptr;
+  // wbuf is null for f32 and f64, whose rows are read in place: no offset from it then (UB).
+  T* bias_buf = is_narrow_v<S> ? wbuf + w_numel : nullptr;
+  const T* bias = bias_in != nullptr ? widened_rows(bias_in, 0, 1, s.k, bias_buf) : nullptr;
   for (int64_t n0 = 0; n0 < s.n; n0 += g.chunk) {
     int64_t nb = std::min(g.chunk, s.n - n0), m = nb * g.p;
     im2col(s, g, x, n0, nb, col);
