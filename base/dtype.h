@@ -58,7 +58,8 @@ constexpr bool is_low_precision(DType t) { return t == DType::f16 || t == DType:
 // f64 stays f64 (gradient checks), everything else accumulates in f32.
 constexpr DType acc_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
-// Result type of a mixed elementwise op ("promote" policy): the widest floating input.
+// Result type of a mixed elementwise op ("promote" policy): the widest floating input (ops ask
+// detail::result_dtype, which leaves a 0-d operand out when the other has dims).
 constexpr DType promote(DType a, DType b) {
   if (a == b) return a;
   if (a == DType::f64 || b == DType::f64) return DType::f64;

@@ -250,8 +250,9 @@ int run(int argc, char** argv) {
   std::unique_ptr<optim::GradScaler> scaler = optim::scaler_for(amp_dtype);
   if (group && scaler) dist::agree_on_overflow(*scaler, group);
 
-  // --planner on (the default without --graph): the step's memory is planned before the first step
-  // (a dry run on meta) and replayed from one arena (Note [Planned steps]).
+  // --planner on (the default; with --graph the capture goes into its arena): the step's memory is
+  // planned before the first step (a dry run on meta) and replayed from one arena (Note [Planned
+  // steps]).
   const std::string planner_flag = flags.str("planner", "on");
   if (planner_flag != "on" && planner_flag != "off")
     throw std::invalid_argument("--planner expects on or off, got '" + planner_flag + "'");

@@ -31,7 +31,7 @@ enum class AutocastPolicy : uint8_t {
   lower,    // floating inputs but f64 are cast to the autocast dtype (f16/bf16; the other 16-bit
             // one too), accumulation stays f32
   f32,      // f16/bf16 inputs are cast up to f32
-  promote,  // mixed inputs run in the widest type (the ops do this themselves)
+  promote,  // mixed inputs run in the widest type, a 0-d one aside (the ops do this themselves)
   pass,     // inputs are used as they are
 };
 

@@ -54,7 +54,9 @@ void run_post_accumulate_hooks(const std::shared_ptr<TensorImpl>& leaf) {
   {
     std::lock_guard<std::mutex> lock(g_hooks_mutex);
     for (const LeafHook& h : g_hooks) {
-      if (h.leaf.lock() == leaf) fns.push_back(h.fn);
+      // The same owner: no lock() (a count up and down per hook and leaf); a dead leaf's weak
+      // pointer keeps its control block, so its address is no other leaf's.
+      if (!h.leaf.owner_before(leaf) && !leaf.owner_before(h.leaf)) fns.push_back(h.fn);
     }
   }
   Tensor t(leaf);

@@ -46,7 +46,7 @@ Shape broadcast_of(const char* op, const Tensor& a, const Tensor& b);
 // else the widest (promote).
 DType result_dtype(const Tensor& a, const Tensor& b);
 
-// out = a op b with broadcasting and promotion (u8 for comparisons); no autograd.
+// out = a op b with broadcasting and result_dtype's promotion (u8 for comparisons); no autograd.
 Tensor binary_math_raw(kernels::MathOp op, const char* name, const Tensor& a, const Tensor& b);
 
 // Copies the elements of `src` laid out with `src_strides` (elements, 0 to broadcast) from

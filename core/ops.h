@@ -34,9 +34,10 @@ inline Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
 inline Tensor operator-(const Tensor& a) { return neg(a); }
 
 // Elementwise math, differentiable (kernels/math.h). Binary ops broadcast and promote mixed
-// dtypes like add. abs' is 0 at 0; clamp passes the gradient where lo <= x <= hi (PyTorch);
-// maximum/minimum split the gradient of a tie half/half between a and b (PyTorch's maximum).
-// Under autocast exp, log, rsqrt and pow run in f32 (PyTorch's f32 list).
+// dtypes like add (a 0-d operand does not widen one with dims: detail::result_dtype). abs' is 0 at
+// 0; clamp passes the gradient where lo <= x <= hi (PyTorch); maximum/minimum split the gradient of
+// a tie half/half between a and b (PyTorch's maximum). Under autocast exp, log, rsqrt and pow run
+// in f32 (PyTorch's f32 list).
 Tensor abs(const Tensor& a);
 Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
@@ -112,7 +113,9 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim);
 Tensor permute(const Tensor& a, const std::vector<int64_t>& dims);
 Tensor transpose(const Tensor& a, int64_t d0, int64_t d1);
 
-// In-place helpers used by optimizers and tests (no autograd; bump the version).
+// In-place helpers used by optimizers and tests (no autograd; bump the version). Into a tensor
+// that requires grad they write only under NoGradGuard (torch.no_grad()): with grad mode on they
+// refuse, as its gradient would come out wrong.
 void fill_(const Tensor& t, double value);
 void copy_(const Tensor& dst, const Tensor& src);  // same shape; any devices; casts dtype
 

@@ -1,5 +1,6 @@
 // Arithmetic ops with broadcasting and their backward. Mixed dtypes promote to the wider one
-// (the "promote" autocast policy); gradients return in each input's own dtype.
+// (the "promote" autocast policy), except that a 0-d operand does not widen one with dims
+// (detail::result_dtype, PyTorch's result type); gradients return in each input's own dtype.
 #include "core/autograd.h"
 #include "core/op_util.h"
 #include "core/ops.h"

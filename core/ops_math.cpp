@@ -1,7 +1,8 @@
 // Elementwise math ops (abs, exp, log, sqrt, rsqrt, sigmoid, tanh, pow, clamp, maximum, minimum)
 // and their backward, on kernels/math.h. Unary ops keep the input or the output for backward,
 // whichever the derivative reads (kernels::unary_grad_from_output); binary ops broadcast and
-// promote mixed dtypes like add and mul, and return each gradient in its input's dtype.
+// promote mixed dtypes like add and mul (detail::result_dtype), and return each gradient in its
+// input's dtype.
 #include <cmath>
 #include <limits>
 

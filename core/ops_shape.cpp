@@ -24,8 +24,9 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
       FRUGAL_CHECK(infer < 0, "reshape: more than one -1 in ", shape);
       infer = static_cast<int64_t>(i);
     } else if (!empty) {
-      FRUGAL_CHECK(!__builtin_mul_overflow(known, dims[i], &known), "reshape: ", shape,
-                   " holds more than 2^63 elements; ", describe(a), " has ", a.numel());
+      const bool overflows = __builtin_mul_overflow(known, dims[i], &known);
+      FRUGAL_CHECK(!overflows, "reshape: ", shape, " holds more than 2^63 elements; ", describe(a),
+                   " has ", a.numel());
     }
   }
   if (empty) known = 0;

@@ -50,7 +50,9 @@ Tensor GradScaler::scale(const Tensor& loss) {
   FRUGAL_CHECK(loss.defined() && is_floating(loss.dtype()),
                "GradScaler::scale: expected a floating loss tensor");
   init_on(loss.device());
-  return mul(loss, scale_);
+  // In f32: the 0-d scale would take a 16-bit loss's dtype (PyTorch's result type), and 65536
+  // is infinite in f16.
+  return mul(is_low_precision(loss.dtype()) ? cast(loss, DType::f32) : loss, scale_);
 }
 
 void GradScaler::unscale_(Optimizer& opt) {

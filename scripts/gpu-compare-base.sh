@@ -48,11 +48,16 @@ for round in $(seq "$ROUNDS"); do
         status=1
         continue
       fi
-      echo "{\"build\": \"$build\", \"round\": $round, \"row\": \"$row\", \"run\": $line}" >> "$OUTDIR/compare.jsonl"
-      python3 -c 'import json,sys; r=json.loads(sys.argv[1]); M=2**20
+      # Printed, then kept, only when it reads as JSON: a run that printed something else failed.
+      if python3 -c 'import json,sys; r=json.loads(sys.argv[1]); M=2**20
 print("%-5s %-28s %9.1f img/s  allocated %8.1f MiB  reserved %8.1f MiB  ratio %.3f" % (sys.argv[2], sys.argv[3],
       r["img_per_s"], r["peak_allocated_bytes"]/M, r["peak_reserved_bytes"]/M, r["peak_reserved_bytes"]/r["peak_allocated_bytes"]))' \
-        "$line" "$build" "$row" || echo "$build $row: no result"
+        "$line" "$build" "$row"; then
+        echo "{\"build\": \"$build\", \"round\": $round, \"row\": \"$row\", \"run\": $line}" >> "$OUTDIR/compare.jsonl"
+      else
+        echo "$build $row: no result"
+        status=1
+      fi
     done
   done
 done

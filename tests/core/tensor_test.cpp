@@ -10,8 +10,6 @@
 using namespace frugal;
 using frugal::test::error_of;
 
-namespace {}  // namespace
-
 TEST(Tensor, FactoriesFillAndShape) {
   Tensor z = zeros({2, 3});
   EXPECT_EQ(z.shape(), (Shape{2, 3}));

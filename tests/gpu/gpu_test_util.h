@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -18,8 +19,19 @@
 
 namespace frugal::gputest {
 
-#define SKIP_WITHOUT_GPU() \
-  if (::frugal::kernels::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+// FRUGAL_REQUIRE_GPU=1 (scripts/gpu-check.sh sets it) makes a missing device a failure: a run
+// meant to test the GPU must not pass by skipping every test.
+inline bool gpu_required() {
+  const char* v = std::getenv("FRUGAL_REQUIRE_GPU");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+#define SKIP_WITHOUT_GPU()                                       \
+  if (::frugal::kernels::cuda_device_count() == 0) {             \
+    if (::frugal::gputest::gpu_required())                       \
+      FAIL() << "no CUDA device, and FRUGAL_REQUIRE_GPU is set"; \
+    GTEST_SKIP() << "no CUDA device";                            \
+  }
 
 constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16};
 

@@ -77,6 +77,16 @@ TEST(GradScaler, ScaleMultipliesTheLossAndItsGradients) {
   EXPECT_DOUBLE_EQ(g[2], 1024.0 * 6.0);
 }
 
+// A 16-bit loss with dims is scaled in f32: the 0-d scale would take its dtype (PyTorch's result
+// type), and the default 65536 is infinite in f16.
+TEST(GradScaler, ASixteenBitLossIsScaledInF32) {
+  optim::GradScaler s;  // init_scale 65536
+  Tensor per_sample = from_vector({0.5, 2.0}, Shape{2}, {.dtype = DType::f16});
+  Tensor scaled = s.scale(per_sample);
+  EXPECT_EQ(scaled.dtype(), DType::f32);
+  EXPECT_EQ(scaled.to_vector(), (std::vector<double>{32768, 131072}));
+}
+
 TEST(GradScaler, UnscaleDividesGradientsAndFlagsNothingWhenFinite) {
   Model m;
   optim::SGD opt(m.params(), {.lr = 0.1});

@@ -102,6 +102,8 @@ TEST(MemoryBudget, TakesTheFirstWayThatFitsInOrder) {
   };
   const int64_t plain = peak("none"), blocks = peak("blocks");
   ASSERT_LT(blocks, plain);
+  // The rule itself: the peak, what stays beside the step, and 5% of the peak for reserved.
+  EXPECT_EQ(train::budget_need(1000000, 300), 1000000 + 300 + 50000);
 
   train::BudgetChoice c =
       train::choose_for_budget("mobilenet_v2", {}, input, DType::f16, "sgd", need(plain));
