@@ -57,7 +57,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   FRUGAL_CHECK(cond.dtype() == DType::u8, "where: the condition must be u8, got ", describe(cond));
   FRUGAL_CHECK(a.dtype() == b.dtype() || (is_floating(a.dtype()) && is_floating(b.dtype())),
                "where: dtypes of ", describe(a), " and ", describe(b), " do not promote");
-  const DType dt = a.dtype() == b.dtype() ? a.dtype() : detail::result_dtype(a, b);
+  const DType dt = detail::result_dtype(a, b);  // equal dtypes, integers too, stay as they are
   const Shape ab = detail::broadcast_of("where", a, b);
   const Shape shape = broadcast_shapes(cond.shape(), ab, "where (condition)");
   Tensor c = detail::expand_copy_raw(cond, shape);

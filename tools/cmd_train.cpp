@@ -157,8 +157,6 @@ void check_files(const TrainOptions& o) {
   if (!o.loss_log.empty()) check_output_path("train", "loss-log", o.loss_log);
 }
 
-// A checkpoint's position must be one this run can continue from: a negative or absurd epoch or
-// step (a corrupt or hand-edited file) is refused naming the file, rather than trusted.
 // The step of a --loss-log file's last row ("step,loss" rows under a header), or -1 when there is
 // no such file or row.
 int64_t last_logged_step(const std::string& path) {
@@ -174,6 +172,8 @@ int64_t last_logged_step(const std::string& path) {
   return ec == std::errc() && end == field.data() + field.size() ? step : -1;
 }
 
+// A checkpoint's position must be one this run can continue from: a negative or absurd epoch or
+// step (a corrupt or hand-edited file) is refused naming the file, rather than trusted.
 void check_resumed_state(const std::string& path, const train::TrainingState& st) {
   FRUGAL_CHECK(st.epoch >= 0 && st.epoch <= kMaxEpochs, "train: --resume '", path,
                "': the checkpoint's epoch ", st.epoch, " is outside [0, ", kMaxEpochs, "]");

@@ -313,7 +313,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
       } else if (ev == json::parse_event_t::key && depth == 2) {
         field = parsed.get<std::string>();
         // A field given twice: readers that keep the first or the last one disagree.
-        if (!fields.insert(field).second && duplicate.empty() && duplicate_field.empty()) {
+        if (!fields.insert(field).second && duplicate.empty()) {
           duplicate = tensor;
           duplicate_field = field;
         }

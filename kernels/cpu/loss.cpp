@@ -24,52 +24,54 @@ void check_args(const char* op, int64_t n, int64_t c, double smoothing) {
                " is outside [0, 1]");
 }
 
+// Rows a thread takes at a time: about 4096 logits' worth (any number of rows when there are no
+// classes, as [0, 0] logits have).
+int64_t rows_per_chunk(int64_t c) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(c, 1)); }
+
 template <typename T>
 void forward_impl(int64_t n, int64_t c, const T* logits, const int64_t* labels, double s, T* loss,
                   T* lse) {
-  parallel_for(n, std::max<int64_t>(1, 4096 / std::max<int64_t>(c, 1)),
-               [&](int64_t begin, int64_t end) {
-                 for (int64_t i = begin; i < end; ++i) {
-                   const T* row = logits + i * c;
-                   double mx = static_cast<double>(row[0]);
-                   for (int64_t j = 1; j < c; ++j) mx = std::max(mx, static_cast<double>(row[j]));
-                   double sum_exp = 0, sum_x = 0;
-                   for (int64_t j = 0; j < c; ++j) {
-                     double v = static_cast<double>(row[j]);
-                     sum_exp += std::exp(v - mx);
-                     sum_x += v;
-                   }
-                   double l = mx + std::log(sum_exp);
-                   // -log p_j = l - x_j; the smoothed term is the mean of that over the classes.
-                   double nll = l - static_cast<double>(row[labels[i]]);
-                   double smooth = l - sum_x / static_cast<double>(c);
-                   // Each term only where it counts: a -inf logit makes `smooth` +inf, and 0 * inf
-                   // is NaN (PyTorch's loss without smoothing stays finite).
-                   double value = s == 0.0 ? nll : s == 1.0 ? smooth : (1.0 - s) * nll + s * smooth;
-                   loss[i] = static_cast<T>(value);
-                   lse[i] = static_cast<T>(l);
-                 }
-               });
+  parallel_for(n, rows_per_chunk(c), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T* row = logits + i * c;
+      double mx = static_cast<double>(row[0]);
+      for (int64_t j = 1; j < c; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+      double sum_exp = 0, sum_x = 0;
+      for (int64_t j = 0; j < c; ++j) {
+        double v = static_cast<double>(row[j]);
+        sum_exp += std::exp(v - mx);
+        sum_x += v;
+      }
+      double l = mx + std::log(sum_exp);
+      // -log p_j = l - x_j; the smoothed term is the mean of that over the classes.
+      double nll = l - static_cast<double>(row[labels[i]]);
+      double smooth = l - sum_x / static_cast<double>(c);
+      // Each term only where it counts: a -inf logit makes `smooth` +inf, and 0 * inf is NaN
+      // (PyTorch's loss without smoothing stays finite).
+      double value = s == 0.0 ? nll : s == 1.0 ? smooth : (1.0 - s) * nll + s * smooth;
+      loss[i] = static_cast<T>(value);
+      lse[i] = static_cast<T>(l);
+    }
+  });
 }
 
 template <typename T>
 void backward_impl(int64_t n, int64_t c, const T* logits, const int64_t* labels, double s,
                    const T* lse, const T* dloss, T* dlogits) {
   const double off = s / static_cast<double>(c);
-  parallel_for(n, std::max<int64_t>(1, 4096 / std::max<int64_t>(c, 1)),
-               [&](int64_t begin, int64_t end) {
-                 for (int64_t i = begin; i < end; ++i) {
-                   const T* row = logits + i * c;
-                   T* out = dlogits + i * c;
-                   const double l = static_cast<double>(lse[i]), g = static_cast<double>(dloss[i]);
-                   for (int64_t j = 0; j < c; ++j) {
-                     double p = std::exp(static_cast<double>(row[j]) - l);
-                     out[j] = static_cast<T>(g * (p - off));
-                   }
-                   out[labels[i]] = static_cast<T>(
-                       g * (std::exp(static_cast<double>(row[labels[i]]) - l) - off - (1.0 - s)));
-                 }
-               });
+  parallel_for(n, rows_per_chunk(c), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T* row = logits + i * c;
+      T* out = dlogits + i * c;
+      const double l = static_cast<double>(lse[i]), g = static_cast<double>(dloss[i]);
+      for (int64_t j = 0; j < c; ++j) {
+        double p = std::exp(static_cast<double>(row[j]) - l);
+        out[j] = static_cast<T>(g * (p - off));
+      }
+      out[labels[i]] =
+          static_cast<T>(g * (std::exp(static_cast<double>(row[labels[i]]) - l) - off - (1.0 - s)));
+    }
+  });
 }
 
 }  // namespace
