@@ -1,22 +1,25 @@
-// The message of the frugal::Error that `f` throws; a test failure when it throws none.
+// The message of the exception of kind E (frugal::Error by default; OutOfMemoryError, UsageError
+// and other kinds derived from it where a test asks for one) that `f` throws; a test failure when
+// it throws none. Another kind passes through.
 #pragma once
 
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <string>
+#include <utility>
 
 #include "base/error.h"
 
 namespace frugal::test {
 
-inline std::string error_of(const std::function<void()>& f) {
+template <typename E = Error, typename F>
+std::string error_of(F&& f) {
   try {
-    f();
-  } catch (const Error& e) {
+    std::forward<F>(f)();
+  } catch (const E& e) {
     return e.what();
   }
-  ADD_FAILURE() << "expected frugal::Error";
+  ADD_FAILURE() << "expected an exception of the kind asked for";
   return "";
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "common/error_of.h"
 #include "common/fifo_writer.h"
 #include "data/fashion_mnist.h"
 #include "data/idx.h"
@@ -12,20 +13,9 @@
 using namespace frugal;
 using namespace frugal::data;
 using namespace frugal::data::testing;
+using frugal::test::error_of;
 
 namespace {
-
-// The message of the frugal::Error that f throws ("" and a test failure when it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no frugal::Error thrown";
-  return "";
-}
 
 void expect_mentions(const std::string& msg, const std::vector<std::string>& pieces) {
   for (const std::string& p : pieces) {

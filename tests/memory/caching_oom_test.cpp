@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "common/error_of.h"
 #include "memory/caching_allocator.h"
 #include "memory/fake_device_source.h"
 
@@ -12,20 +13,9 @@ using namespace frugal;
 using namespace frugal::memory;
 using frugal::memory::testing::addr_of;
 using frugal::memory::testing::FakeDevice;
+using frugal::test::error_of;
 
 namespace {
-
-// Runs `fn`, expects an OutOfMemoryError and returns its message.
-template <typename Fn>
-std::string oom_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const OutOfMemoryError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected OutOfMemoryError";
-  return "";
-}
 
 void expect_contains(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "missing '" << part << "' in:\n" << text;
@@ -41,7 +31,7 @@ TEST(CachingAllocatorOom, CapHitThrowsWithTheNumbersAndStaysUsable) {
   const uintptr_t a_addr = addr_of(a);
   // 16 MiB does not fit the 15 MiB free tail and needs a 16 MiB segment: 36 MiB reserved would
   // pass the 30 MiB cap.
-  std::string msg = oom_message([&] { dev.alloc.allocate(16 * kMiB); });
+  std::string msg = error_of<OutOfMemoryError>([&] { dev.alloc.allocate(16 * kMiB); });
   expect_contains(msg, "cuda:0 out of memory: tried to allocate 16.0 MiB (16777216 bytes),");
   expect_contains(msg, "segment of 16.0 MiB (16777216 bytes)");
   expect_contains(msg, "exceed the memory cap");
@@ -75,7 +65,8 @@ TEST(CachingAllocatorOom, MemoryFractionOfTotal) {
   dev.alloc.set_memory_fraction(0.25);
   EXPECT_EQ(dev.alloc.memory_cap_bytes(), 26214400u);
   DataPtr a = dev.alloc.allocate(20 * kMiB);
-  std::string msg = oom_message([&] { dev.alloc.allocate(4 * kMiB); });  // +20 MiB segment
+  std::string msg =
+      error_of<OutOfMemoryError>([&] { dev.alloc.allocate(4 * kMiB); });  // +20 MiB segment
   expect_contains(msg, "memory cap: 25.0 MiB (26214400 bytes)");
   EXPECT_THROW(dev.alloc.set_memory_fraction(0.0), Error);
   EXPECT_THROW(dev.alloc.set_memory_fraction(1.5), Error);
@@ -125,7 +116,7 @@ TEST(CachingAllocatorOom, SourceFailsTwiceThrowsAndRecovers) {
   FakeDevice dev;
   DataPtr a = dev.alloc.allocate(3000);
   dev.source->fail_next = 2;
-  std::string msg = oom_message([&] { dev.alloc.allocate(12 * kMiB + 7); });
+  std::string msg = error_of<OutOfMemoryError>([&] { dev.alloc.allocate(12 * kMiB + 7); });
   expect_contains(msg, "tried to allocate 12.0 MiB (12582919 bytes), rounded to 12583424 bytes");
   expect_contains(msg, "the device has no room");
   expect_contains(msg, "memory cap: none");
@@ -144,7 +135,7 @@ TEST(CachingAllocatorOom, DeviceFullAfterFlushingTheCache) {
   DataPtr small = dev.alloc.allocate(100);
   small.reset();  // a cached 2 MiB segment, flushed by the retry
   DataPtr a = dev.alloc.allocate(40 * kMiB);
-  std::string msg = oom_message([&] { dev.alloc.allocate(30 * kMiB); });
+  std::string msg = error_of<OutOfMemoryError>([&] { dev.alloc.allocate(30 * kMiB); });
   expect_contains(msg, "device total: 64.0 MiB (67108864 bytes), free: 24.0 MiB (25165824 bytes)");
   expect_contains(msg, "allocated: 40.0 MiB (41943040 bytes)");
   expect_contains(msg, "reserved but unallocated: 0.0 MiB (0 bytes)");
@@ -153,7 +144,7 @@ TEST(CachingAllocatorOom, DeviceFullAfterFlushingTheCache) {
   dev.alloc.check_invariants();
   DataPtr b = dev.alloc.allocate(20 * kMiB);
   EXPECT_EQ(dev.source->used(), 60 * kMiB);
-  msg = oom_message([&] { dev.alloc.allocate(65 * kMiB); });
+  msg = error_of<OutOfMemoryError>([&] { dev.alloc.allocate(65 * kMiB); });
   expect_contains(msg, "(the request alone is larger than the device)");
   EXPECT_EQ(dev.alloc.stats().num_ooms, 2);
 }

@@ -9,11 +9,13 @@
 #include <vector>
 
 #include "base/error.h"
+#include "common/error_of.h"
 #include "memory/allocator.h"
 #include "memory/live_tags.h"
 
 using namespace frugal;
 using namespace frugal::memory;
+using frugal::test::error_of;
 
 namespace {
 
@@ -22,16 +24,6 @@ struct CpuCap {
   explicit CpuCap(size_t bytes) { cpu_allocator().set_memory_cap_bytes(bytes); }
   ~CpuCap() { cpu_allocator().set_memory_cap_bytes(0); }
 };
-
-std::string oom_message(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const OutOfMemoryError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected OutOfMemoryError";
-  return "";
-}
 
 }  // namespace
 
@@ -42,7 +34,8 @@ TEST(InjectOom, FailsTheNthAllocationOfItsDeviceOnce) {
   kept.push_back(cpu_allocator().allocate(64));
   kept.push_back(cpu_allocator().allocate(64));
   EXPECT_FALSE(fail.fired());
-  const std::string msg = oom_message([&] { kept.push_back(cpu_allocator().allocate(100)); });
+  const std::string msg =
+      error_of<OutOfMemoryError>([&] { kept.push_back(cpu_allocator().allocate(100)); });
   EXPECT_NE(msg.find("injected by memory::InjectOom at allocation 2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("100 bytes"), std::string::npos) << msg;
   EXPECT_TRUE(fail.fired());
@@ -63,7 +56,7 @@ TEST(CpuAllocatorCap, RefusesWhatWouldPassTheCapAndNamesIt) {
   CpuCap cap(base + 4096);
   EXPECT_EQ(cpu_allocator().memory_cap_bytes(), base + 4096);
   DataPtr fits = cpu_allocator().allocate(4096);
-  const std::string msg = oom_message([&] { cpu_allocator().allocate(1); });
+  const std::string msg = error_of<OutOfMemoryError>([&] { cpu_allocator().allocate(1); });
   EXPECT_NE(msg.find("CPU out of memory: tried to allocate 1 bytes"), std::string::npos) << msg;
   EXPECT_NE(msg.find("exceed the memory cap of " + std::to_string(base + 4096)), std::string::npos)
       << msg;
@@ -95,7 +88,7 @@ TEST(OomReport, ListsTheLargestLiveAllocationsByTagAndWhatToTry) {
   small = cpu_allocator().allocate(1 << 10);
   const auto base = static_cast<size_t>(cpu_allocator().stats().reserved_bytes.current);
   CpuCap cap(base);
-  const std::string msg = oom_message([&] { cpu_allocator().allocate(64); });
+  const std::string msg = error_of<OutOfMemoryError>([&] { cpu_allocator().allocate(64); });
   const size_t list = msg.find("largest live allocations by tag");
   ASSERT_NE(list, std::string::npos) << msg;
   const size_t first = msg.find("features.3 (forward)", list);

@@ -5,24 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error_of.h"
 #include "kernels/context.h"
 
 using namespace frugal;
 using namespace frugal::tools;
+using frugal::test::error_of;
 
 namespace {
-
-// The UsageError's message of f (a test failure when it throws none or another exception).
-template <typename F>
-std::string usage_error_of(F f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a UsageError";
-  return "";
-}
 
 // 'text' as the messages quote it.
 std::string quoted(const std::string& text) { return std::string(1, '\'') + text + '\''; }
@@ -33,7 +23,7 @@ void expect_mentions(const std::string& msg, const std::vector<std::string>& par
 
 // The train flags `flag value` alone must be refused with a message naming both.
 void expect_train_refuses(const std::string& flag, const std::string& value) {
-  expect_mentions(usage_error_of([&] {
+  expect_mentions(error_of<UsageError>([&] {
                     parse_train_options({"--" + flag, value});
                   }),
                   {"train: --" + flag, quoted(value)});
@@ -47,7 +37,7 @@ TEST(ParseNumbers, IntegersMustBeWholeInRangeAndNotWrap) {
   for (const char* bad :
        {"", "0", "101", "4x", " 4", "4 ", "+4", "1e2", "0x10", "4.0", "9223372036854775808",
         "-9223372036854775809", "99999999999999999999999"}) {
-    expect_mentions(usage_error_of([&] { parse_integer("c", "n", bad, 1, 100); }),
+    expect_mentions(error_of<UsageError>([&] { parse_integer("c", "n", bad, 1, 100); }),
                     {"c: --n expects an integer from 1 to 100", quoted(bad)});
   }
 }
@@ -57,7 +47,7 @@ TEST(ParseNumbers, NumbersMustBeFiniteAndInRange) {
   EXPECT_EQ(parse_number("c", "x", "1e-3", 0, 1), 1e-3);
   for (const char* bad :
        {"", "nan", "NaN", "-nan", "inf", "-inf", "infinity", "1e999", "-1", "1.5", "0.5x", "0,5"}) {
-    expect_mentions(usage_error_of([&] { parse_number("c", "x", bad, 0, 1); }),
+    expect_mentions(error_of<UsageError>([&] { parse_number("c", "x", bad, 0, 1); }),
                     {"c: --x expects a finite number", quoted(bad)});
   }
 }
@@ -70,7 +60,7 @@ TEST(ParseNumbers, ByteSizesRefuseOverflowBeforeShifting) {
   // 2^34 GiB shifts into the sign bit; 9e18 GiB wrapped to a small or negative number.
   for (const char* bad : {"17179869184GiB", "9000000000000000000GiB", "99999999999999999999",
                           "1048577GiB", "0", "0GiB", "GiB", "3 GiB", "3GB", "-3GiB", "3.5GiB"}) {
-    expect_mentions(usage_error_of([&] { parse_bytes("c", "memory-budget", bad); }),
+    expect_mentions(error_of<UsageError>([&] { parse_bytes("c", "memory-budget", bad); }),
                     {"c: --memory-budget", quoted(bad)});
   }
 }
@@ -84,11 +74,11 @@ TEST(ParseNumbers, InputShapesAreBoundedAndWhole) {
   for (const char* bad :
        {"3x18446744073709551617x1", "3x224", "3x224x224x", "3x224x224x1", "0x224x224", "-3x2x2",
         "3x65537x1", "4097x1x1", "3X224X224", "x1x1", "3x x1", ""}) {
-    expect_mentions(usage_error_of([&] { parse_input_shape("c", bad); }),
+    expect_mentions(error_of<UsageError>([&] { parse_input_shape("c", bad); }),
                     {"c: --input expects CxHxW", quoted(bad)});
   }
   // Each extent is fine, the batch of them is not.
-  expect_mentions(usage_error_of([] {
+  expect_mentions(error_of<UsageError>([] {
                     parse_compare_options({"--batch", "1048576", "--input", "4096x65536x65536"});
                   }),
                   {"compare: --batch 1048576", "4096x65536x65536"});
@@ -104,7 +94,7 @@ TEST(TrainOptions, EveryNumericFlagIsChecked) {
   EXPECT_EQ(o.save, "c.st");
   EXPECT_EQ(o.weight_decay, 4e-5);
   EXPECT_EQ(parse_train_options({"--optimizer", "adamw"}).weight_decay, 0.01);
-  expect_mentions(usage_error_of([] {
+  expect_mentions(error_of<UsageError>([] {
                     parse_train_options({"--lr", "nan"});
                   }),
                   {"train: --lr expects a finite number >= 0, got 'nan'"});
@@ -138,11 +128,11 @@ TEST(TrainOptions, EveryNumericFlagIsChecked) {
   expect_train_refuses("device", "cuda:99999999999999999999");  // stoi threw out_of_range
   expect_train_refuses("device", "meta");
   expect_train_refuses("model", "resnet1000");
-  expect_mentions(usage_error_of([] {
+  expect_mentions(error_of<UsageError>([] {
                     parse_train_options({"--save", ""});
                   }),
                   {"--save needs a file name"});
-  expect_mentions(usage_error_of([] {
+  expect_mentions(error_of<UsageError>([] {
                     parse_train_options({"--graph", "--oom-recover"});
                   }),
                   {"--oom-recover"});
@@ -151,11 +141,11 @@ TEST(TrainOptions, EveryNumericFlagIsChecked) {
 // A valued flag followed by another flag has no value (as argparse says): taking the flag as the
 // value wrote a loss log named --deterministic and left the run nondeterministic.
 TEST(TrainOptions, AMissingValueIsNotTakenFromTheNextFlag) {
-  expect_mentions(usage_error_of([] {
+  expect_mentions(error_of<UsageError>([] {
                     parse_train_options({"--loss-log", "--deterministic"});
                   }),
                   {"train: --loss-log needs a value", "--deterministic", "--loss-log=VALUE"});
-  expect_mentions(usage_error_of([] { parse_train_options({"--save"}); }),
+  expect_mentions(error_of<UsageError>([] { parse_train_options({"--save"}); }),
                   {"train: --save needs a value"});
   const TrainOptions o = parse_train_options({"--loss-log=--odd-name", "--deterministic"});
   EXPECT_EQ(o.loss_log, "--odd-name");
@@ -168,27 +158,28 @@ TEST(EvalOptions, ReadsOnlyTheTestFiles) {
   const EvalOptions o = parse_eval_options({"--load", "m.safetensors", "--batch", "32"});
   EXPECT_FALSE(o.data.need_train);
   EXPECT_EQ(o.batch, 32);
-  expect_mentions(usage_error_of([] { parse_eval_options({}); }), {"--load PATH is required"});
-  expect_mentions(usage_error_of([] {
+  expect_mentions(error_of<UsageError>([] { parse_eval_options({}); }),
+                  {"--load PATH is required"});
+  expect_mentions(error_of<UsageError>([] {
                     parse_eval_options({"--load", "m", "--batch", "-5"});
                   }),
                   {"eval: --batch", "'-5'"});
 }
 
 TEST(OtherOptions, CompareEstimateAndSmiAreChecked) {
-  expect_mentions(usage_error_of([] {
+  expect_mentions(error_of<UsageError>([] {
                     parse_compare_options({"--steps", "nan"});
                   }),
                   {"compare: --steps", "'nan'"});
-  expect_mentions(usage_error_of([] {
+  expect_mentions(error_of<UsageError>([] {
                     parse_compare_options({"--device", "meta"});
                   }),
                   {"compare: --device", "'meta'"});
-  expect_mentions(usage_error_of([] {
+  expect_mentions(error_of<UsageError>([] {
                     parse_estimate_options({"--granularity", "0"});
                   }),
                   {"estimate: --granularity", "'0'"});
-  expect_mentions(usage_error_of([] {
+  expect_mentions(error_of<UsageError>([] {
                     parse_estimate_options({"--memory-budget", "99999999999GiB"});
                   }),
                   {"estimate: --memory-budget", "'99999999999GiB'"});
@@ -202,11 +193,11 @@ TEST(OtherOptions, CompareEstimateAndSmiAreChecked) {
                                                 {"--recompute-depthwise"}}) {
     std::vector<std::string> argv = {"--max-batch"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    expect_mentions(usage_error_of([&] { parse_estimate_options(argv); }),
+    expect_mentions(error_of<UsageError>([&] { parse_estimate_options(argv); }),
                     {"estimate: --max-batch", "leave out " + extra[0]});
   }
   EXPECT_TRUE(parse_estimate_options({"--max-batch", "--memory-budget", "2GiB"}).max_batch);
-  expect_mentions(usage_error_of([] {
+  expect_mentions(error_of<UsageError>([] {
                     parse_smi_options({"-l", "1e9"});
                   }),
                   {"smi: --loop", "'1e9'"});
@@ -218,11 +209,11 @@ TEST(OtherOptions, CompareEstimateAndSmiAreChecked) {
 TEST(ResolveDevice, AMissingCudaDeviceIsSaidPlainly) {
   const int count = kernels::cuda_device_count();
   const std::string flag = "cuda:" + std::to_string(count);
-  const std::string msg = usage_error_of([&] { resolve_device("train", flag); });
+  const std::string msg = error_of<UsageError>([&] { resolve_device("train", flag); });
   expect_mentions(msg, {"train: --device " + flag, "--device cpu"});
   if (count == 0) {
     expect_mentions(msg, {"no CUDA device is present"});
-    expect_mentions(usage_error_of([] { resolve_device("eval", "cuda"); }),
+    expect_mentions(error_of<UsageError>([] { resolve_device("eval", "cuda"); }),
                     {"no CUDA device is present"});
     EXPECT_EQ(resolve_device("train", "auto"), Device::cpu());
   }
