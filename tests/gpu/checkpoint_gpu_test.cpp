@@ -7,11 +7,11 @@
 
 #include "core/factory.h"
 #include "gpu_test_util.h"
-#include "memory/oom_injection.h"
 #include "nn/layers.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
 #include "train/file_test_util.h"
+#include "train/load_oom_sweep.h"
 
 using namespace frugal;
 
@@ -37,25 +37,13 @@ TEST(CheckpointGpu, RunningOutOfDeviceMemoryAtAnyAllocationOfALoadChangesNothing
     opt.step();
     train::save_checkpoint(f.path(), *a, &opt, {.epoch = 1, .step = 1});
   }
-  bool loaded = false;
-  for (int64_t nth = 0; nth < 100 && !loaded; ++nth) {
-    SCOPED_TRACE(nth);
-    auto m = tiny_model(2);
-    m->to(kGpu);
-    optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
-    const std::vector<std::string> before = test::snapshot(m->named_parameters());
-    memory::InjectOom fail(kGpu, nth);
-    try {
-      train::load_checkpoint(f.path(), *m, &opt);
-      EXPECT_FALSE(fail.fired());
-      loaded = true;
-    } catch (const OutOfMemoryError&) {
-      EXPECT_TRUE(fail.fired());
-      EXPECT_EQ(test::snapshot(m->named_parameters()), before) << "a parameter was written";
-      for (const auto& [name, t] : opt.state_dict()) {  // "lr" only: no momentum loaded
-        EXPECT_EQ(name.find("momentum_buffer"), std::string::npos) << "the optimizer was loaded";
-      }
-    }
-  }
-  EXPECT_TRUE(loaded);
+  test::expect_every_oom_of_a_load_changes_nothing(
+      f.path(), kGpu,
+      [] {
+        std::shared_ptr<nn::Module> m = tiny_model(2);
+        m->to(kGpu);
+        return m;
+      },
+      {.lr = 0.1, .momentum = 0.9},
+      [](const nn::Module& m) { return test::snapshot(m.named_parameters()); });
 }

@@ -11,7 +11,7 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "file_test_util.h"
-#include "memory/oom_injection.h"
+#include "load_oom_sweep.h"
 #include "nn/layers.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
@@ -267,28 +267,17 @@ TEST(Checkpoint, ScalerStateResumesAndABadScalerPartChangesNothing) {
 TEST(Checkpoint, RunningOutOfDeviceMemoryWhileLoadingChangesNothing) {
   ScratchFile f("ckpt_oom.safetensors");
   write_checkpoint(f.path());
-  bool loaded = false;
-  for (int64_t nth = 0; nth < 100 && !loaded; ++nth) {
-    SCOPED_TRACE(nth);
-    auto m = tiny_model(2);
-    m->to(Device::meta());
-    optim::SGD opt(m->parameters(), kSgd);
-    std::vector<uint64_t> versions;
-    for (const Tensor& p : m->parameters()) versions.push_back(p.version());
-    memory::InjectOom fail(Device::meta(), nth);
-    try {
-      train::load_checkpoint(f.path(), *m, &opt);
-      EXPECT_FALSE(fail.fired());
-      loaded = true;
-    } catch (const OutOfMemoryError&) {
-      EXPECT_TRUE(fail.fired());
-      std::vector<uint64_t> after;
-      for (const Tensor& p : m->parameters()) after.push_back(p.version());
-      EXPECT_EQ(after, versions) << "a parameter was written";
-      for (const auto& [name, t] : opt.state_dict()) {  // "lr" only: no momentum loaded
-        EXPECT_EQ(name.find("momentum_buffer"), std::string::npos) << "the optimizer was loaded";
-      }
-    }
-  }
-  EXPECT_TRUE(loaded);
+  test::expect_every_oom_of_a_load_changes_nothing(
+      f.path(), Device::meta(),
+      [] {
+        std::shared_ptr<nn::Module> m = tiny_model(2);
+        m->to(Device::meta());
+        return m;
+      },
+      kSgd,
+      [](const nn::Module& m) {
+        std::vector<std::string> versions;
+        for (const Tensor& p : m.parameters()) versions.push_back(std::to_string(p.version()));
+        return versions;
+      });
 }
