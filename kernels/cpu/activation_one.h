@@ -64,10 +64,11 @@ inline T forward_one(T x) {
 
 template <Activation act, typename T>
 inline T backward_one(T x, T dy) {
-  // relu: threshold_backward, gradient only where x > 0.
-  if constexpr (act == Activation::relu) return x > T(0) ? dy : T(0);
-  // relu6 = hardtanh(0, 6): gradient only strictly inside (0, 6).
-  if constexpr (act == Activation::relu6) return ((x > T(0)) & (x < T(6))) ? dy : T(0);
+  // relu: threshold_backward, no gradient where x <= 0. relu6 = hardtanh(0, 6): no gradient
+  // where x <= 0 or x >= 6. Written as where the gradient stops, as PyTorch writes them, so
+  // that at NaN (every comparison false) dy passes and a NaN gradient reaches the scaler.
+  if constexpr (act == Activation::relu) return x <= T(0) ? T(0) : dy;
+  if constexpr (act == Activation::relu6) return ((x <= T(0)) | (x >= T(6))) ? T(0) : dy;
   // hardswish: 0 for x < -3, dy * (x / 3 + 1/2) for -3 <= x <= 3, dy for x > 3 (PyTorch's
   // scalar and CUDA kernels; both ends of [-3, 3] use the middle formula).
   if constexpr (act == Activation::hardswish) {  // both branches computed: vectorises

@@ -21,10 +21,13 @@ __device__ __forceinline__ float sigmoidf(float x) { return __frcp_rn(1.0f + __e
 // the compiler would otherwise issue together.
 template <Activation A>
 __device__ __forceinline__ float act_forward(float x) {
+  // relu and relu6 are written so that NaN passes (every comparison with NaN is false; fmaxf
+  // would return the 0), as on the CPU and in PyTorch: a NaN from an overflow must reach the
+  // loss for the gradient scaler to skip the step, not turn into zeros on the way.
   if constexpr (A == Activation::relu) {
-    return x > 0.0f ? x : 0.0f;
+    return x < 0.0f ? 0.0f : x;
   } else if constexpr (A == Activation::relu6) {
-    return fminf(fmaxf(x, 0.0f), 6.0f);
+    return x < 0.0f ? 0.0f : (x > 6.0f ? 6.0f : x);
   } else if constexpr (A == Activation::hardswish) {
     return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
   } else if constexpr (A == Activation::silu) {
@@ -39,9 +42,9 @@ __device__ __forceinline__ float act_forward(float x) {
 // Note [Clamps after rounding]: relu and relu6 commute with rounding to nearest, which is monotone
 // and keeps 0 and 6; so rounding batch norm's f32 output and then clamping the 16-bit values
 // gives the values that clamping in f32 and then rounding gives, and a pair of 16-bit values
-// clamps in one instruction (max/min.f16x2, .bf16x2) where f32 takes one a value a bound. NaN
-// becomes 0 either way (the max without _nan returns the number). Only a zero's sign may differ
-// (-0 where f32 gives +0), which changes no sum that starts from +0 or holds a nonzero term.
+// clamps in one instruction (max/min.NaN.f16x2, .bf16x2) where f32 takes one a value a bound.
+// NaN stays NaN either way (the _nan forms return it; the plain ones would return the bound).
+// Only a zero's sign may differ, which changes no sum that starts from +0 or holds a nonzero term.
 template <Activation A, typename T, int N>
 constexpr bool clamps_after_rounding =
     (A == Activation::relu || A == Activation::relu6) && N % 2 == 0 && is_16bit<T>;
@@ -65,22 +68,23 @@ __device__ __forceinline__ void round_and_clamp(float (&x)[N]) {
   const PairOf<T> zero(zero1, zero1), six(six1, six1);
 #pragma unroll
   for (int i = 0; i < N; i += 2) {
-    PairOf<T> p = __hmax2(round_pair<T>(x[i], x[i + 1]), zero);
-    if constexpr (A == Activation::relu6) p = __hmin2(p, six);
+    PairOf<T> p = __hmax2_nan(round_pair<T>(x[i], x[i + 1]), zero);
+    if constexpr (A == Activation::relu6) p = __hmin2_nan(p, six);
     const float2 f = widen_pair<T>(p);
     x[i] = f.x;
     x[i + 1] = f.y;
   }
 }
 
-// dx = f'(x) * dy; the kinks follow PyTorch (relu/relu6 pass where 0 < x (< 6), hardswish is
-// x/3 + 1/2 on [-3, 3]). The activation fixed at compile time, as act_forward.
+// dx = f'(x) * dy; the kinks follow PyTorch (relu/relu6 stop where x <= 0 (or x >= 6), so NaN
+// passes dy; hardswish is x/3 + 1/2 on [-3, 3]). The activation fixed at compile time, as
+// act_forward.
 template <Activation A>
 __device__ __forceinline__ float act_backward(float x, float dy) {
   if constexpr (A == Activation::relu) {
-    return x > 0.0f ? dy : 0.0f;
+    return x <= 0.0f ? 0.0f : dy;
   } else if constexpr (A == Activation::relu6) {
-    return (x > 0.0f && x < 6.0f) ? dy : 0.0f;
+    return (x <= 0.0f || x >= 6.0f) ? 0.0f : dy;
   } else if constexpr (A == Activation::hardswish) {
     return x < -3.0f ? 0.0f : (x <= 3.0f ? dy * (x / 3.0f + 0.5f) : dy);
   } else if constexpr (A == Activation::silu) {

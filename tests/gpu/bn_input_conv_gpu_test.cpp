@@ -8,6 +8,8 @@
 // written in forward, the step's outputs and gradients equal those of a written copy read by the
 // plain kernels bit for bit, and an output still held is written by backward, before a step
 // changes gamma.
+#include <algorithm>
+
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/ops.h"
@@ -129,6 +131,34 @@ TEST(GpuBnInputConv, ForwardMatchesCpu) {
                                          dbias.get(), y.get());
     EXPECT_CLOSE(y.download(), ref, tolerance(t));
   });
+}
+
+// A NaN in z stays NaN through the loads' relu and relu6 (the 16-bit pairs clamp with the _nan
+// max and min: Note [Clamps after rounding] in kernels/cuda/activation.cuh) and reaches exactly
+// the outputs whose window holds it, as on the CPU; the output starts at zeros, so each NaN read
+// back was written.
+TEST(GpuBnInputConv, ANaNInTheInputReachesTheOutputsItsWindowsHold) {
+  SKIP_WITHOUT_GPU();
+  Tf32Scope exact(false);
+  for (DType t : kDTypes) {
+    for (const kernels::Conv2dShape& s : {kShapes[0], kShapes[2], kShapes[3], kShapes[4]}) {
+      for (Activation act : {Activation::relu, Activation::relu6}) {
+        BnConvCase c(t, s, true, act);
+        SCOPED_TRACE(c.name());
+        c.z[static_cast<size_t>(((0 * s.h + 3) * s.w + 4) * s.c + 5)] = NAN;  // n 0, (3, 4), c 5
+        c.dz.upload(c.z);
+        const std::vector<float> bias(static_cast<size_t>(s.k), 0.0f);
+        std::vector<float> ref(c.dy.size());
+        kernels::cpu::conv2d_forward(cpu(), DType::f32, s, c.x().data(), c.w.data(), bias.data(),
+                                     ref.data());
+        ASSERT_TRUE(std::any_of(ref.begin(), ref.end(), [](float v) { return std::isnan(v); }));
+        DeviceBuffer dbias = to_device(t, bias), y = to_device(t, std::vector<float>(ref.size()));
+        kernels::cuda::conv2d_forward_bn_act(gpu(), t, s, c.device_input(), c.dz.get(), c.dw.get(),
+                                             dbias.get(), y.get());
+        EXPECT_CLOSE_KEEPING_SPECIALS(y.download(), ref, tolerance(t));
+      }
+    }
+  }
 }
 
 TEST(GpuBnInputConv, WeightGradientMatchesCpu) {

@@ -137,3 +137,36 @@ TEST(GpuElementwise, F64IsCpuOnlyAndEmptyIsFine) {
   kernels::cuda::affine(gpu(), DType::f32, 0, nullptr, 1, 0, nullptr);
   kernels::cuda::synchronize(Device::cuda(0));
 }
+
+// NaN passes every activation both ways, as on the CPU and in PyTorch (a NaN from an overflow
+// must reach the loss and the gradients for the scaler to skip the step), and the kinks and the
+// infinities of relu and relu6 land where the CPU's do. The output starts at zeros, not at the
+// NaN poison, so a NaN read back was written.
+TEST(GpuElementwise, ActivationsKeepNaNAndMatchTheCpuAtKinksAndInfinities) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : kDTypes) {
+    for (int a = 0; a < kernels::kNumActivations; ++a) {
+      auto act = static_cast<kernels::Activation>(a);
+      SCOPED_TRACE(detail::str(dtype_name(t), " activation ", a));
+      std::vector<float> x{NAN, -3.0f, -1.0f, -0.0f, 0.0f, 0.5f, 3.0f, 6.0f, 7.0f};
+      // silu's and hardswish's infinities are NaN on one side and a limit on the other, in
+      // PyTorch as here; relu's and relu6's are clamps, exact everywhere.
+      if (act == kernels::Activation::relu || act == kernels::Activation::relu6) {
+        x.insert(x.end(), {INFINITY, -INFINITY});
+      }
+      const int64_t n = static_cast<int64_t>(x.size());
+      std::vector<float> dy(x.size(), 1.5f), ref(x.size()), zeros(x.size(), 0.0f);
+      DeviceBuffer dx_in = to_device(t, x), ddy = to_device(t, dy), dout = to_device(t, zeros);
+      kernels::cpu::activation_forward(cpu(), act, DType::f32, n, x.data(), ref.data());
+      for (float& v : ref) v = round_to(t, v);
+      kernels::cuda::activation_forward(gpu(), act, t, n, dx_in.get(), dout.get());
+      EXPECT_CLOSE_KEEPING_SPECIALS(dout.download(), ref, tolerance(t));
+      EXPECT_TRUE(std::isnan(dout.download()[0])) << "forward at NaN";
+      dout.upload(zeros);
+      kernels::cpu::activation_backward(cpu(), act, DType::f32, n, x.data(), dy.data(), ref.data());
+      for (float& v : ref) v = round_to(t, v);
+      kernels::cuda::activation_backward(gpu(), act, t, n, dx_in.get(), ddy.get(), dout.get());
+      EXPECT_CLOSE_KEEPING_SPECIALS(dout.download(), ref, tolerance(t));
+    }
+  }
+}

@@ -151,12 +151,41 @@ inline double rel_error(const std::vector<float>& out, const std::vector<float>&
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// rel_error for outputs that hold NaN and infinities on purpose: NaN must stand where ref has
+// NaN and nowhere else, an infinity must equal ref's, and the rest is rel_error of what is left.
+// Infinity when any of that fails.
+inline double rel_error_keeping_specials(const std::vector<float>& out,
+                                         const std::vector<float>& ref) {
+  if (out.size() != ref.size()) return INFINITY;
+  std::vector<float> out_finite, ref_finite;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (std::isnan(out[i]) != std::isnan(ref[i])) return INFINITY;
+    if (std::isnan(ref[i])) continue;
+    if (std::isinf(out[i]) || std::isinf(ref[i])) {
+      if (out[i] != ref[i]) return INFINITY;
+      continue;
+    }
+    out_finite.push_back(out[i]);
+    ref_finite.push_back(ref[i]);
+  }
+  return rel_error(out_finite, ref_finite);
+}
+
 using kernels::Tf32Scope;  // f32 convolutions with or without TF32, for one scope
 
 #define EXPECT_CLOSE(out, ref, tol)                                         \
   do {                                                                      \
     double err_ = ::frugal::gputest::rel_error(out, ref);                   \
     EXPECT_LE(err_, (tol)) << #out " vs " #ref ": relative error " << err_; \
+  } while (0)
+
+#define EXPECT_CLOSE_KEEPING_SPECIALS(out, ref, tol)                       \
+  do {                                                                     \
+    double err_ = ::frugal::gputest::rel_error_keeping_specials(out, ref); \
+    EXPECT_LE(err_, (tol)) << #out " vs " #ref                             \
+                                   ": NaN or infinity moved, or relative " \
+                                   "error "                                \
+                           << err_;                                        \
   } while (0)
 
 }  // namespace frugal::gputest

@@ -104,6 +104,27 @@ TEST(Activation, KinkConventionsExactly) {
   EXPECT_EQ(grads(Activation::hardswish), (std::vector<double>{0, -0.5, 0.5, 1.5, 1, 1}));
 }
 
+// NaN passes every activation forward, and relu, relu6, hardswish and identity pass dy at NaN
+// (PyTorch's threshold_backward and hardtanh_backward zero the gradient only where x <= 0 or
+// x >= 6, which NaN is not); silu and sigmoid give NaN. A NaN from an overflow so reaches the
+// loss and the gradients, where the scaler sees it, in f32 and f64 alike.
+TEST(Activation, NaNPassesForwardAndBackward) {
+  for (DType t : {DType::f32, DType::f64}) {
+    Buf x(t, std::vector<double>{NAN}), dy(t, std::vector<double>{1.5}), out(t, 1);
+    for (Activation a : kAll) {
+      SCOPED_TRACE(static_cast<int>(a));
+      kernels::activation_forward(cpu_ctx(), a, t, 1, x.data(), out.data());
+      EXPECT_TRUE(std::isnan(out.get(0)));
+      kernels::activation_backward(cpu_ctx(), a, t, 1, x.data(), dy.data(), out.data());
+      if (a == Activation::silu || a == Activation::sigmoid) {
+        EXPECT_TRUE(std::isnan(out.get(0)));
+      } else {
+        EXPECT_EQ(out.get(0), 1.5);
+      }
+    }
+  }
+}
+
 TEST(Activation, BackwardMatchesFiniteDifferencesF64) {
   const double h = 1e-6;
   auto xv = random_values(257, 23, -6.0, 6.0);
