@@ -10,10 +10,17 @@
 
 namespace frugal::optim {
 
+// As torch.optim.AdamW's: comparisons that NaN fails, so NaN is refused too.
+void check_options(const AdamWOptions& o, const char* where) {
+  FRUGAL_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, where,
+               ": betas must be in [0, 1), got ", o.beta1, " and ", o.beta2);
+  FRUGAL_CHECK(o.eps >= 0 && o.weight_decay >= 0, where,
+               ": eps and weight_decay must be >= 0, got ", o.eps, " and ", o.weight_decay);
+}
+
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions opt)
     : Optimizer(std::move(params), opt.lr), opt_(opt) {
-  FRUGAL_CHECK(opt.beta1 >= 0 && opt.beta1 < 1 && opt.beta2 >= 0 && opt.beta2 < 1 && opt.eps >= 0,
-               "adamw: betas must be in [0, 1) and eps >= 0");
+  check_options(opt, "adamw");
   exp_avg_.resize(params_.size());
   exp_avg_sq_.resize(params_.size());
   steps_.resize(params_.size());
@@ -52,7 +59,11 @@ void AdamW::update(size_t i, const Tensor& param, const Tensor& grad) {
 }
 
 NamedTensors AdamW::state_dict() const {
-  NamedTensors out = {{"lr", scalar_tensor(lr_)}};
+  NamedTensors out = common_state();
+  out.emplace_back("beta1", scalar_tensor(opt_.beta1));
+  out.emplace_back("beta2", scalar_tensor(opt_.beta2));
+  out.emplace_back("eps", scalar_tensor(opt_.eps));
+  out.emplace_back("weight_decay", scalar_tensor(opt_.weight_decay));
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!exp_avg_[i].defined()) continue;
     out.emplace_back(state_name(i, "exp_avg"), exp_avg_[i]);
@@ -66,7 +77,15 @@ NamedTensors AdamW::state_dict() const {
 
 void AdamW::load_state_dict(const NamedTensors& state) {
   StateReader r(name(), state, params_);
-  double lr = r.scalar("lr");
+  const CommonState common = load_common(r);
+  AdamWOptions o = opt_;
+  if (common.has_hyper_parameters) {
+    o.beta1 = r.scalar("beta1");
+    o.beta2 = r.scalar("beta2");
+    o.eps = r.scalar("eps");
+    o.weight_decay = r.scalar("weight_decay");
+    check_options(o, "adamw state");
+  }
   std::vector<Tensor> m(params_.size()), v(params_.size());
   std::vector<double> steps(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -97,7 +116,8 @@ void AdamW::load_state_dict(const NamedTensors& state) {
     fill_(counts[k], steps[with_state[k]]);
     step_counts[with_state[k]] = std::move(counts[k]);
   }
-  set_lr(lr);
+  apply_common(common);
+  opt_ = o;
   exp_avg_ = std::move(exp_avg);
   exp_avg_sq_ = std::move(exp_avg_sq);
   steps_ = std::move(step_counts);

@@ -12,11 +12,18 @@ namespace frugal::optim {
 
 class LrSchedule {
  public:
-  explicit LrSchedule(Optimizer& opt) : opt_(opt), base_lr_(opt.lr()) {}
+  // Starts from the optimizer's schedule_base_lr(): its rate when the first schedule was made on
+  // it, or the one its loaded state recorded; not its current rate, which a schedule made before
+  // this one or a loaded state may have decayed already.
+  explicit LrSchedule(Optimizer& opt) : opt_(opt), base_lr_(opt.schedule_base_lr()) {}
   virtual ~LrSchedule() = default;
   virtual double lr_at(int64_t step) const = 0;
-  // Advances one step and sets the optimizer's learning rate.
-  void step() { opt_.set_lr(lr_at(++step_)); }
+  // Advances one step and sets the optimizer's learning rate; a rate the optimizer refuses
+  // throws before the step count moves.
+  void step() {
+    opt_.set_lr(lr_at(step_ + 1));
+    ++step_;
+  }
   // Where `step` calls to step() would leave it, in O(1): a resumed run of 10^18 steps does not
   // replay them one by one.
   void jump_to(int64_t step);

@@ -7,6 +7,7 @@
 #include "core/factory.h"
 #include "core/flat_tensors.h"
 #include "core/ops.h"
+#include "optim/state_io.h"
 
 namespace frugal::optim {
 
@@ -33,6 +34,10 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(
 
 void Optimizer::step() {
   // Check everything before touching anything: a failed step loses nothing.
+  if (found_inf_.defined()) {
+    FRUGAL_CHECK(found_inf_.numel() == 1 && found_inf_.dtype() == DType::f32, name(),
+                 ": found_inf flag must be an f32 scalar, got ", describe(found_inf_));
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
@@ -40,10 +45,11 @@ void Optimizer::step() {
     FRUGAL_CHECK(g.shape() == p.shape() && g.dtype() == DType::f32 && g.device() == p.device(),
                  name(), ": gradient ", describe(g), " of parameter ", i, " does not match ",
                  describe(p), " (f32 on the parameter's device expected)");
-  }
-  if (found_inf_.defined()) {
-    FRUGAL_CHECK(found_inf_.numel() == 1 && found_inf_.dtype() == DType::f32, name(),
-                 ": found_inf flag must be an f32 scalar, got ", describe(found_inf_));
+    // The update kernels read the flag on the parameter's device (found_inf_ptr): checked here,
+    // not at the parameter's update, after the ones before it changed.
+    FRUGAL_CHECK(!found_inf_.defined() || p.device().is_meta() || found_inf_.device() == p.device(),
+                 name(), ": found_inf on ", found_inf_.device(), " but parameter ", i, " on ",
+                 p.device());
   }
   std::vector<size_t> indices;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -67,6 +73,35 @@ void Optimizer::set_lr(double lr) {
   check_lr(lr, "optimizer: set_lr");
   lr_ = lr;
   if (lr_device_.defined()) fill_(lr_device_, lr);
+}
+
+double Optimizer::schedule_base_lr() {
+  if (!initial_lr_) initial_lr_ = lr_;
+  return *initial_lr_;
+}
+
+NamedTensors Optimizer::common_state() const {
+  NamedTensors out = {{"lr", scalar_tensor(lr_)},
+                      {"param_count", scalar_tensor(static_cast<double>(params_.size()))}};
+  if (initial_lr_) out.emplace_back("initial_lr", scalar_tensor(*initial_lr_));
+  return out;
+}
+
+Optimizer::CommonState Optimizer::load_common(StateReader& r) const {
+  const std::string where = name() + " state";
+  CommonState c{r.scalar("lr"), r.optional_scalar("initial_lr"), false};
+  check_lr(c.lr, where.c_str());
+  if (c.initial_lr) check_lr(*c.initial_lr, (where + ": initial_lr").c_str());
+  std::optional<double> count = r.optional_scalar("param_count");
+  c.has_hyper_parameters = count.has_value();
+  FRUGAL_CHECK(!count || *count == static_cast<double>(params_.size()), where, ": saved for ",
+               count.value_or(0), " parameters, but this optimizer has ", params_.size());
+  return c;
+}
+
+void Optimizer::apply_common(const CommonState& c) {
+  set_lr(c.lr);
+  if (c.initial_lr) initial_lr_ = c.initial_lr;  // state saved without one keeps this run's
 }
 
 void Optimizer::keep_lr_on_device(Device device) {

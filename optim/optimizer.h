@@ -7,6 +7,7 @@
 //   opt.zero_grad(); loss.backward(); opt.step();
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 namespace frugal::optim {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+class StateReader;  // optim/state_io.h
 
 class Optimizer {
  public:
@@ -26,6 +28,12 @@ class Optimizer {
   void zero_grad();
   double lr() const { return lr_; }
   void set_lr(double lr);
+  // The rate a learning-rate schedule starts from (PyTorch's param_group['initial_lr']): the first
+  // schedule made on this optimizer records lr() then, and every later one starts from the same
+  // value. state_dict saves it, so a schedule made after load_state_dict starts from the run's
+  // first rate, not from the decayed one the state was saved at.
+  double schedule_base_lr();
+  std::optional<double> initial_lr() const { return initial_lr_; }
 
   // Note [Learning rate on the device]
   // A captured CUDA graph replays its kernels with the arguments of the capture, so a learning
@@ -42,7 +50,10 @@ class Optimizer {
   const Tensor& found_inf() const { return found_inf_; }
 
   // State as named tensors ("state.<i>.<name>", hyper-parameters as f64 scalars "lr", ...),
-  // and back. Loading checks every name, shape and dtype before changing anything.
+  // and back. Loading checks every name, shape and dtype before changing anything, refuses state
+  // saved for another number of parameters, and takes the saved hyper-parameters (momentum,
+  // betas, ...) as PyTorch's load_state_dict does. State saved before these entries existed
+  // (no "param_count") keeps the optimizer's own hyper-parameters.
   virtual NamedTensors state_dict() const = 0;
   virtual void load_state_dict(const NamedTensors& state) = 0;
   virtual std::string name() const = 0;
@@ -65,9 +76,21 @@ class Optimizer {
   const float* found_inf_ptr(const Tensor& param) const;
   // The device learning rate for `param`'s device, or null (Note [Learning rate on the device]).
   const float* lr_device_ptr(const Tensor& param) const;
+  // The entries every optimizer saves ("lr", "param_count", "initial_lr" once a schedule set
+  // it), and their reading: checked by load_common, assigned by apply_common after the
+  // optimizer's own checks passed.
+  struct CommonState {
+    double lr;
+    std::optional<double> initial_lr;
+    bool has_hyper_parameters;  // saved with "param_count" and the optimizer's hyper-parameters
+  };
+  NamedTensors common_state() const;
+  CommonState load_common(StateReader& r) const;
+  void apply_common(const CommonState& c);
 
   std::vector<Tensor> params_;
   double lr_;
+  std::optional<double> initial_lr_;
   Tensor lr_device_;  // f32 [] or undefined
   Tensor found_inf_;
 };
@@ -76,6 +99,8 @@ struct SgdOptions {
   double lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
 };
+// Throws naming what is out of range; `where` names the caller (the constructor, a load).
+void check_options(const SgdOptions& o, const char* where);
 
 class SGD : public Optimizer {
  public:
@@ -98,6 +123,7 @@ class SGD : public Optimizer {
 struct AdamWOptions {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
 };
+void check_options(const AdamWOptions& o, const char* where);
 
 class AdamW : public Optimizer {
  public:
@@ -106,6 +132,7 @@ class AdamW : public Optimizer {
   void load_state_dict(const NamedTensors& state) override;
   std::string name() const override { return "adamw"; }
   std::vector<Tensor> state_tensors() const override;
+  const AdamWOptions& options() const { return opt_; }
 
  protected:
   void update_all(const std::vector<size_t>& indices) override;

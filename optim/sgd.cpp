@@ -9,12 +9,17 @@
 
 namespace frugal::optim {
 
+void check_options(const SgdOptions& o, const char* where) {
+  FRUGAL_CHECK(o.momentum >= 0 && o.weight_decay >= 0 && o.dampening >= 0, where,
+               ": momentum, dampening and weight_decay must be >= 0, got ", o.momentum, ", ",
+               o.dampening, " and ", o.weight_decay);
+  FRUGAL_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), where,
+               ": nesterov momentum requires a momentum and zero dampening");
+}
+
 SGD::SGD(std::vector<Tensor> params, SgdOptions opt)
     : Optimizer(std::move(params), opt.lr), opt_(opt) {
-  FRUGAL_CHECK(opt.momentum >= 0 && opt.weight_decay >= 0 && opt.dampening >= 0,
-               "sgd: momentum, dampening and weight_decay must be >= 0");
-  FRUGAL_CHECK(!opt.nesterov || (opt.momentum > 0 && opt.dampening == 0),
-               "sgd: nesterov momentum requires a momentum and zero dampening");
+  check_options(opt, "sgd");
   momentum_.resize(params_.size());
 }
 
@@ -76,7 +81,11 @@ void SGD::update_all(const std::vector<size_t>& indices) {
 }
 
 NamedTensors SGD::state_dict() const {
-  NamedTensors out = {{"lr", scalar_tensor(lr_)}};
+  NamedTensors out = common_state();
+  out.emplace_back("momentum", scalar_tensor(opt_.momentum));
+  out.emplace_back("dampening", scalar_tensor(opt_.dampening));
+  out.emplace_back("weight_decay", scalar_tensor(opt_.weight_decay));
+  out.emplace_back("nesterov", scalar_tensor(opt_.nesterov ? 1.0 : 0.0));
   for (size_t i = 0; i < momentum_.size(); ++i) {
     if (momentum_[i].defined()) out.emplace_back(state_name(i, "momentum_buffer"), momentum_[i]);
   }
@@ -85,12 +94,24 @@ NamedTensors SGD::state_dict() const {
 
 void SGD::load_state_dict(const NamedTensors& state) {
   StateReader r(name(), state, params_);
-  double lr = r.scalar("lr");
+  const CommonState common = load_common(r);
+  SgdOptions o = opt_;
+  if (common.has_hyper_parameters) {
+    o.momentum = r.scalar("momentum");
+    o.dampening = r.scalar("dampening");
+    o.weight_decay = r.scalar("weight_decay");
+    const double nesterov = r.scalar("nesterov");
+    FRUGAL_CHECK(nesterov == 0 || nesterov == 1, "sgd state: nesterov must be 0 or 1, got ",
+                 nesterov);
+    o.nesterov = nesterov == 1;
+    check_options(o, "sgd state");
+  }
   std::vector<Tensor> buffers(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) buffers[i] = r.optional_like(i, "momentum_buffer");
   r.check_all_used();
   std::vector<Tensor> loaded = state_from(buffers);  // Note [Flat resident tensors]
-  set_lr(lr);
+  apply_common(common);
+  opt_ = o;
   momentum_ = std::move(loaded);
 }
 

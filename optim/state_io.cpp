@@ -26,8 +26,14 @@ const Tensor* StateReader::find(const std::string& name) {
 }
 
 double StateReader::scalar(const std::string& name) {
+  std::optional<double> v = optional_scalar(name);
+  FRUGAL_CHECK(v.has_value(), optimizer_, " state: missing entry '", name, "'");
+  return *v;
+}
+
+std::optional<double> StateReader::optional_scalar(const std::string& name) {
   const Tensor* t = find(name);
-  FRUGAL_CHECK(t != nullptr, optimizer_, " state: missing entry '", name, "'");
+  if (t == nullptr) return std::nullopt;
   FRUGAL_CHECK(t->numel() == 1, optimizer_, " state: entry '", name, "' is ", describe(*t),
                ", expected a scalar");
   return t->item();
@@ -44,7 +50,9 @@ Tensor StateReader::optional_like(size_t i, const char* what) {
 }
 
 void StateReader::check_all_used() const {
+  std::set<std::string> seen;
   for (const auto& [n, t] : state_) {
+    FRUGAL_CHECK(seen.insert(n).second, optimizer_, " state: entry '", n, "' appears twice");
     FRUGAL_CHECK(used_.count(n) != 0, optimizer_, " state: unexpected entry '", n, "' ",
                  describe(t), " (", params_.size(), " parameters)");
   }

@@ -2,6 +2,7 @@
 // and checks every entry first; the optimizer assigns only after check_all_used() passed.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 
@@ -16,9 +17,11 @@ class StateReader {
  public:
   StateReader(std::string optimizer, const NamedTensors& state, const std::vector<Tensor>& params);
   double scalar(const std::string& name);
+  std::optional<double> optional_scalar(const std::string& name);
   // The per-parameter tensor `what` of parameter i, checked against its shape; undefined if absent.
   Tensor optional_like(size_t i, const char* what);
-  // Throws naming the first entry that no lookup consumed (an extra or misspelt tensor).
+  // Throws naming the first entry that no lookup consumed (an extra or misspelt tensor) or that
+  // appears twice (a lookup reads the first; the second would be dropped unseen).
   void check_all_used() const;
 
  private:

@@ -6,6 +6,7 @@
 #include "kernels/optim.h"
 #include "kernels/random.h"
 #include "models/blocks.h"
+#include "optim/optimizer.h"
 
 using namespace frugal;
 using namespace frugal::gputest;
@@ -245,4 +246,20 @@ TEST(GpuOptim, SgdStepManyMatchesCpuAndSkipsOnInf) {
       }
     }
   }
+}
+
+// The scaler's flag on another device than a parameter is refused before the first update: a
+// step that throws at the second parameter would leave the first one moved and its count
+// advanced.
+TEST(GpuOptim, AFoundInfFlagOnAnotherDeviceThanAParameterChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  Tensor on_gpu = full({4}, 1.0, {.device = Device::cuda(0), .requires_grad = true});
+  Tensor on_cpu = full({4}, 1.0, {.requires_grad = true});
+  optim::AdamW opt({on_gpu, on_cpu}, {.lr = 0.1});
+  on_gpu.set_grad(full({4}, 0.5, {.device = Device::cuda(0)}));
+  on_cpu.set_grad(full({4}, 0.5));
+  opt.set_found_inf(full({}, 0.0, {.device = Device::cuda(0)}));
+  EXPECT_THROW(opt.step(), Error);
+  EXPECT_EQ(on_gpu.to_vector(), std::vector<double>(4, 1.0));
+  EXPECT_TRUE(opt.state_tensors().empty()) << "no parameter has state yet";
 }

@@ -108,7 +108,10 @@ TEST(Checkpoint, FileHoldsTorchNamesLayoutsAndTheState) {
   EXPECT_EQ(by_name.at("optimizer.state.2.momentum_buffer").shape(), (Shape{3, 4}));
   EXPECT_EQ(by_name.at("optimizer.lr").dtype(), DType::f64);
   EXPECT_EQ(by_name.at("optimizer.lr").item(), 0.1);
-  EXPECT_EQ(by_name.size(), 4u + 5u);  // 4 parameters, lr and 4 momentum buffers
+  EXPECT_EQ(by_name.at("optimizer.param_count").item(), 4.0);
+  EXPECT_EQ(by_name.at("optimizer.momentum").item(), kSgd.momentum);
+  // 4 parameters; lr, param_count, 4 hyper-parameters and 4 momentum buffers
+  EXPECT_EQ(by_name.size(), 4u + 10u);
   EXPECT_EQ(md.at("frugal.format"), "checkpoint");
   EXPECT_EQ(md.at("frugal.optimizer"), "sgd");
   EXPECT_EQ(md.at("frugal.epoch"), "1");
@@ -256,7 +259,7 @@ TEST(Checkpoint, ScalerStateResumesAndABadScalerPartChangesNothing) {
   std::string msg = error_of([&] { train::load_checkpoint(file.path(), *c, &opt_c, &untouched); });
   expect_mentions(msg, {"scaler part rejected", "nothing was loaded"});
   EXPECT_EQ(params_of(*c), before);
-  EXPECT_TRUE(opt_c.state_dict().size() == 1);  // only "lr": no momentum buffers were loaded
+  EXPECT_TRUE(opt_c.state_tensors().empty()) << "no momentum buffers were loaded";
   EXPECT_EQ(untouched.get_scale(), 8.0);
 }
 
