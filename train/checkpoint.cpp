@@ -125,16 +125,19 @@ int64_t first_non_finite(const Tensor& t, double* value) {
   return -1;
 }
 
+// Adds a line to `problems` when the CPU tensor `t` holds a NaN or infinity.
+void note_non_finite(const std::string& name, const Tensor& t, std::vector<std::string>& problems) {
+  double v = 0;
+  if (int64_t i = first_non_finite(t, &v); i >= 0) {
+    problems.push_back(
+        detail::str("tensor '", name, "' holds ", v, " at element ", i, " of ", t.numel()));
+  }
+}
+
 // One line per tensor of `tensors` (names prefixed with `prefix`) that holds a NaN or infinity.
 void list_non_finite(const NamedTensors& tensors, const std::string& prefix,
                      std::vector<std::string>& problems) {
-  for (const auto& [name, t] : tensors) {
-    double v = 0;
-    if (int64_t i = first_non_finite(t, &v); i >= 0) {
-      problems.push_back(detail::str("tensor '", prefix, name, "' holds ", v, " at element ", i,
-                                     " of ", t.numel()));
-    }
-  }
+  for (const auto& [name, t] : tensors) note_non_finite(prefix + name, t, problems);
 }
 
 // The copies a model load will make, computed and checked before any of them runs.
@@ -187,7 +190,7 @@ ModelLoad plan_model_load(const char* op, const std::string& path, const nn::Mod
   if (!problems.empty()) {
     std::string all;
     for (const auto& p : problems) all += "\n  " + p;
-    FRUGAL_FAIL(op, ": '", path, "' does not match the ", model.type_name(),
+    FRUGAL_FAIL(op, ": '", path, "' cannot be loaded into the ", model.type_name(),
                 " (nothing was loaded):", all);
   }
   // The file's tensors go to the model's devices now, before anything is changed: a copy that
@@ -262,6 +265,18 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
   }
   if (scaler != nullptr) {
     for (const auto& [name, t] : scaler->state_dict()) all.emplace_back(kScalerPrefix + name, t);
+  }
+  // A checkpoint that load_checkpoint would refuse is not written: a run that diverged would
+  // otherwise replace its last good file with one that no resume can read. The previous file
+  // stays (one host copy a tensor, at a save, is the price).
+  std::vector<std::string> non_finite;
+  for (const auto& [name, t] : all) note_non_finite(name, t.detach().to(Device::cpu()), non_finite);
+  if (!non_finite.empty()) {
+    std::string lines;
+    for (const auto& p : non_finite) lines += "\n  " + p;
+    FRUGAL_FAIL("save_checkpoint: '", path, "' was not written (a file there is kept): the ",
+                "state holds values that are not finite, which load_checkpoint would refuse; ",
+                "the run has diverged:", lines);
   }
   save_safetensors(path, to_file_layout(all), md);
 }

@@ -221,6 +221,23 @@ TEST(Checkpoint, SaveRejectsReservedNames) {
   expect_mentions(msg, {"'frugal.epoch'", "reserved"});
 }
 
+// A diverged run's state (here an infinite momentum buffer) is not saved: the last good file
+// stays as it was, where a checkpoint no resume can read would have replaced it.
+TEST(Checkpoint, AStateThatIsNotFiniteIsNotSavedAndThePreviousFileStays) {
+  ScratchFile f("ckpt");
+  write_checkpoint(f.path());
+  const std::string good = test::read_bytes(f.path());
+  auto a = tiny_model(1);
+  optim::SGD opt(a->parameters(), kSgd);
+  train_steps(*a, opt, 0, 1);
+  a->parameters()[1].set_grad(full(a->parameters()[1].shape(), INFINITY));
+  opt.step();
+  std::string msg = error_of([&] { train::save_checkpoint(f.path(), *a, &opt, {.epoch = 2}); });
+  expect_mentions(msg, {f.path(), "was not written", "diverged", "'0.bias' holds",
+                        "'optimizer.state.1.momentum_buffer' holds inf"});
+  EXPECT_EQ(test::read_bytes(f.path()), good);
+}
+
 // The loss scaler's state travels with the checkpoint; a bad scaler part changes nothing.
 TEST(Checkpoint, ScalerStateResumesAndABadScalerPartChangesNothing) {
   ScratchFile file("scaler");
