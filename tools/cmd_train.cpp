@@ -226,6 +226,16 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (env.distributed() && graph) {
     throw UsageError("train: --graph does not run under several processes yet; leave it out");
   }
+  if (graph && !device.is_cuda()) {
+    throw UsageError(
+        detail::str("train: --graph replays the step from a CUDA graph; the device is ", device,
+                    ". Leave it out, or train on a GPU"));
+  }
+  if (!env.distributed() && (o.sync_bn || o.reduce_precision != DType::f32)) {
+    throw UsageError(
+        "train: --sync-bn and --reduce-precision act across data-parallel ranks, and this run "
+        "is one process; start ranks with --gpus N or frugal launch --nproc N, or leave them out");
+  }
   if (env.distributed() && o.oom_recover) {
     // A rank retrying a step alone would leave the others' collectives unmatched.
     throw UsageError(

@@ -100,6 +100,14 @@ EstimateOptions parse_estimate_options(const std::vector<std::string>& argv) {
   }
   o.memory_budget = parse_bytes("estimate", "memory-budget", args.str("memory-budget", "4GiB"));
   o.granularity = args.integer("granularity", 16, 1, kMaxBatch);
+  for (const char* flag : {"memory-budget", "granularity"}) {
+    if (!o.max_batch && args.has(flag)) {
+      throw UsageError(std::string("estimate: --") + flag +
+                       " bounds the batch that --max-batch searches for; add --max-batch or "
+                       "leave out --" +
+                       flag);
+    }
+  }
   o.json = args.str("json", "");
   return o;
 }

@@ -54,10 +54,20 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
   o.optimizer = args.str("optimizer", "sgd");
   one_of("train", "optimizer", o.optimizer, {"sgd", "adamw"});
   o.momentum = args.number("momentum", 0.9, 0, 1);
+  // Flags that would be accepted and then ignored are refused, as --max-batch's are: a run that
+  // silently trains otherwise than asked is worse than one that does not start.
+  if (args.has("momentum") && o.optimizer != "sgd") {
+    throw UsageError("train: --momentum is SGD's; --optimizer " + o.optimizer +
+                     " has none (its betas are 0.9 and 0.999)");
+  }
   o.weight_decay = args.number("weight-decay", o.optimizer == "sgd" ? 4e-5 : 0.01, 0, kMaxDouble);
   o.schedule = args.str("schedule", "none");
   one_of("train", "schedule", o.schedule, {"none", "cosine", "step"});
   o.warmup_epochs = args.number("warmup-epochs", 0, 0, static_cast<double>(o.epochs));
+  if (args.has("warmup-epochs") && o.schedule != "cosine") {
+    throw UsageError("train: --warmup-epochs warms up --schedule cosine; --schedule " + o.schedule +
+                     " has no warm-up");
+  }
   o.label_smoothing = args.number("label-smoothing", 0, 0, 1);
   o.data.name = args.str("data", "fashion-mnist");
   one_of("train", "data", o.data.name, {"fashion-mnist", "synthetic"});
@@ -66,6 +76,15 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
   o.data.limit = args.integer("limit", -1, 1, kMaxSamples);
   o.data.test_limit = args.integer("test-limit", -1, 1, kMaxSamples);
   o.data.augment = !args.flag("no-augment");
+  if (o.data.name == "synthetic") {
+    for (const char* flag : {"data-dir", "no-augment"}) {
+      if (args.has(flag) || args.flag(flag)) {
+        throw UsageError(std::string("train: --") + flag +
+                         " is for fashion-mnist; --data synthetic makes its images and does "
+                         "not augment them");
+      }
+    }
+  }
   o.model_config.width = args.number("width", 1.0, 1.0 / 64, kMaxWidth);
   o.model_config.checkpoint = parse_checkpoint("train", args.str("checkpoint", "none"));
   o.model_config.recompute_depthwise = args.flag("recompute-depthwise");

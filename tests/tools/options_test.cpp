@@ -138,6 +138,38 @@ TEST(TrainOptions, EveryNumericFlagIsChecked) {
                   {"--oom-recover"});
 }
 
+// Flags that would be accepted and then ignored are refused, naming the flag and why.
+TEST(TrainOptions, FlagsThatWouldBeIgnoredAreRefused) {
+  expect_mentions(error_of<UsageError>([] {
+                    parse_train_options({"--optimizer", "adamw", "--momentum", "0.5"});
+                  }),
+                  {"train: --momentum is SGD's", "adamw"});
+  expect_mentions(error_of<UsageError>([] {
+                    parse_train_options({"--epochs", "3", "--warmup-epochs", "1"});
+                  }),
+                  {"train: --warmup-epochs", "--schedule none"});
+  EXPECT_EQ(parse_train_options({"--epochs", "3", "--schedule", "cosine", "--warmup-epochs", "1"})
+                .warmup_epochs,
+            1.0);
+  expect_mentions(error_of<UsageError>([] {
+                    parse_train_options({"--data", "synthetic", "--data-dir", "d"});
+                  }),
+                  {"train: --data-dir is for fashion-mnist"});
+  expect_mentions(error_of<UsageError>([] {
+                    parse_train_options({"--data", "synthetic", "--no-augment"});
+                  }),
+                  {"train: --no-augment is for fashion-mnist"});
+  expect_mentions(error_of<UsageError>([] {
+                    parse_estimate_options({"--memory-budget", "1KiB"});
+                  }),
+                  {"estimate: --memory-budget bounds the batch", "add --max-batch"});
+  expect_mentions(error_of<UsageError>([] {
+                    parse_estimate_options({"--granularity", "8"});
+                  }),
+                  {"estimate: --granularity bounds the batch"});
+  EXPECT_EQ(parse_estimate_options({"--max-batch", "--granularity", "8"}).granularity, 8);
+}
+
 // A valued flag followed by another flag has no value (as argparse says): taking the flag as the
 // value wrote a loss log named --deterministic and left the run nondeterministic.
 TEST(TrainOptions, AMissingValueIsNotTakenFromTheNextFlag) {

@@ -75,6 +75,30 @@ TEST(TrainCommand, AnUnwritableSaveFailsBeforeTraining) {
   EXPECT_NE(r.err.find("--memory-log"), std::string::npos) << r.err;
 }
 
+// Flags that act only on a GPU or across ranks are refused where they would be ignored, before
+// the data is read (the data folder here does not exist).
+TEST(TrainCommand, GraphOnTheCpuAndRankFlagsInOneProcessAreRefused) {
+  ScratchDir dir;
+  const std::vector<std::string> base{"--data-dir", dir / "no-data", "--device", "cpu"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), base.begin(), base.end());
+    return run("train", extra);
+  };
+  CommandRun r = with({"--graph"});
+  EXPECT_EQ(r.code, kExitUsage) << r.err;
+  EXPECT_NE(r.err.find("--graph replays the step from a CUDA graph; the device is cpu"),
+            std::string::npos)
+      << r.err;
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--sync-bn"}, {"--reduce-precision", "bf16"}}) {
+    r = with(extra);
+    EXPECT_EQ(r.code, kExitUsage) << r.err;
+    EXPECT_NE(r.err.find("act across data-parallel ranks, and this run is one process"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
   ScratchDir dir;
   const std::string ckpt = dir / "ckpt.safetensors";
