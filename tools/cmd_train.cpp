@@ -183,6 +183,28 @@ void check_resumed_state(const std::string& path, const train::TrainingState& st
                "': the checkpoint's step ", st.step, " is outside [0, 2^53]");
 }
 
+// The optimizer's hyper-parameters as the checkpoint saved them must be this run's flags:
+// load_state_dict takes the saved ones, as PyTorch's does, so a flag that differs would be
+// ignored without a word (--lr too: the saved state holds the run's first rate once a schedule
+// ran, else the rate itself). State saved before the hyper-parameters were leaves this run's in
+// place, which then match.
+void check_resumed_optimizer(const std::string& path, const optim::Optimizer& opt,
+                             const TrainOptions& o) {
+  auto same = [&](const char* flag, double saved, double given) {
+    if (saved == given) return;
+    throw UsageError(detail::str("train: --resume '", path, "' was saved by a run with --", flag,
+                                 " ", saved, ", and this run has --", flag, " ", given,
+                                 "; resume with --", flag, " ", saved));
+  };
+  same("lr", opt.initial_lr().value_or(opt.lr()), o.lr);
+  if (const auto* sgd = dynamic_cast<const optim::SGD*>(&opt)) {
+    same("momentum", sgd->options().momentum, o.momentum);
+    same("weight-decay", sgd->options().weight_decay, o.weight_decay);
+  } else if (const auto* adamw = dynamic_cast<const optim::AdamW*>(&opt)) {
+    same("weight-decay", adamw->options().weight_decay, o.weight_decay);
+  }
+}
+
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& argv) {
@@ -354,6 +376,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (!o.resume.empty()) {
     train::TrainingState st = train::load_checkpoint(o.resume, *model, opt.get(), scaler.get());
     check_resumed_state(o.resume, st);
+    check_resumed_optimizer(o.resume, *opt, o);
     // The seed drew the data order, the augmentations and the random stream the offset below
     // continues; another seed would resume some other run without a word.
     if (st.seed != seed) {

@@ -115,6 +115,19 @@ TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
   EXPECT_NE(reseeded.err.find("saved by a run with --seed 0, and this run has --seed 5"),
             std::string::npos)
       << reseeded.err;
+  // The checkpoint's optimizer hyper-parameters are what a resume runs with: a flag that
+  // differs would be ignored, so it is refused, naming the saved value.
+  for (const std::vector<std::string>& flag : {std::vector<std::string>{"--momentum", "0.5"},
+                                               {"--lr", "0.7"},
+                                               {"--weight-decay", "0.25"}}) {
+    std::vector<std::string> extra{"--resume", ckpt, "--epochs", "2"};
+    extra.insert(extra.end(), flag.begin(), flag.end());
+    const CommandRun other = run("train", tiny_train(extra));
+    EXPECT_EQ(other.code, kExitUsage) << other.err;
+    EXPECT_NE(other.err.find("saved by a run with " + flag[0]), std::string::npos) << other.err;
+    EXPECT_NE(other.err.find("this run has " + flag[0] + " " + flag[1]), std::string::npos)
+        << other.err;
+  }
   EXPECT_NE(again.out.find("nothing to train"), std::string::npos) << again.out;
   EXPECT_EQ(last_accuracy(again.out), accuracy) << again.out;
 
