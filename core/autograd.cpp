@@ -127,7 +127,9 @@ std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = std::move(grads[0]);
-  if (!g.defined()) return {};
+  // A leaf frozen (requires_grad_(false)) after the forward that used it gets no gradient, as
+  // in PyTorch's AccumulateGrad.
+  if (!g.defined() || !leaf_->requires_grad) return {};
   FRUGAL_CHECK(g.shape() == leaf_->shape, "AccumulateGrad: gradient of shape ", g.shape(),
                " for a leaf of shape ", leaf_->shape);
   if (g.dtype() != leaf_->dtype) g = cast(g, leaf_->dtype);

@@ -180,8 +180,10 @@ void Tensor::set_grad(const Tensor& g) {
     impl().grad.reset();
     return;
   }
-  FRUGAL_CHECK(g.shape() == shape() && g.device() == device(), "set_grad: gradient ", describe(g),
-               " does not match tensor ", describe(*this));
+  // The dtype too, as PyTorch's "assigned grad has data of a different type": backward would
+  // otherwise add its own gradients to one of another dtype and leave .grad in that dtype.
+  FRUGAL_CHECK(g.shape() == shape() && g.device() == device() && g.dtype() == dtype(),
+               "set_grad: gradient ", describe(g), " does not match tensor ", describe(*this));
   impl().grad = g.detach().impl_ptr();
 }
 
@@ -196,8 +198,8 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   }
   FRUGAL_CHECK(g.shape() == shape(), "backward: gradient shape ", g.shape(),
                " does not match tensor shape ", shape());
-  FRUGAL_CHECK(g.device() == device(), "backward: gradient ", describe(g), " is not on ",
-               device(), " as the tensor ", describe(*this), " is");
+  FRUGAL_CHECK(g.device() == device(), "backward: gradient ", describe(g), " is not on ", device(),
+               " as the tensor ", describe(*this), " is");
   // As PyTorch's engine: the seed takes the output's dtype. An f32 seed for an f16 output went
   // on into backward functions that read operands as one dtype (matmul's read f16 bytes as f32).
   if (g.dtype() != dtype()) g = cast(g, dtype());

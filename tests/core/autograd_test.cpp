@@ -29,6 +29,27 @@ TEST(Autograd, GradientOfATensorUsedTwiceAccumulates) {
   EXPECT_FALSE(x.grad().defined());
 }
 
+// As PyTorch: a leaf frozen after the forward that used it gets no gradient from backward, while
+// the other leaves of the same graph do.
+TEST(Autograd, ALeafFrozenAfterTheForwardGetsNoGradient) {
+  Tensor w = full({3}, 1.5, {.requires_grad = true});
+  Tensor v = full({3}, 2.0, {.requires_grad = true});
+  Tensor loss = sum(mul(w, v));
+  w.requires_grad_(false);
+  loss.backward();
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_EQ(v.grad().to_vector(), (std::vector<double>{1.5, 1.5, 1.5}));
+}
+
+// A .grad of another dtype is refused (PyTorch: "assigned grad has data of a different type"):
+// backward would add its f32 gradients to an f64 one and leave .grad f64.
+TEST(Autograd, SetGradRefusesAnotherDtype) {
+  Tensor w = full({3}, 1.0, {.requires_grad = true});
+  const std::string msg = error_of([&] { w.set_grad(full({3}, 1.0, {.dtype = DType::f64})); });
+  EXPECT_NE(msg.find("set_grad"), std::string::npos) << msg;
+  EXPECT_FALSE(w.grad().defined());
+}
+
 TEST(Autograd, BackwardWithExplicitGradientForNonScalar) {
   Tensor x = full({2, 2}, 1.0, {.requires_grad = true});
   Tensor y = mul(x, 5.0);
