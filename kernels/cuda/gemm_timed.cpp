@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -140,7 +139,10 @@ struct Choice {
 
 // Leaked, as the handles are (Note [Handle lifetime] in runtime.cpp).
 std::mutex g_cache_mu;
-std::unordered_map<std::string, Choice>& g_cache = *new std::unordered_map<std::string, Choice>();
+// Shared and const, so that a cached call copies a pointer, not the choice's name.
+using CachedChoice = std::shared_ptr<const Choice>;
+std::unordered_map<std::string, CachedChoice>& g_cache =
+    *new std::unordered_map<std::string, CachedChoice>();
 
 void run_gemm_ex(const Context& ctx, const ColumnMajorGemm& g) {
   const float alpha = 1.0f;
@@ -186,8 +188,8 @@ class EventChain {
   std::vector<cudaEvent_t> events_;
 };
 
-// Times every choice (Note [Timed GEMM algorithms]) and returns the fastest; g's output is then
-// the last choice's.
+// Times every choice (Note [Timed GEMM algorithms]) and returns the fastest, without timing
+// when only one can run; g's output is then the last choice's.
 Choice fastest(const Context& ctx, cudaStream_t stream, const ColumnMajorGemm& g,
                std::vector<Choice> choices, const std::string& key) {
   std::vector<Choice> runnable;
@@ -198,6 +200,12 @@ Choice fastest(const Context& ctx, cudaStream_t stream, const ColumnMajorGemm& g
     } else if (!skippable(status)) {
       CUBLAS_CHECK(status);
     }
+  }
+  if (runnable.size() == 1) {  // nothing to compare
+    if (algorithm_log_enabled()) {
+      std::fprintf(stderr, "[gemm] %s: only %s runs\n", key.c_str(), runnable[0].name.c_str());
+    }
+    return std::move(runnable[0]);
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
   const EventChain events(runnable.size() + 1);
@@ -242,12 +250,12 @@ void run_gemm(const Context& ctx, const ColumnMajorGemm& g) {
   }
   cudaStream_t stream = stream_of(ctx, "gemm");
   const std::string key = key_of(ctx.device, g);
-  std::optional<Choice> cached;
+  CachedChoice cached;
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     if (auto it = g_cache.find(key); it != g_cache.end()) cached = it->second;
   }
-  if (cached) {
+  if (cached != nullptr) {
     CUBLAS_CHECK(run_choice(ctx, stream, g, *cached));
     return;
   }
@@ -260,16 +268,17 @@ void run_gemm(const Context& ctx, const ColumnMajorGemm& g) {
   for (const auto& found : lt->candidates(cublas_lt_handle(ctx.device), g, kTimedGemmCandidates)) {
     choices.push_back({lt, found.algo, describe(found.algo)});
   }
-  Choice best = fastest(ctx, stream, g, std::move(choices), key);
-  CUBLAS_CHECK(run_choice(ctx, stream, g, best));  // the output of the choice that stays
+  auto best = std::make_shared<const Choice>(fastest(ctx, stream, g, std::move(choices), key));
+  CUBLAS_CHECK(run_choice(ctx, stream, g, *best));  // the output of the choice that stays
   std::lock_guard<std::mutex> lock(g_cache_mu);
   g_cache[key] = std::move(best);
 }
 
 bool run_gemm_candidate(const Context& ctx, const ColumnMajorGemm& g, int index) {
+  if (index < 0) return false;
   auto lt = std::make_shared<LtProblem>(g);
   const auto found = lt->candidates(cublas_lt_handle(ctx.device), g, index + 1);
-  if (index < 0 || static_cast<size_t>(index) >= found.size()) return false;
+  if (static_cast<size_t>(index) >= found.size()) return false;
   CUBLAS_CHECK(
       run_choice(ctx, stream_of(ctx, "gemm"), g, {lt, found[static_cast<size_t>(index)].algo, ""}));
   return true;
@@ -278,7 +287,7 @@ bool run_gemm_candidate(const Context& ctx, const ColumnMajorGemm& g, int index)
 std::string timed_gemm_choice(const Context& ctx, const ColumnMajorGemm& g) {
   std::lock_guard<std::mutex> lock(g_cache_mu);
   auto it = g_cache.find(key_of(ctx.device, g));
-  return it == g_cache.end() ? "" : it->second.name;
+  return it == g_cache.end() ? "" : it->second->name;
 }
 
 void forget_gemm_algorithms() {
