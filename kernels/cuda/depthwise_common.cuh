@@ -196,6 +196,14 @@ void with_input(const BnActInput* bn, Launch launch) {
   }
 }
 
+// Column col clamped into a row of w columns: a load there needs no branch (load_column).
+__device__ __forceinline__ int clamped_column(int col, int w) { return min(max(col, 0), w - 1); }
+
+// Whether column col lies in [0, end): outside, the convolution's padding reads zero.
+__device__ __forceinline__ bool column_inside(int col, int end) {
+  return static_cast<unsigned>(col) < static_cast<unsigned>(end);
+}
+
 // A pack of V values of column `col` of a row (element offset `row` at the pack's first
 // channel), made over by `in`, or zeros when col is outside [0, end) (the convolution's padding
 // is zero whatever the input's recipe). The load itself always reads inside the row
@@ -204,10 +212,10 @@ void with_input(const BnActInput* bn, Launch launch) {
 template <typename T, int V, class In = PlainInput>
 __device__ __forceinline__ void load_column(const T* __restrict__ src, int row, int col, int end,
                                             int w, int c, float (&out)[V], const In& in = In()) {
-  const int clamped = min(max(col, 0), w - 1);
+  const int clamped = clamped_column(col, w);
   load_floats<T, V>(src + row + clamped * c, out);
   in(out);
-  const bool inside = static_cast<unsigned>(col) < static_cast<unsigned>(end);
+  const bool inside = column_inside(col, end);
 #pragma unroll
   for (int v = 0; v < V; ++v) out[v] = inside ? out[v] : 0.0f;
 }

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kGatherThreads, kAhead > 0 ? 4 : 0)
 #pragma unroll
         for (int j = 0; j < kCols; ++j) {
           // as for_each_column: straight inside the row, clamped into it at its ends
-          const int col = interior ? col0 + j : min(max(col0 + j, 0), g.w - 1);
+          const int col = interior ? col0 + j : clamped_column(col0 + j, g.w);
           __pipeline_memcpy_async(&slots[slot][j][threadIdx.x], x + row + col * g.c,
                                   sizeof(Pack<T, V>));
         }
@@ -136,8 +136,7 @@ __global__ void __launch_bounds__(kGatherThreads, kAhead > 0 ? 4 : 0)
           for (int v = 0; v < V; ++v) xv[v] = to_f(pk.v[v]);
           in(xv);
         }
-        const bool inside = in_image && (interior || static_cast<unsigned>(col0 + j) <
-                                                         static_cast<unsigned>(col_end));
+        const bool inside = in_image && (interior || column_inside(col0 + j, col_end));
 #pragma unroll
         for (int v = 0; v < V; ++v) dst[j][v] = inside ? xv[v] : 0.0f;
       }
