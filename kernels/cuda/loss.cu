@@ -30,7 +30,11 @@ __global__ void ce_forward_kernel(int64_t n, int64_t c, const float* logits, con
     // -log p_j = l - x_j; the smoothed term is its mean over the classes.
     float nll = (y >= 0 && y < c) ? l - x[y] : NAN;
     float smooth = l - sum_x / static_cast<float>(c);
-    loss[row] = (1.0f - smoothing) * nll + smoothing * smooth;
+    // Each term only where it counts, as the CPU's: a -inf logit makes `smooth` +inf, and
+    // 0 * inf is NaN.
+    loss[row] = smoothing == 0.0f   ? nll
+                : smoothing == 1.0f ? smooth
+                                    : (1.0f - smoothing) * nll + smoothing * smooth;
     lse[row] = l;
   }
 }

@@ -44,6 +44,18 @@ TEST(GpuLoss, CrossEntropyMatchesCpu) {
   }
 }
 
+// A masked class (a -inf logit): the unsmoothed loss stays finite, as on the CPU.
+TEST(GpuLoss, AMinusInfinityLogitLeavesTheUnsmoothedLossFinite) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer dlog = to_device(DType::f32, {0.0f, -INFINITY, 1.0f});
+  DeviceBuffer dlab(DType::i64, 1), dloss(DType::f32, 1), dlse(DType::f32, 1);
+  const int64_t label = 0;
+  dlab.upload_raw(&label);
+  kernels::cuda::cross_entropy_forward(gpu(), DType::f32, 1, 3, dlog.get(), dlab.as<int64_t>(), 0.0,
+                                       dloss.get(), dlse.get());
+  EXPECT_NEAR(dloss.download()[0], 1.0 + std::log1p(std::exp(-1.0)), 1e-5);
+}
+
 TEST(GpuLoss, BadLabelGivesNanAndLowPrecisionLogitsThrow) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 2, c = 3;
