@@ -96,7 +96,9 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts, double lo, d
 }
 
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts, double mean, double stddev) {
-  uint64_t offset = gen.take(static_cast<uint64_t>(shape.numel()));
+  // Two draws a value (Box-Muller): reserving n let the next draw reuse n of them, so the first
+  // dropout masks after an initialisation were a function of the initial weights.
+  uint64_t offset = gen.take(2 * static_cast<uint64_t>(shape.numel()));
   return random_tensor(shape, opts, [&](const Tensor& t) {
     kernels::fill_normal(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(), offset,
                          mean, stddev);

@@ -26,7 +26,8 @@ FRUGAL_DECLARE_KERNEL(fill_uniform,
                       (const Context& ctx, DType dtype, int64_t n, void* y, uint64_t seed,
                        uint64_t offset, double lo, double hi),
                       (ctx, dtype, n, y, seed, offset, lo, hi))
-// y[i] = mean + std * N(0,1), Box-Muller over draws 2(offset+i) and 2(offset+i)+1.
+// y[i] = mean + std * N(0,1), Box-Muller over draws offset + 2i and offset + 2i + 1: n values
+// use the draws [offset, offset + 2n), so the caller reserves 2n (randn in core/factory.cpp).
 FRUGAL_DECLARE_KERNEL(fill_normal,
                       (const Context& ctx, DType dtype, int64_t n, void* y, uint64_t seed,
                        uint64_t offset, double mean, double stddev),

@@ -51,7 +51,7 @@ void fill_normal(const Context& ctx, DType dtype, int64_t n, void* y, uint64_t s
     T* py = static_cast<T*>(y);
     parallel_for(n, kGrain / 4, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        uint64_t k = 2 * (offset + static_cast<uint64_t>(i));
+        uint64_t k = offset + 2 * static_cast<uint64_t>(i);
         double u1 = uniform01(seed, k);
         double u2 = uniform01(seed, k + 1);
         double r = std::sqrt(-2.0 * std::log(1.0 - u1));

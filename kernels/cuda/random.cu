@@ -24,7 +24,7 @@ template <typename T>
 __global__ void normal_kernel(int64_t n, T* y, uint64_t seed, uint64_t offset, double mean,
                               double stddev) {
   for (int64_t i = thread_index(); i < n; i += grid_stride()) {
-    uint64_t k = 2 * (offset + static_cast<uint64_t>(i));
+    uint64_t k = offset + 2 * static_cast<uint64_t>(i);
     double u1 = uniform01(seed, k);
     double u2 = uniform01(seed, k + 1);
     double r = sqrt(__dmul_rn(-2.0, log(__dsub_rn(1.0, u1))));

@@ -173,3 +173,18 @@ TEST(Tensor, ShapesThatDescribeNoTensorAreRefused) {
   // Empty, however large the other extents: no bytes, no overflow.
   EXPECT_EQ(Tensor::empty(Shape{int64_t{1} << 62, 4, 0}).numel(), 0);
 }
+
+// randn reserves the two draws each value takes: the next draw (rand, a dropout mask) starts
+// after them. Reserving one a value let rand reuse randn's Box-Muller inputs.
+TEST(Tensor, RandnReservesTwoDrawsAValue) {
+  Generator gen(123);
+  Tensor a = randn({4}, gen, {.dtype = DType::f64});
+  EXPECT_EQ(gen.offset(), 8u);
+  Tensor b = rand({4}, gen, {.dtype = DType::f64});
+  EXPECT_EQ(gen.offset(), 12u);
+  const std::vector<double> u = b.to_vector();
+  for (size_t i = 0; i + 1 < u.size(); i += 2) {
+    const double z = std::sqrt(-2 * std::log(1 - u[i])) * std::cos(2 * M_PI * u[i + 1]);
+    for (double v : a.to_vector()) EXPECT_NE(v, z);
+  }
+}

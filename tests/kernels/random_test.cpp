@@ -56,7 +56,7 @@ TEST(Random, NormalMomentsAndFormula) {
     EXPECT_NEAR(var, 4.0, 0.06);
     EXPECT_NEAR(q / n, 0.6827, 0.005);
     for (int64_t i : {int64_t{0}, int64_t{1}, n - 1}) {
-      uint64_t k = 2 * (17 + static_cast<uint64_t>(i));
+      uint64_t k = 17 + 2 * static_cast<uint64_t>(i);  // n values use draws [17, 17 + 2n)
       double u1 = kernels::uniform01(3, k), u2 = kernels::uniform01(3, k + 1);
       double z = std::sqrt(-2 * std::log(1 - u1)) * std::cos(2 * M_PI * u2);
       EXPECT_NEAR(y.get(i), 1.5 + 2.0 * z, tolerance(dt, 4) * 10);
