@@ -1,7 +1,7 @@
 // Weight gradient of 3x3 convolutions with at most 4 input channels (Note [Few-channel weight
 // gradients] in few_channel_conv.h): a small GEMM per block over tiles of output positions staged
 // in shared memory, row splits summed into an f32 workspace, then the splits added in order. And
-// their forward (Note [Few-channel forwards]): a thread an output position, 32 sums in registers.
+// their forward (Note [Few-channel forwards]): 16 output positions a warp on the tensor cores.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -225,97 +225,191 @@ void backward_weight_c(const Context& ctx, cudaStream_t stream, const Conv2dShap
   finish_weight_gradient<T>(ctx, stream, n, splits, partial, dw_dtype, dw);
 }
 
-// Note [Few-channel forwards]: one thread an output position and the block's 32 output
-// channels (blockIdx.y picks them), its 9C patch values loaded once into registers, the block's
-// weights staged in shared memory as f32 [9C][32] and read as float4 broadcasts; 32 sums a thread,
-// rounded once, stored as 16-byte packs. cuDNN's forward for MobileNet's stem (x [128, 224, 224,
-// 3] f16, K = 32, stride 2) was convolve_common_engine_float_NHWC, 0.245 ms a step for 141 MB of
-// traffic (0.47 TB/s, H200), the only cuDNN kernel left in MobileNetV2's step.
+// Note [Few-channel forwards]: a warp takes 16 output positions and the block's 32 output
+// channels (blockIdx.y picks them) on the tensor cores: y[16, 32] = patch[16, 9C] w^T[9C, 32],
+// as mma.sync m16n8k16 (16-bit inputs, f32 sums) over ceil(9C / 16) steps of the patch's
+// columns (m = tap * C + c, zero past 9C) and 4 tiles of 8 channels. Each lane loads its part of
+// the im2col patch straight into its A fragments: the 16-bit values as they are, two to a
+// register, so a position's 27 values (C = 3) cost no conversions and no shared memory; the
+// lane's B fragments (the weights) and biases are loaded once and kept while the warp strides over
+// tiles. The sums start at the bias and are rounded once, into the warp's tile in shared memory,
+// from which the lanes store 16-byte pieces: a warp's 16 positions of 32 channels are 1 KB of y
+// in one piece when K = 32. Stored straight from the fragments, as pairs, each store instruction
+// wrote 8 rows' 16 bytes, and the kernel took 185 us for MobileNet's stem (session 37). The first
+// form, a thread a position
+// with 32 f32 FMA chains over the weights broadcast from shared memory (864 FMAs and 216 shared
+// loads a position for MobileNet's stem), was issue bound: 0.130 ms a step for 141 MB of traffic
+// (x [128, 224, 224, 3] f16, K = 32, stride 2, H200), where cuDNN's
+// convolve_common_engine_float_NHWC had taken 0.245 ms.
+template <typename T>
+__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4],
+                                            const uint32_t (&b)[2]) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
 template <typename T, int C>
 __global__ void __launch_bounds__(kThreads)
     few_channel_forward_kernel(Geom g, const T* __restrict__ x, const T* __restrict__ w,
                                const T* __restrict__ bias, T* __restrict__ y) {
+  static_assert(sizeof(T) == 2, "the tensor-core forward takes 16-bit values");
   constexpr int kM = kTaps * C;
-  __shared__ __align__(16) float w_tile[kM * kBlockChannels];  // [m][j], m = tap * C + c
-  __shared__ __align__(16) float b_tile[kBlockChannels];
+  constexpr int kSteps = (kM + 15) / 16;       // steps of 16 patch columns
+  constexpr int kTiles = kBlockChannels / 8;   // tiles of 8 output channels
+  constexpr int kSlots = kSteps * 4;           // a lane's patch columns a position: 2 pairs a step
+  constexpr int kOutRow = kBlockChannels + 8;  // values a row of a warp's output tile
+  constexpr int kPieces = kBlockChannels / 8;  // 16-byte pieces a row
+  const auto* xs = reinterpret_cast<const uint16_t*>(x);
+  const auto* ws = reinterpret_cast<const uint16_t*>(w);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int group = lane / 4, pair = lane % 4 * 2;  // the fragments' row and first column
   const int k0 = static_cast<int>(blockIdx.y) * kBlockChannels;
   const int channels = min(kBlockChannels, g.k - k0);
-  for (int i = static_cast<int>(threadIdx.x); i < kM * kBlockChannels; i += kThreads) {
-    const int m = i / kBlockChannels, j = i % kBlockChannels;
-    w_tile[i] = j < channels ? to_f(w[(k0 + j) * kM + m]) : 0.0f;  // OHWI: w[k * kM + m]
+  // B: rows (patch columns) s * 16 + pair + {0, 1} (register 0) and + 8 (register 1), column
+  // (output channel) t * 8 + group; w is OHWI, w[k * kM + m].
+  uint32_t b[kSteps][kTiles][2];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      const int j = t * 8 + group;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int m = s * 16 + r * 8 + pair;
+        const uint32_t lo = j < channels && m < kM ? ws[(k0 + j) * kM + m] : 0;
+        const uint32_t hi = j < channels && m + 1 < kM ? ws[(k0 + j) * kM + m + 1] : 0;
+        b[s][t][r] = lo | hi << 16;
+      }
+    }
   }
-  if (threadIdx.x < kBlockChannels) {
-    const int j = static_cast<int>(threadIdx.x);
-    b_tile[j] = bias != nullptr && j < channels ? to_f(bias[k0 + j]) : 0.0f;
+  float bias_pair[kTiles][2];  // the lane's output channels t * 8 + pair + {0, 1}
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int j = t * 8 + pair + e;
+      bias_pair[t][e] = bias != nullptr && j < channels ? to_f(bias[k0 + j]) : 0.0f;
+    }
   }
-  __syncthreads();
-  // 16-byte stores where every pack of the block's channels lies within K and y's rows are
-  // 16-byte aligned (y itself is: the allocator's).
-  constexpr int V = kVec<T>;
-  const bool packed = g.k % V == 0;
+  // The lane's patch columns m = s * 16 + r * 8 + pair + e, slot i = (s * 2 + r) * 2 + e: the
+  // element offset of each from a position's first tap, and its tap in 4 bits of `taps` (15,
+  // a tap no position has, past 9C).
+  int offset[kSlots];
+  uint64_t taps = 0;
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    const int m = i / 4 * 16 + i / 2 % 2 * 8 + pair + i % 2, tap = m / C;
+    offset[i] = (tap / kSize * g.dh * g.w + tap % kSize * g.dw) * C + m % C;
+    taps |= uint64_t{m < kM ? static_cast<unsigned>(tap) : 15u} << (4 * i);
+  }
+  // Each warp's 16 x 32 outputs, rows padded to 40 values (20 banks) so that the fragments'
+  // pair stores fall in 32 different banks; 16-byte pieces stay aligned (80 bytes a row).
+  __shared__ __align__(16) uint32_t out_tiles[kThreads / 32][16 * kOutRow / 2];
+  const bool packed = g.k % 8 == 0;         // 16-byte pieces of y start 16-byte aligned
   const int positions = g.n * g.oh * g.ow;  // few_channel_handles: n * oh * ow * k fits
-  // One position a thread, no grid-stride loop: in a loop the compiler kept the loop-invariant
-  // weights in registers, 864 of them for MobileNet's stem (255 registers, 2.8 KB spilled).
-  const int pos = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
-  if (pos < positions) {
-    const int ow = pos % g.ow, rest = pos / g.ow;
-    const int oh = rest % g.oh, n = rest / g.oh;
-    const int64_t ih0 = int64_t{oh} * g.sh - g.ph, iw0 = int64_t{ow} * g.sw - g.pw;
-    float patch[kM];
+  const int tiles = (positions + 15) / 16;
+  const int warps = static_cast<int>(gridDim.x * blockDim.x / 32);
+  for (int tile = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32); tile < tiles;
+       tile += warps) {
+    // A: register half + 2 * r holds row group + 8 * half, columns s * 16 + r * 8 + pair + {0, 1}
+    uint32_t a[kSteps][4];
 #pragma unroll
-    for (int tap = 0; tap < kTaps; ++tap) {
-      const int64_t ih = ih0 + int64_t{tap / kSize} * g.dh;
-      const int64_t iw = iw0 + int64_t{tap % kSize} * g.dw;
-      if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) {
-        const T* src = x + ((int64_t{n} * g.h + ih) * g.w + iw) * C;
+    for (int half = 0; half < 2; ++half) {
+      const int pos = tile * 16 + group + 8 * half;
+      const int ow = pos % g.ow, rest = pos / g.ow;
+      const int oh = rest % g.oh, n = rest / g.oh;
+      const int ih0 = oh * g.sh - g.ph, iw0 = ow * g.sw - g.pw;
+      const int first = ((n * g.h + ih0) * g.w + iw0) * C;  // may lie outside x: only offset
+      // Bit tap of `valid`: the tap lies inside the image (and the position in the tensor).
+      unsigned rows = 0, cols = 0;
 #pragma unroll
-        for (int c = 0; c < C; ++c) patch[tap * C + c] = to_f(src[c]);
+      for (int d = 0; d < kSize; ++d) {
+        const int ih = ih0 + d * g.dh, iw = iw0 + d * g.dw;
+        rows |= static_cast<unsigned>(ih >= 0 && ih < g.h) << d;
+        cols |= static_cast<unsigned>(iw >= 0 && iw < g.w) << d;
+      }
+      unsigned valid = 0;
+#pragma unroll
+      for (int d = 0; d < kSize; ++d) valid |= (rows >> d & 1 ? cols : 0u) << (kSize * d);
+      if (pos >= positions) valid = 0;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          uint32_t word = 0;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int i = (s * 2 + r) * 2 + e;
+            const bool load = (valid >> (taps >> (4 * i) & 15) & 1) != 0;
+            // Every lane loads, from x's first element where its value is a zero of the
+            // padding, and no branch comes between the loads: a load under a branch was waited
+            // for before the next one issued (the first form's 7,700 cycles a tile), as the
+            // depthwise strips' were (load_column).
+            const uint32_t v = __ldg(xs + (load ? first + offset[i] : 0));
+            word |= (load ? v : 0u) << (16 * e);
+          }
+          a[s][half + 2 * r] = word;
+        }
+      }
+    }
+    float acc[kTiles][4];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      acc[t][0] = acc[t][2] = bias_pair[t][0];
+      acc[t][1] = acc[t][3] = bias_pair[t][1];
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) mma_16x8x16<T>(acc[t], a[s], b[s][t]);
+    }
+    // D: acc[t][2 * half + e] is row group + 8 * half, channel t * 8 + pair + e; rounded into the
+    // warp's tile of out_tiles, then stored from there a 16-byte piece a lane at a time.
+    T* tile_values = reinterpret_cast<T*>(out_tiles[threadIdx.x / 32]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+        store_pack<T, 2>(tile_values + (group + 8 * half) * kOutRow + t * 8 + pair,
+                         &acc[t][2 * half]);
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int piece = lane; piece < 16 * kPieces; piece += 32) {
+      const int row = piece / kPieces, j = piece % kPieces * 8;
+      const int pos = tile * 16 + row;
+      if (pos >= positions || j >= channels) continue;
+      const T* from = tile_values + row * kOutRow + j;
+      T* to = y + int64_t{pos} * g.k + k0 + j;
+      if (packed && j + 8 <= channels) {
+        *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
       } else {
-#pragma unroll
-        for (int c = 0; c < C; ++c) patch[tap * C + c] = 0.0f;
+        for (int e = 0; e < 8 && j + e < channels; ++e) to[e] = from[e];
       }
     }
-    float acc[kBlockChannels];
-#pragma unroll
-    for (int q = 0; q < kBlockChannels / 4; ++q) {
-      const float4 bv = reinterpret_cast<const float4*>(b_tile)[q];
-      acc[4 * q] = bv.x, acc[4 * q + 1] = bv.y, acc[4 * q + 2] = bv.z, acc[4 * q + 3] = bv.w;
-    }
-#pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      const float4* row = reinterpret_cast<const float4*>(w_tile + m * kBlockChannels);
-#pragma unroll
-      for (int q = 0; q < kBlockChannels / 4; ++q) {
-        const float4 wv = row[q];
-        acc[4 * q] = fmaf(patch[m], wv.x, acc[4 * q]);
-        acc[4 * q + 1] = fmaf(patch[m], wv.y, acc[4 * q + 1]);
-        acc[4 * q + 2] = fmaf(patch[m], wv.z, acc[4 * q + 2]);
-        acc[4 * q + 3] = fmaf(patch[m], wv.w, acc[4 * q + 3]);
-      }
-    }
-    T* out = y + int64_t{pos} * g.k + k0;
-    if (packed) {
-#pragma unroll
-      for (int j = 0; j < kBlockChannels; j += V) {
-        if (j < channels) store_pack<T, V>(out + j, acc + j);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kBlockChannels; ++j) {
-        if (j < channels) out[j] = from_f<T>(acc[j]);
-      }
-    }
+    __syncwarp();  // the tile is read out before the next tile's sums go in
   }
 }
 
 template <typename T, int C>
 void forward_c(const Context& ctx, cudaStream_t stream, const Conv2dShape& s, const void* x,
                const void* w, const void* bias, void* y) {
-  const dim3 grid(static_cast<unsigned>((s.n * s.oh() * s.ow() + kThreads - 1) / kThreads),
+  const auto kernel = few_channel_forward_kernel<T, C>;
+  const int64_t lanes = (s.n * s.oh() * s.ow() + 15) / 16 * 32;  // a warp for 16 positions
+  const dim3 grid(resident_grid(ctx, kernel, lanes, kThreads),
                   static_cast<unsigned>((s.k + kBlockChannels - 1) / kBlockChannels));
-  few_channel_forward_kernel<T, C><<<grid, kThreads, 0, stream>>>(
-      geom_of(s), static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-      static_cast<T*>(y));
+  kernel<<<grid, kThreads, 0, stream>>>(geom_of(s), static_cast<const T*>(x),
+                                        static_cast<const T*>(w), static_cast<const T*>(bias),
+                                        static_cast<T*>(y));
   FRUGAL_LAUNCH_CHECK();
 }
 
@@ -325,20 +419,24 @@ void few_channel_forward(const Context& ctx, DType dtype, const Conv2dShape& s, 
                          const void* w, const void* bias, void* y) {
   const char* op = "conv2d_forward (few input channels)";
   cudaStream_t stream = stream_of(ctx, op);
+  FRUGAL_CHECK(dtype == DType::f16 || dtype == DType::bf16, op, ": ", s.str(),
+               " runs on tensor cores in f16 or bf16, not ", dtype);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, op, {
-    switch (s.c) {
-      case 1:
-        forward_c<T, 1>(ctx, stream, s, x, w, bias, y);
-        break;
-      case 2:
-        forward_c<T, 2>(ctx, stream, s, x, w, bias, y);
-        break;
-      case 3:
-        forward_c<T, 3>(ctx, stream, s, x, w, bias, y);
-        break;
-      default:
-        forward_c<T, 4>(ctx, stream, s, x, w, bias, y);
-        break;
+    if constexpr (sizeof(T) == 2) {
+      switch (s.c) {
+        case 1:
+          forward_c<T, 1>(ctx, stream, s, x, w, bias, y);
+          break;
+        case 2:
+          forward_c<T, 2>(ctx, stream, s, x, w, bias, y);
+          break;
+        case 3:
+          forward_c<T, 3>(ctx, stream, s, x, w, bias, y);
+          break;
+        default:
+          forward_c<T, 4>(ctx, stream, s, x, w, bias, y);
+          break;
+      }
     }
   });
 }

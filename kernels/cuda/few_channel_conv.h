@@ -26,7 +26,7 @@
 
 namespace frugal::kernels::cuda {
 
-// y = conv(x, w) + bias (nullable), all in dtype.
+// y = conv(x, w) + bias (nullable), all in dtype: f16 or bf16.
 void few_channel_forward(const Context& ctx, DType dtype, const Conv2dShape& s, const void* x,
                          const void* w, const void* bias, void* y);
 

@@ -3,7 +3,7 @@
 // groups 2, a non-square odd case (cuDNN), depthwise 3x3/5x5 with strides, dilation, packed
 // and odd channel counts and a batch big enough for many weight-gradient splits, and 16-bit 3x3
 // forwards and weight gradients with 1-4 input channels (frugal's own kernels: K in one block,
-// over a block, not in packs of 8; dilation, padding 0-2), f32 weight gradients of 5x5
+// over a block, not in packs of 8, odd; dilation, padding 0-2), f32 weight gradients of 5x5
 // and 7x7 stems (frugal's TF32 kernel where TF32 is allowed, cuDNN otherwise), bf16 forwards
 // and weight gradients of stride-2 stems rewritten as stride-1 convolutions (1, 3 and 4
 // channels, odd sizes, unequal pads; f16 runs them on cuDNN as they are), in f32 (TF32 off, so
@@ -62,6 +62,7 @@ std::vector<kernels::Conv2dShape> configs() {
       conv(3, 17, 19, 4, 40, 3, 3, 1, 0, 0, 1, 1),       // few: 4 channels, K = 40 in packs, no pad
       conv(2, 11, 10, 3, 24, 3, 3, 1, 2, 1, 2, 1),       // few: dilation 2, pads 2 and 1, K = 24
       conv(4, 57, 57, 3, 32, 3, 3, 2, 1, 1, 1, 1),   // few: splits of several tiles, a part tile
+      conv(1, 9, 7, 3, 7, 3, 3, 1, 1, 1, 1, 1),      // few: K = 7, odd: channels stored one by one
       conv(3, 23, 21, 3, 16, 7, 7, 2, 3, 3, 1, 1),   // a 7x7 stem: f32 dw on TF32 wmma
       conv(2, 13, 15, 2, 8, 5, 5, 1, 2, 1, 2, 1),    // 5x5, dilation 2 (cuDNN), pads 2 and 1
       conv(2, 13, 15, 2, 8, 5, 5, 1, 2, 1, 1, 1),    // 5x5 stride 1 (wmma ldm 4), pads 2 and 1
