@@ -355,6 +355,10 @@ std::optional<Batch> DataLoader::next() {
 
 int64_t DataLoader::batches_per_epoch() const { return impl_->num_batches; }
 
+int64_t DataLoader::unpadded_samples() const {
+  return shard_unpadded_size(impl_->dataset->size(), impl_->opts.rank, impl_->opts.world_size);
+}
+
 int64_t staged_device_bytes(const LoaderOptions& o, const Shape& sample_shape) {
   if (!o.device.is_cuda() || !o.copy_stream) return 0;
   std::vector<int64_t> images{o.batch_size};

@@ -88,6 +88,9 @@ class DataLoader {
   // (a dataset or transform error) at the batch it happened in; that ends the epoch.
   std::optional<Batch> next();
   int64_t batches_per_epoch() const;
+  // This rank's samples of an epoch that are not padding, which come first (Note [Sharding an
+  // epoch across ranks] in data/shuffle.h): all of them with one rank.
+  int64_t unpadded_samples() const;
   Shape sample_shape() const;  // [H, W, C] after the transforms
   // Dataset indices in the order epoch `epoch` visits them: this rank's shard when world_size > 1
   // (before drop_last).

@@ -30,6 +30,13 @@ int64_t shard_size(int64_t n, int64_t world) {
   return n / world + (n % world != 0 ? 1 : 0);  // n + world - 1 could pass INT64_MAX
 }
 
+int64_t shard_unpadded_size(int64_t n, int64_t rank, int64_t world) {
+  FRUGAL_CHECK(world >= 1 && rank >= 0 && rank < world, "shard_unpadded_size: rank ", rank,
+               " is not in [0, ", world, ")");
+  // Positions rank, rank + world, ... below n.
+  return rank < n ? (n - rank - 1) / world + 1 : 0;
+}
+
 std::vector<int64_t> rank_shard(const std::vector<int64_t>& order, int64_t rank, int64_t world) {
   FRUGAL_CHECK(world >= 1 && rank >= 0 && rank < world, "rank_shard: rank ", rank,
                " is not in [0, ", world, ")");

@@ -17,6 +17,10 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch, 
 // gets shard_size(n, world) samples and runs the same number of batches, so no rank waits in a
 // collective for one that has finished its epoch; at most world - 1 samples are seen twice.
 int64_t shard_size(int64_t n, int64_t world);
+// How many of rank `rank`'s shard_size(n, world) samples are not padding: the padding is the
+// shard's last sample or none (positions grow with k), so these are its first ones. What an
+// evaluation counts, so that the job's accuracy does not depend on the number of ranks.
+int64_t shard_unpadded_size(int64_t n, int64_t rank, int64_t world);
 std::vector<int64_t> rank_shard(const std::vector<int64_t>& order, int64_t rank, int64_t world);
 
 }  // namespace frugal::data

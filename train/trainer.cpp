@@ -31,10 +31,11 @@ double seconds_since(Clock::time_point t0) {
 
 // Rows whose argmax equals the label. Evaluation reads the predictions back (8 bytes a
 // sample), which is cheap next to the forward pass and keeps the op set small.
-int64_t correct_count(const Tensor& logits, const Tensor& labels) {
+// Among the first `rows` rows.
+int64_t correct_count(const Tensor& logits, const Tensor& labels, int64_t rows) {
   std::vector<double> p = argmax(logits.detach()).to_vector(), l = labels.to_vector();
   int64_t n = 0;
-  for (size_t i = 0; i < p.size(); ++i) n += p[i] == l[i] ? 1 : 0;
+  for (size_t i = 0; i < p.size() && static_cast<int64_t>(i) < rows; ++i) n += p[i] == l[i];
   return n;
 }
 
@@ -306,10 +307,14 @@ double evaluate(nn::Module& model, data::DataLoader& loader, dist::ProcessGroup*
   model.eval();
   autograd::NoGradGuard ng;
   int64_t correct = 0, seen = 0;
+  // A rank's shard may end in a padding sample (a repeat of another rank's), which is not
+  // counted: the job's accuracy is over the test set once, whatever the number of ranks.
+  const int64_t unpadded = loader.unpadded_samples();
   loader.begin_epoch(0);
   while (auto batch = loader.next()) {
-    correct += correct_count(model.forward(batch->images), batch->labels);
-    seen += batch->images.size(0);
+    const int64_t rows = std::min(batch->images.size(0), std::max<int64_t>(unpadded - seen, 0));
+    correct += correct_count(model.forward(batch->images), batch->labels, rows);
+    seen += rows;
   }
   if (group != nullptr) {
     std::vector<double> totals = dist::all_reduce_values(

@@ -252,6 +252,8 @@ TEST(DataLoader, RanksShareOnePermutationAndVisitEqualShards) {
       EXPECT_EQ(ids[k], whole[(static_cast<size_t>(rank) + 4 * k) % 103]) << "rank " << rank;
     }
     EXPECT_NE(loader.epoch_order(3), ids) << "the next epoch reshuffles";
+    // Only rank 3's last sample (position 103) is padding, and it comes last.
+    EXPECT_EQ(loader.unpadded_samples(), rank == 3 ? 25 : 26) << "rank " << rank;
     seen.insert(seen.end(), ids.begin(), ids.end());
   }
   std::sort(seen.begin(), seen.end());
@@ -267,6 +269,22 @@ TEST(DataLoader, RanksShareOnePermutationAndVisitEqualShards) {
   EXPECT_THROW(DataLoader(ds, {.rank = 0, .world_size = 0}), Error);
   EXPECT_EQ(shard_size(0, 4), 0);
   EXPECT_TRUE(rank_shard({}, 1, 4).empty());
+  // Every n and world: the unpadded parts add up to n once, and each is the count of its shard's
+  // positions below n, which come first.
+  for (int64_t n : {0, 1, 3, 7, 8, 103}) {
+    for (int64_t world : {1, 2, 3, 4, 8, 9}) {
+      int64_t total = 0;
+      for (int64_t rank = 0; rank < world; ++rank) {
+        const int64_t unpadded = shard_unpadded_size(n, rank, world);
+        for (int64_t k = 0; k < shard_size(n, world); ++k) {
+          EXPECT_EQ(rank + k * world < n, k < unpadded) << n << " " << world << " " << rank;
+        }
+        total += unpadded;
+      }
+      EXPECT_EQ(total, n) << n << " on " << world;
+    }
+  }
+  EXPECT_THROW(shard_unpadded_size(5, 4, 4), Error);
 }
 
 // What a prediction leaves room for: the staged batch exists with the copy stream on a CUDA
