@@ -169,6 +169,10 @@ bool is_enabled(DeviceType type) { return state_of(type).enabled; }
 DType dtype(DeviceType type) { return state_of(type).dtype; }
 size_t cache_size() { return t_state.cache.size(); }
 
+bool is_parameter_cast(const autograd::Node& node) {
+  return dynamic_cast<const CachedCastNode*>(&node) != nullptr;
+}
+
 DType grad_dtype(const Tensor& t) {
   if (!t.defined()) return DType::f32;
   auto* node = dynamic_cast<const CachedCastNode*>(t.impl().grad_fn.get());

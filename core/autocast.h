@@ -110,6 +110,11 @@ size_t cache_size();
 // launch less per weight in backward. Undefined t gives f32.
 DType grad_dtype(const Tensor& t);
 
+// Whether `node` is the cast node of a cached parameter copy: it saves nothing, is never
+// released, and leads to the parameter alone, so a checkpoint's replay that reuses a copy cached
+// before it may run it (Note [Checkpointing] in nn/checkpoint.h).
+bool is_parameter_cast(const autograd::Node& node);
+
 // Turns autocast off for every device type until destroyed (the engine runs backward under it:
 // each op's backward runs in the dtype its forward used). A guard inside re-enables.
 class SuspendGuard {

@@ -2,6 +2,7 @@
 #include "nn/checkpoint.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
@@ -26,13 +27,45 @@ class GeneratorRewind {
   uint64_t now_;
 };
 
+// Throws when the replayed segment's graph (from y, whose nodes were recorded from sequence
+// number `first` on) reaches a node recorded before the replay other than a leaf's: a tensor
+// with history that fn read without it being the input (Note [Checkpointing]). Runs before the
+// replay's backward, so nothing has been accumulated yet.
+void check_replay_is_closed(const Tensor& y, uint64_t first) {
+  std::vector<autograd::Node*> todo;
+  std::unordered_set<autograd::Node*> seen;
+  if (y.grad_fn()) todo.push_back(y.grad_fn().get());
+  while (!todo.empty()) {
+    autograd::Node* n = todo.back();
+    todo.pop_back();
+    // A leaf's node, and the cast of a parameter that autocast cached before the replay (a
+    // backward inside the autocast region reuses the forward's copies), lead to leaves alone.
+    if (!seen.insert(n).second || dynamic_cast<autograd::AccumulateGrad*>(n) != nullptr ||
+        autocast::is_parameter_cast(*n)) {
+      continue;
+    }
+    FRUGAL_CHECK(n->sequence_nr >= first, "checkpoint: the segment reads a tensor made by '",
+                 n->name(), "' before it, which needs a gradient and is neither the segment's ",
+                 "input nor a leaf; the replay cannot hand that gradient back. Pass it as the ",
+                 "input, detach it, or leave it out of the checkpointed segment");
+    for (const autograd::Edge& e : n->next_edges) {
+      if (e.node) todo.push_back(e.node.get());
+    }
+  }
+}
+
 }  // namespace
 
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x,
                   const std::vector<Tensor>& params) {
   std::vector<Tensor> inputs{x};
-  for (const Tensor& p : params) {
-    if (p.defined() && p.requires_grad()) inputs.push_back(p);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    if (!p.defined() || !p.requires_grad()) continue;
+    FRUGAL_CHECK(p.is_leaf(), "checkpoint: parameter ", i, " (", describe(p),
+                 ") has autograd history (made by '", p.grad_fn()->name(),
+                 "'); the segment's parameters must be leaves (Note [Checkpointing])");
+    inputs.push_back(p);
   }
   if (!autograd::any_requires_grad(inputs)) return fn(x);
   const autocast::Snapshot amp = autocast::snapshot();
@@ -51,6 +84,7 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
                             Tensor x_leaf = saved[0].detach();
                             if (x_needs_grad) x_leaf.requires_grad_(true);
                             Tensor y_again;
+                            const uint64_t first = autograd::next_sequence_nr();
                             {
                               autograd::GradModeGuard grad(true);
                               autograd::RecomputingGuard recomputing;
@@ -58,6 +92,7 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
                               GeneratorRewind rewind(gen_offset);
                               y_again = fn(x_leaf);
                             }
+                            check_replay_is_closed(y_again, first);
                             std::vector<Tensor> grads(n_inputs);
                             // Parameters accumulate their gradients in this inner backward, as they
                             // would have in the outer one; only the input's gradient is handed back

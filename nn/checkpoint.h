@@ -17,6 +17,13 @@
 //   saved state (Note [Saved tensors]) applies as anywhere else.
 // - Gradients equal those without checkpointing: the replay computes the same values from the
 //   same input.
+// - So the tensors a segment reads that need gradients must be its input or leaves (parameters):
+//   the replay's backward would otherwise run on into the graph that made them, with only the
+//   segment's share of their gradient, and free it before the outer backward got there.
+//   torch.utils.checkpoint's reentrant form has the same limit. A parameter with history is
+//   refused when the segment runs, a tensor with history that fn reads otherwise (one it
+//   captured) when backward replays it, before any gradient is accumulated. Parameter copies
+//   that autocast cached before the replay are leaves' casts, and allowed.
 #pragma once
 
 #include <functional>
@@ -27,7 +34,7 @@
 namespace frugal::nn {
 
 // Runs fn(x) checkpointed. `params` are the tensors fn reads that need gradients (they keep the
-// segment in the graph when x itself needs none).
+// segment in the graph when x itself needs none); leaves, as Note [Checkpointing] says.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x,
                   const std::vector<Tensor>& params);
 

@@ -192,3 +192,54 @@ TEST(Checkpoint, BadPolicyIsRejected) {
   EXPECT_EQ(models::CheckpointPolicy::parse("4").segments, 4);
   EXPECT_EQ(models::CheckpointPolicy::parse("blocks").str(), "blocks");
 }
+
+// Backward inside the autocast region (`with torch.autocast(): loss.backward()` in PyTorch): the
+// replay may reuse parameter copies the region cached before it, which lead to leaves alone, and
+// the gradients stay those of the plain steps, two steps in one region.
+TEST(Checkpoint, BackwardInsideTheAutocastRegionTrainsAsThePlainStep) {
+  auto grads_of = [](const models::CheckpointPolicy& policy) {
+    default_generator().manual_seed(42);
+    auto model = models::create(
+        "mobilenet_v2", {.num_classes = 5, .in_channels = 3, .width = 0.35, .checkpoint = policy});
+    model->train();
+    Generator gen(1);
+    Tensor labels = from_vector({0, 1, 2, 4}, Shape{4}, {.dtype = DType::i64});
+    std::vector<std::vector<double>> out;
+    AutocastGuard amp(Device::cpu(), DType::bf16);
+    for (int step = 0; step < 2; ++step) {
+      Tensor x = randn({4, 32, 32, 3}, gen);
+      model->zero_grad();
+      F::cross_entropy(model->forward(x), labels).backward();
+      for (const Tensor& p : model->parameters()) out.push_back(p.grad().to_vector());
+    }
+    return out;
+  };
+  EXPECT_EQ(grads_of({}), grads_of(models::CheckpointPolicy::parse("blocks")));
+}
+
+// A segment that reads a tensor with history other than its input (here one it captured) cannot
+// hand that tensor's gradient back: its replay's backward would run on into the outer graph with
+// a share of the gradient and free it. It is refused when backward replays the segment, naming
+// the op that made the tensor, before the replay accumulates anything. A parameter with history
+// is refused when the segment runs.
+TEST(Checkpoint, ATensorWithHistoryThatIsNotTheInputIsRefused) {
+  Tensor w = full({3}, 1.5, {.requires_grad = true});
+  Tensor h = mul(w, 2.0);
+  Tensor x = full({3}, 2.0, {.requires_grad = true});
+  Tensor y = nn::checkpoint([&](const Tensor& in) { return mul(in, h); }, x, {});
+  const std::string msg = [&] {
+    try {
+      sum(y).backward();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  }();
+  EXPECT_NE(msg.find("checkpoint: the segment reads a tensor made by '" + h.grad_fn()->name()),
+            std::string::npos)
+      << msg;
+  EXPECT_FALSE(w.grad().defined()) << "the replay ran on into the outer graph";
+
+  Tensor v = full({3}, 2.0, {.requires_grad = true});
+  EXPECT_THROW(nn::checkpoint([&](const Tensor& in) { return mul(in, h); }, v, {h}), Error);
+}
