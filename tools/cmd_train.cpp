@@ -1,10 +1,7 @@
 // `frugal train`: build model, data and optimizer from flags, train with a progress bar, report
 // test accuracy, time and memory per epoch, and save/resume checkpoints.
-#include <charconv>
 #include <cstdarg>
 #include <cstdio>
-#include <fstream>
-#include <iomanip>
 #include <memory>
 
 #include "base/deterministic.h"
@@ -29,6 +26,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "tools/commands.h"
+#include "tools/loss_log.h"
 #include "tools/options.h"
 #include "train/checkpoint.h"
 #include "train/datasets.h"
@@ -101,7 +99,8 @@ constexpr const char* kHelp =
     "  --sync-bn             BatchNorm statistics over every rank's batch (SyncBatchNorm)\n"
     "  --reduce-precision f32|f16|bf16   the dtype gradients are averaged in across ranks\n"
     "                        (default f32; f16/bf16 halve the traffic)\n"
-    "  --loss-log PATH       every step's loss (mean over the ranks) as CSV: step,loss\n"
+    "  --loss-log PATH       every step's loss (mean over the ranks) as CSV: step,loss, written\n"
+    "                        at each epoch's end; --resume keeps its rows up to the checkpoint\n"
     "  --oom-recover         retry a step that runs out of memory as micro-batches with gradient\n"
     "                        accumulation, then with every block checkpointed (weights and\n"
     "                        optimizer state untouched); the choice sticks for later steps\n";
@@ -155,21 +154,6 @@ void check_files(const TrainOptions& o) {
   }
   if (!o.memory_trace.empty()) check_output_path("train", "memory-trace", o.memory_trace);
   if (!o.loss_log.empty()) check_output_path("train", "loss-log", o.loss_log);
-}
-
-// The step of a --loss-log file's last row ("step,loss" rows under a header), or -1 when there is
-// no such file or row.
-int64_t last_logged_step(const std::string& path) {
-  std::ifstream in(path);
-  std::string line, last;
-  if (!std::getline(in, line) || line != "step,loss") return -1;
-  while (std::getline(in, line)) {
-    if (!line.empty()) last = line;
-  }
-  int64_t step = -1;
-  const std::string field = last.substr(0, last.find(','));
-  auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), step);
-  return ec == std::errc() && end == field.data() + field.size() ? step : -1;
 }
 
 // A checkpoint's position must be one this run can continue from: a negative or absurd epoch or
@@ -440,15 +424,17 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   // --loss-log: each step's loss read back (a synchronisation a step), averaged over the ranks
   // (their shards are the same size, so that is the global batch's mean loss).
-  std::vector<std::pair<int64_t, double>> losses;
+  std::unique_ptr<LossLog> loss_log;
   if (!o.loss_log.empty()) {
+    loss_log =
+        std::make_unique<LossLog>(o.loss_log, !o.resume.empty() && env.is_main(), resumed_step);
     // Steps numbered as the run's optimizer steps: a resumed run's go on from the checkpoint's.
     callbacks.add(train::StepPoint::step_end,
-                  [&losses, &group, resumed_step](const train::StepInfo& info) {
+                  [&loss_log, &group, resumed_step](const train::StepInfo& info) {
                     double loss = info.loss.item();
                     if (group)
                       loss = dist::all_reduce_values(*group, {loss}, dist::ReduceOp::avg)[0];
-                    losses.emplace_back(resumed_step + info.global_step + 1, loss);
+                    loss_log->add(resumed_step + info.global_step + 1, loss);
                   });
   }
   const train::ReleasePolicy& release_policy = o.release;
@@ -501,6 +487,9 @@ int cmd_train(const std::vector<std::string>& argv) {
         s.seconds, s.images_per_second, static_cast<double>(s.peak_allocated) / 1048576.0,
         static_cast<double>(s.peak_reserved) / 1048576.0);
     std::fflush(stdout);
+    // The log first: a run that dies between the two leaves a log that reaches past the
+    // checkpoint, which a resume cuts back, not one that stops short of it.
+    if (loss_log && env.is_main()) loss_log->flush();
     if (!o.save.empty() && env.is_main()) {  // the replicas are identical: one file
       // The optimizer steps taken, which the schedule follows: epochs times this run's steps an
       // epoch would miscount a run resumed with another --batch or --limit.
@@ -536,17 +525,9 @@ int cmd_train(const std::vector<std::string>& argv) {
         release.releases().size(), static_cast<double>(release.released_bytes()) / 1048576.0);
   }
   if (monitor && env.is_main()) write_memory_files(*monitor, o);
-  if (!o.loss_log.empty() && env.is_main()) {
-    // A resumed run adds its steps to the log of the run it continues: one whose last step is the
-    // checkpoint's. Any other file (an older experiment's, a log written past the checkpoint) is
-    // replaced, as a run that does not resume replaces it.
-    const bool append = !o.resume.empty() && last_logged_step(o.loss_log) == resumed_step;
-    std::ofstream log(o.loss_log, append ? std::ios::app : std::ios::trunc);
-    if (!append) log << "step,loss\n";
-    for (const auto& [step, loss] : losses)
-      log << step << ',' << std::setprecision(9) << loss << '\n';
-    FRUGAL_CHECK(log.good(), "train: writing --loss-log '", o.loss_log, "' failed");
-    say("loss log: %s (%zu steps)\n", o.loss_log.c_str(), losses.size());
+  if (loss_log && env.is_main()) {
+    loss_log->flush();  // a finished run resumed has trained no epoch
+    say("loss log: %s (%zu steps)\n", o.loss_log.c_str(), loss_log->steps_this_run());
   }
   if (trace && env.is_main()) {  // one file: rank 0's device
     trace->stop();

@@ -177,13 +177,40 @@ TEST(TrainCommand, AResumedRunCountsItsStepsOnFromTheCheckpoints) {
   };
   EXPECT_EQ(steps_in(), header_and(1, 12));
   EXPECT_EQ(train::load_safetensors(dir / "ckpt2.safetensors").metadata.at("frugal.step"), "12");
-  // Resumed from the first checkpoint again: the log ends past it, so it is replaced, not
-  // appended to (steps 5-12 twice).
+  // Resumed from the first checkpoint again: the log reaches past it, so it is cut back to the
+  // checkpoint's step and goes on from there (steps 5-12 once, not twice).
+  ASSERT_EQ(run("train", tiny_train({"--resume", ckpt, "--epochs", "2", "--batch", "128",
+                                     "--loss-log", log}))
+                .code,
+            kExitOk);
+  EXPECT_EQ(steps_in(), header_and(1, 12));
+  // A log that does not reach the checkpoint's step is another run's: replaced.
+  {
+    std::ofstream other(log);
+    other << "step,loss\n1,2.5\n2,2.25\n";
+  }
   ASSERT_EQ(run("train", tiny_train({"--resume", ckpt, "--epochs", "2", "--batch", "128",
                                      "--loss-log", log}))
                 .code,
             kExitOk);
   EXPECT_EQ(steps_in(), header_and(5, 12));
+}
+
+// The loss log is written at every epoch's end, not only when the run ends: a run that stops
+// (here at a save that fails in its second epoch) keeps the rows of the epochs it finished.
+TEST(TrainCommand, TheLossLogHoldsEveryFinishedEpochWhenTheRunDies) {
+  ScratchDir dir;
+  const std::string log = dir / "loss.csv";
+  // --lr 1e30 diverges in the first steps; the first epoch's save then refuses the state.
+  const CommandRun r = run("train", tiny_train({"--epochs", "2", "--lr", "1e30", "--loss-log", log,
+                                                "--save", dir / "ckpt.safetensors"}));
+  EXPECT_EQ(r.code, kExitError) << r.err;
+  EXPECT_NE(r.err.find("was not written"), std::string::npos) << r.err;
+  std::ifstream in(log);
+  std::string line;
+  std::vector<std::string> steps;
+  while (std::getline(in, line)) steps.push_back(line.substr(0, line.find(',')));
+  EXPECT_EQ(steps, (std::vector<std::string>{"step", "1", "2", "3", "4"}));
 }
 
 // A --batch past the data is refused as such: the loaders used to allocate their seven buffers of
