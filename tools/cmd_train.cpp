@@ -7,6 +7,7 @@
 #include "base/deterministic.h"
 #include "core/factory.h"
 #include "data/loader.h"
+#include "data/shuffle.h"
 #include "dist/data_parallel.h"
 #include "dist/env.h"
 #include "dist/init.h"
@@ -336,8 +337,14 @@ int cmd_train(const std::vector<std::string>& argv) {
     throw UsageError("train: the training set of --data " + dc.name + " has no samples");
   }
   if (steps_per_epoch == 0) {
+    // Under data parallelism --batch is per rank, and so is the shard it must fit in.
+    const int64_t n = splits.train->size();
     throw UsageError("train: --batch " + std::to_string(batch) + " is larger than the " +
-                     std::to_string(splits.train->size()) + " training samples");
+                     (env.world_size > 1 ? std::to_string(data::shard_size(n, env.world_size)) +
+                                               " training samples of each of the " +
+                                               std::to_string(env.world_size) + " ranks (" +
+                                               std::to_string(n) + " in all)"
+                                         : std::to_string(n) + " training samples"));
   }
 
   std::unique_ptr<optim::LrSchedule> sched;

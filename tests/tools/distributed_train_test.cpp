@@ -187,3 +187,32 @@ TEST(DistributedTrain, EstimateForSeveralGpusCountsTheBuckets) {
 }
 
 }  // namespace
+
+// --batch is per rank, so a batch past a rank's shard is refused naming the shard, not the whole
+// training set (40 samples on 2 ranks are 20 each: a batch of 32 fits the set but not a shard).
+TEST(DistributedTrain, ABatchLargerThanARanksShardIsRefusedNamingTheShard) {
+#ifndef FRUGAL_TOOL
+  GTEST_SKIP() << "the frugal tool is not built (FRUGAL_BUILD_PROGRAMS off)";
+#else
+  ScratchDir dir;
+  dist::LaunchOptions o;
+  o.nproc = 2;
+  o.command = {
+      "/bin/sh",   "-c",           "exec \"$0\" \"$@\" > \"" + dir / "out." + "$RANK\" 2>&1",
+      FRUGAL_TOOL, "train",        "--device",
+      "cpu",       "--data",       "synthetic",
+      "--limit",   "40",           "--batch",
+      "32",        "--image-size", "8",
+      "--width",   "0.25",         "--workers",
+      "0"};
+  o.extra_env = {{"OMP_NUM_THREADS", "1"}, {"FRUGAL_DIST_TIMEOUT", "60"}};
+  o.log = nullptr;
+  const dist::LaunchResult r = dist::launch(o);
+  EXPECT_NE(r.exit_code, 0);
+  const std::string out0 = read_file(dir / "out.0");
+  EXPECT_NE(out0.find("--batch 32 is larger than the 20 training samples of each of the 2 ranks "
+                      "(40 in all)"),
+            std::string::npos)
+      << out0;
+#endif
+}
