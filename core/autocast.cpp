@@ -76,13 +76,18 @@ Tensor cached(const Tensor& p, DType dtype) {
   return fresh ? e.low : Tensor();
 }
 
-// Gives `low` (p's values in a lower dtype) its cast node and caches it.
-void insert(const Tensor& p, Tensor low) {
+// Gives `low` (p's values in a lower dtype) the cast node of a parameter copy.
+void attach_cast_node(const Tensor& p, Tensor& low) {
   auto node = std::make_shared<CachedCastNode>(p.dtype());
   node->sequence_nr = autograd::next_sequence_nr();
   node->next_edges = {autograd::edge_of(p)};
   low.impl().grad_fn = node;
   low.impl().output_nr = 0;
+}
+
+// Gives `low` its cast node and caches it.
+void insert(const Tensor& p, Tensor low) {
+  attach_cast_node(p, low);
   bool inserted =
       t_state.cache.insert_or_assign(p.impl_ptr().get(), CacheEntry{p.impl_ptr(), p.version(), low})
           .second;
@@ -127,6 +132,15 @@ void lower_previous_region(const Tensor& first, DType dtype) {
 
 Tensor cast_parameter(const Tensor& p, DType dtype) {
   if (Tensor low = cached(p, dtype); low.defined()) return low;
+  // A checkpoint's replay casts without caching: its copies, and the replay's own input (a leaf
+  // that requires grad, as parameters are), would otherwise stay cached, and alive, until the
+  // autocast region ends, past the backward that needed them when that backward runs inside the
+  // region. The copy gets the same cast node, so the gradients are those of a cached copy.
+  if (autograd::recomputing()) {
+    Tensor low = detail::cast_raw(p, dtype);
+    attach_cast_node(p, low);
+    return low;
+  }
   if (!t_state.lowered_together) {
     lower_previous_region(p, dtype);
     if (Tensor low = cached(p, dtype); low.defined()) return low;

@@ -243,3 +243,21 @@ TEST(Checkpoint, ATensorWithHistoryThatIsNotTheInputIsRefused) {
   Tensor v = full({3}, 2.0, {.requires_grad = true});
   EXPECT_THROW(nn::checkpoint([&](const Tensor& in) { return mul(in, h); }, v, {h}), Error);
 }
+
+// A replay's casts are not cached: with backward inside one autocast region over several steps,
+// the replay's input (an f32 leaf that requires grad, as a parameter is) and its parameter copies
+// used to stay cached, and alive, until the region ended, one more input each step.
+TEST(Checkpoint, AReplayInsideTheAutocastRegionCachesNothing) {
+  auto seq = std::make_shared<nn::Sequential>();
+  seq->push_back(std::make_shared<nn::Linear>(16, 16));
+  Generator gen(3);
+  AutocastGuard amp(Device::cpu(), DType::bf16);
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = randn({8, 16}, gen, {.requires_grad = true});
+    seq->zero_grad();
+    sum(nn::Checkpoint(seq).forward(x)).backward();
+    EXPECT_EQ(autocast::cache_size(), 0u) << "step " << step;
+    EXPECT_TRUE(x.grad().defined());
+    EXPECT_TRUE(seq->parameters()[0].grad().defined());
+  }
+}
