@@ -2,6 +2,8 @@
 // test accuracy, time and memory per epoch, and save/resume checkpoints.
 #include <cstdarg>
 #include <cstdio>
+#include <exception>
+#include <functional>
 #include <memory>
 
 #include "base/deterministic.h"
@@ -143,6 +145,42 @@ void write_memory_files(const train::MemoryMonitor& monitor, const TrainOptions&
   }
   if (monitor.growth()) say("memory monitor: %s\n", monitor.growth()->str().c_str());
 }
+
+// The memory files of the run: --memory-log and --memory-svg (the monitor's, when there is one)
+// and --memory-trace (when there is one, which stops recording).
+void write_diagnostic_files(const train::MemoryMonitor* monitor, memory::AllocationTrace* trace,
+                            const TrainOptions& o) {
+  if (monitor != nullptr) write_memory_files(*monitor, o);
+  if (trace != nullptr) {
+    trace->stop();
+    trace->write_json(o.memory_trace);
+    say("memory trace: %s (%zu events, %zu dropped over the cap)\n", o.memory_trace.c_str(),
+        trace->recorded(), trace->dropped());
+  }
+}
+
+// Runs `write` when the scope is left by an exception: a run that ends in an error (out of
+// memory above all) still leaves its memory files, which are what explains it. A failure to write
+// them then is reported, not thrown over the first error.
+class WriteOnError {
+ public:
+  explicit WriteOnError(std::function<void()> write)
+      : write_(std::move(write)), exceptions_(std::uncaught_exceptions()) {}
+  ~WriteOnError() {
+    if (std::uncaught_exceptions() <= exceptions_) return;
+    try {
+      write_();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "frugal train: the memory files could not be written: %s\n", e.what());
+    }
+  }
+  WriteOnError(const WriteOnError&) = delete;
+  WriteOnError& operator=(const WriteOnError&) = delete;
+
+ private:
+  std::function<void()> write_;
+  int exceptions_;
+};
 
 // Every file the run reads whole or writes is checked before training, so none fails after it.
 void check_files(const TrainOptions& o) {
@@ -452,6 +490,9 @@ int cmd_train(const std::vector<std::string>& argv) {
     trace = std::make_unique<memory::AllocationTrace>(
         device, memory::AllocationTrace::kDefaultMaxEvents, &memory::allocator_for(device));
   }
+  const WriteOnError diagnostics_on_error([&monitor, &trace, &o, &env] {
+    if (env.is_main()) write_diagnostic_files(monitor.get(), trace.get(), o);
+  });
   std::unique_ptr<train::OomRecovery> recovery;
   std::unique_ptr<memory::LiveTags> live_tags;  // for the OOM report's largest allocations
   if (o.oom_recover) {
@@ -531,16 +572,10 @@ int cmd_train(const std::vector<std::string>& argv) {
     say("release %s: %zu releases, %.1f MiB given back\n", release_policy.str().c_str(),
         release.releases().size(), static_cast<double>(release.released_bytes()) / 1048576.0);
   }
-  if (monitor && env.is_main()) write_memory_files(*monitor, o);
+  if (env.is_main()) write_diagnostic_files(monitor.get(), trace.get(), o);  // rank 0's device
   if (loss_log && env.is_main()) {
     loss_log->flush();  // a finished run resumed has trained no epoch
     say("loss log: %s (%zu steps)\n", o.loss_log.c_str(), loss_log->steps_this_run());
-  }
-  if (trace && env.is_main()) {  // one file: rank 0's device
-    trace->stop();
-    trace->write_json(o.memory_trace);
-    say("memory trace: %s (%zu events, %zu dropped over the cap)\n", o.memory_trace.c_str(),
-        trace->recorded(), trace->dropped());
   }
   memory::publish_stats(device, callbacks.steps_finished(), /*force=*/true);
   say("memory on %s:\n%s\n", device.str().c_str(),

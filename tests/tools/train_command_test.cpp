@@ -197,13 +197,15 @@ TEST(TrainCommand, AResumedRunCountsItsStepsOnFromTheCheckpoints) {
 }
 
 // The loss log is written at every epoch's end, not only when the run ends: a run that stops
-// (here at a save that fails in its second epoch) keeps the rows of the epochs it finished.
+// (here at a save that fails at its first epoch's end) keeps the rows of the epochs it finished,
+// and the memory log is written as the run leaves by the error.
 TEST(TrainCommand, TheLossLogHoldsEveryFinishedEpochWhenTheRunDies) {
   ScratchDir dir;
   const std::string log = dir / "loss.csv";
   // --lr 1e30 diverges in the first steps; the first epoch's save then refuses the state.
-  const CommandRun r = run("train", tiny_train({"--epochs", "2", "--lr", "1e30", "--loss-log", log,
-                                                "--save", dir / "ckpt.safetensors"}));
+  const CommandRun r =
+      run("train", tiny_train({"--epochs", "2", "--lr", "1e30", "--loss-log", log, "--save",
+                               dir / "ckpt.safetensors", "--memory-log", dir / "memory.csv"}));
   EXPECT_EQ(r.code, kExitError) << r.err;
   EXPECT_NE(r.err.find("was not written"), std::string::npos) << r.err;
   std::ifstream in(log);
@@ -211,6 +213,10 @@ TEST(TrainCommand, TheLossLogHoldsEveryFinishedEpochWhenTheRunDies) {
   std::vector<std::string> steps;
   while (std::getline(in, line)) steps.push_back(line.substr(0, line.find(',')));
   EXPECT_EQ(steps, (std::vector<std::string>{"step", "1", "2", "3", "4"}));
+  std::ifstream memory(dir / "memory.csv");
+  std::string header, first_row;
+  EXPECT_TRUE(std::getline(memory, header) && std::getline(memory, first_row))
+      << "no memory log after the error";
 }
 
 // A --batch past the data is refused as such: the loaders used to allocate their seven buffers of
