@@ -1,8 +1,9 @@
-// Turns activation checkpointing on in a model already built and training: every block
-// (InvertedResidual, DepthwiseSeparable, MBConv, BasicBlock) is wrapped in nn::Checkpoint where
-// it stands. Parameters and buffers stay the same tensors under the same names, so the optimizer
-// keeps its state and checkpoints still load: what --oom-recover does when micro-batches of one
-// row do not fit (train/oom_recovery.h).
+// Turns activation checkpointing on in a model already built and training: what the "blocks"
+// checkpoint policy wraps at construction (the blocks, InvertedResidual, DepthwiseSeparable, MBConv
+// and BasicBlock, and the stem and head convolutions beside them) is wrapped in nn::Checkpoint
+// where it stands. Parameters and buffers stay the same tensors under the same names, so the
+// optimizer keeps its state and checkpoints still load: what --oom-recover does when micro-batches
+// of one row do not fit (train/oom_recovery.h).
 #pragma once
 
 #include <cstdint>

@@ -35,7 +35,8 @@ TEST(CheckpointInPlace, WrapsEveryBlockKeepingNamesTensorsAndGradients) {
   const nn::NamedTensors before = model->named_parameters();
   const std::vector<Tensor> plain = gradients_of(*model, x, y);
 
-  EXPECT_EQ(models::checkpoint_blocks_in_place(*model), 17);  // MobileNetV2's inverted residuals
+  // MobileNetV2's 17 inverted residuals, its stem and its head: what the "blocks" policy wraps.
+  EXPECT_EQ(models::checkpoint_blocks_in_place(*model), 19);
   EXPECT_EQ(models::checkpoint_blocks_in_place(*model), 0);
   EXPECT_NE(model->str().find("Checkpoint"), std::string::npos);
   const nn::NamedTensors after = model->named_parameters();
@@ -48,6 +49,29 @@ TEST(CheckpointInPlace, WrapsEveryBlockKeepingNamesTensorsAndGradients) {
   ASSERT_EQ(checkpointed.size(), plain.size());
   for (size_t i = 0; i < plain.size(); ++i) {
     EXPECT_TRUE(allclose(checkpointed[i], plain[i], 1e-5, 1e-7)) << before[i].first;
+  }
+}
+
+// Every zoo model gets what the "blocks" policy would have given it at construction, the same
+// modules under the same paths.
+TEST(CheckpointInPlace, WrapsWhatTheBlocksPolicyWraps) {
+  for (const char* name : {"mobilenet_v2", "mobilenet_v1", "efficientnet_b0", "resnet18"}) {
+    SCOPED_TRACE(name);
+    auto wrapped_paths = [](nn::Module& m) {
+      std::vector<std::string> paths;
+      for (const auto& [path, mod] : m.named_modules()) {
+        if (mod->type_name() == "Checkpoint") paths.push_back(path);
+      }
+      return paths;
+    };
+    const models::ModelConfig base{.num_classes = 4, .in_channels = 1, .width = 0.25};
+    models::ModelConfig with_policy = base;
+    with_policy.checkpoint = models::CheckpointPolicy::parse("blocks");
+    auto built = models::create(name, with_policy);
+    auto in_place = models::create(name, base);
+    const int64_t n = models::checkpoint_blocks_in_place(*in_place);
+    EXPECT_EQ(wrapped_paths(*in_place), wrapped_paths(*built));
+    EXPECT_EQ(n, static_cast<int64_t>(wrapped_paths(*built).size()));
   }
 }
 
