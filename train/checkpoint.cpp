@@ -10,6 +10,7 @@
 
 #include "base/half.h"
 #include "core/autograd.h"
+#include "core/factory.h"
 #include "core/ops.h"
 
 namespace frugal::train {
@@ -140,6 +141,12 @@ void list_non_finite(const NamedTensors& tensors, const std::string& prefix,
   for (const auto& [name, t] : tensors) note_non_finite(prefix + name, t, problems);
 }
 
+bool ends_with_num_batches_tracked(const std::string& name) {
+  static const std::string kSuffix = "num_batches_tracked";
+  return name.size() >= kSuffix.size() &&
+         name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
+
 // The copies a model load will make, computed and checked before any of them runs.
 struct ModelLoad {
   std::vector<std::pair<Tensor, Tensor>> copies;  // (model tensor, file tensor in frugal layout)
@@ -159,6 +166,12 @@ ModelLoad plan_model_load(const char* op, const std::string& path, const nn::Mod
   for (const auto& [name, dst] : model_tensors(model)) {
     if (!dst.defined()) continue;
     auto it = by_name.find(name);
+    if (it == by_name.end() && ends_with_num_batches_tracked(name)) {
+      // torchvision's older weight files (ResNet-18's among them) predate the counter, and
+      // BatchNorm's _load_from_state_dict starts a missing one at 0: so does this load.
+      plan.copies.emplace_back(dst, zeros(dst.shape(), {.dtype = dst.dtype()}));
+      continue;
+    }
     if (it == by_name.end()) {
       problems.push_back(
           detail::str("missing tensor '", name, "' (expected ", describe_entry(dst), ")"));

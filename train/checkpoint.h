@@ -36,7 +36,8 @@ void save_model(const std::string& path, const nn::Module& model, const Metadata
 
 // Loads a file written by save_model (or torch) into the module. A missing or extra tensor, a
 // wrong shape or dtype, or a NaN or infinity in any tensor throws naming the tensor before
-// anything is copied: on error the module is unchanged. The file's tensors move to the model's
+// anything is copied: on error the module is unchanged. A missing BatchNorm num_batches_tracked
+// (torchvision's older weight files) starts at 0, as in PyTorch. The file's tensors move to the model's
 // devices first, then are copied in place into the existing tensors: running out of device
 // memory also leaves the module unchanged (an OutOfMemoryError). The price is one more copy of
 // the model's tensors on its device while the load runs (load_checkpoint's too).

@@ -153,6 +153,25 @@ TEST(ModelFile, LoadedBatchNormCountsOnFromTheLoadedValue) {
   EXPECT_EQ(bn.num_batches_tracked.item(), 8);  // 2 if a count kept aside were used
 }
 
+// torchvision's older weight files have no num_batches_tracked (BatchNorm's counter came later);
+// PyTorch's BatchNorm starts a missing one at 0, and so does load_model. Any other missing
+// tensor is still refused.
+TEST(ModelFile, AMissingBatchNormCounterLoadsAsZero) {
+  auto a = small_model(1), b = small_model(2);
+  nn::NamedTensors legacy;
+  for (auto& [name, t] : train::to_file_layout(state_of(*a))) {
+    if (name != "1.num_batches_tracked") legacy.emplace_back(name, t);
+  }
+  ScratchFile f("legacy");
+  train::save_safetensors(f.path(), legacy, {});
+  train::load_model(f.path(), *b);
+  nn::NamedTensors want = state_of(*a), got = state_of(*b);
+  for (auto& [name, t] : want) {
+    if (name == "1.num_batches_tracked") t = zeros({}, {.dtype = DType::i64});
+  }
+  EXPECT_EQ(test::snapshot(got), test::snapshot(want));
+}
+
 // Each mismatch is written late in the file's list, so a loader that copied as it went would
 // already have changed the earlier tensors.
 TEST(ModelFile, MismatchesRejectedWithTheModelUnchanged) {
