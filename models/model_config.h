@@ -17,7 +17,9 @@ struct CheckpointPolicy {
   enum class Mode { none, blocks, first, segments };
   Mode mode = Mode::none;
   int64_t segments = 0;  // with Mode::segments: checkpoint_sequential over the feature layers
-  int64_t first = 0;     // with Mode::first: only the first `first` blocks (the stem is block 0)
+  // with Mode::first: only the first `first` blocks (the stem is block 0 in MobileNetV1/V2 and
+  // EfficientNet; ResNet's stem is no block, so its block 0 is layer1.0)
+  int64_t first = 0;
 
   // "none", "blocks", "first:K" (the first K blocks, the largest activations of a CNN) or a count
   // of segments.
