@@ -91,7 +91,10 @@ DistEnv dist_env(const EnvLookup& get) {
     e.source = "torchrun";
     e.rank = need(get, "RANK", "RANK");
     e.world_size = need(get, "WORLD_SIZE", "RANK");
-    e.local_rank = need(get, "LOCAL_RANK", "RANK");
+    // PyTorch's env:// needs no LOCAL_RANK; a world of one has only local rank 0. Several
+    // processes need it: it picks each one's GPU.
+    e.local_rank =
+        e.world_size == 1 ? read(get, "LOCAL_RANK").value_or(0) : need(get, "LOCAL_RANK", "RANK");
     // torchrun sets it; a hand-made environment may not: then every process is on one node
     e.local_world_size = read(get, "LOCAL_WORLD_SIZE").value_or(e.world_size);
   } else if (read(get, "OMPI_COMM_WORLD_RANK")) {
@@ -111,6 +114,13 @@ DistEnv dist_env(const EnvLookup& get) {
     FRUGAL_CHECK(per_node.has_value(), "dist_env: SLURM_PROCID is set but neither ",
                  "SLURM_NTASKS_PER_NODE nor SLURM_TASKS_PER_NODE is");
     e.local_world_size = *per_node;
+  }
+  // A launcher's world without the rank would train as one process, silently.
+  if (e.source == "none") {
+    const std::optional<int64_t> world = read(get, "WORLD_SIZE");
+    FRUGAL_CHECK(!world || *world == 1, "dist_env: WORLD_SIZE=", world.value_or(0),
+                 " is set but RANK is not; a launcher sets both (unset WORLD_SIZE for a ",
+                 "single-process run)");
   }
   check(e);
   return e;

@@ -13,6 +13,9 @@ namespace frugal::dist {
 namespace {
 
 constexpr uint32_t kMagic = 0x4c524746;  // "FGRL"
+// The longest message rank 0 sends with a refusal or a failed call; a reply claiming more is not
+// rank 0's.
+constexpr uint64_t kMaxRefusalBytes = uint64_t{1} << 20;
 
 enum class Kind : uint32_t { hello, all_reduce, broadcast, barrier };
 
@@ -169,6 +172,16 @@ SocketGroupOptions SocketGroupOptions::from_env() {
                  "' is not a port number (1..65535)");
     o.master_port = static_cast<int>(v);
   }
+  // torchrun's elastic agent runs its TCPStore on MASTER_PORT and tells the workers to use it as
+  // clients (PyTorch's env:// then connects to it); frugal's rendezvous speaks its own protocol,
+  // so it takes the next port, the same on every rank.
+  if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+      agent != nullptr && std::string(agent) == "True") {
+    FRUGAL_CHECK(o.master_port < 65535, "MASTER_PORT=", o.master_port,
+                 " is torchrun's store, and no port follows it for frugal's rendezvous");
+    o.master_port += 1;
+  }
+
   if (const char* t = std::getenv("FRUGAL_DIST_TIMEOUT")) {
     o.timeout_seconds = o.rendezvous_timeout_seconds = parse_seconds("FRUGAL_DIST_TIMEOUT", t);
   }
@@ -193,6 +206,11 @@ SocketGroup::SocketGroup(int rank, int size, SocketGroupOptions options)
     send_all(peers_[0], &hello, sizeof hello, deadline, "rank 0 at " + where);
     Reply reply;
     recv_all(peers_[0], &reply, sizeof reply, deadline, "rank 0 at " + where);
+    // Checked before its length is trusted: another server on the port (torchrun's store, a web
+    // server) answers with bytes whose "length" used to size a string of terabytes.
+    FRUGAL_CHECK(reply.magic == kMagic && reply.message_bytes <= kMaxRefusalBytes,
+                 "SocketGroup: what answered rank ", rank, " at ", where,
+                 " is not a frugal rank 0 (another program holds MASTER_PORT?)");
     std::string message(reply.message_bytes, '\0');
     if (reply.message_bytes > 0)
       recv_all(peers_[0], message.data(), message.size(), deadline, "rank 0");
@@ -243,6 +261,9 @@ void SocketGroup::await(const Call& call, void* data, size_t bytes) {
   const Deadline deadline = deadline_in(timeout_);
   Reply reply;
   recv_all(peers_[0], &reply, sizeof reply, deadline, "rank 0");
+  FRUGAL_CHECK(reply.magic == kMagic && reply.message_bytes <= kMaxRefusalBytes,
+               "SocketGroup (rank ", rank_,
+               "): rank 0 answered with bytes that are not a frugal reply");
   if (reply.failed != 0) {
     std::string message(reply.message_bytes, '\0');
     recv_all(peers_[0], message.data(), message.size(), deadline, "rank 0");

@@ -29,7 +29,10 @@ struct SocketGroupOptions {
   double timeout_seconds = 300;             // each collective's wait for a peer
   double rendezvous_timeout_seconds = 300;  // for every rank to connect
   // MASTER_ADDR, MASTER_PORT and FRUGAL_DIST_TIMEOUT (seconds, both timeouts) where set, these
-  // defaults otherwise; an error names a variable that does not parse.
+  // defaults otherwise; an error names a variable that does not parse. Under torchrun's agent
+  // store (TORCHELASTIC_USE_AGENT_STORE=True) MASTER_PORT is the store's, which torchrun keeps
+  // listening for the whole run: rank 0 listens on the port after it instead, which every rank
+  // of the job computes alike.
   static SocketGroupOptions from_env();
 };
 

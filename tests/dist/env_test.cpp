@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
 #include "base/error.h"
+#include "dist/init.h"
 
 using namespace frugal;
 
@@ -112,4 +114,37 @@ TEST(DistEnv, IncompleteOrInconsistentVariablesAreNamed) {
                       {"SLURM_TASKS_PER_NODE", "1(x2)"}})
                 .find("SLURM_NODEID=3 is past the 2 nodes"),
             std::string::npos);
+}
+
+// A world without a rank is refused rather than run as one process; PyTorch's env:// needs no
+// LOCAL_RANK, and a world of one has only local rank 0; several processes still need it.
+TEST(DistEnv, AWorldWithoutARankIsRefusedAndAWorldOfOneNeedsNoLocalRank) {
+  EXPECT_NE(error_of({{"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}})
+                .find("WORLD_SIZE=2 is set but RANK is not"),
+            std::string::npos);
+  EXPECT_EQ(from({{"WORLD_SIZE", "1"}}).world_size, 1);
+  const dist::DistEnv one = from({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  EXPECT_EQ(one.local_rank, 0);
+  EXPECT_FALSE(one.distributed());
+  EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}}).find("LOCAL_RANK is not"),
+            std::string::npos);
+}
+
+// Ranks on several nodes meet at MASTER_ADDR: without it every rank off rank 0's node would wait
+// at 127.0.0.1 for the timeout. Refused at once, as PyTorch's env:// refuses it.
+TEST(DistEnv, SeveralNodesWithoutMasterAddrAreRefused) {
+  const char* set = std::getenv("MASTER_ADDR");
+  const std::string saved = set != nullptr ? set : "";
+  unsetenv("MASTER_ADDR");
+  const dist::DistEnv e =
+      from({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}});
+  std::string error;
+  try {
+    dist::init_process_group(e, Device::cpu());
+  } catch (const Error& err) {
+    error = err.what();
+  }
+  EXPECT_NE(error.find("spans several nodes and MASTER_ADDR is not set"), std::string::npos)
+      << error;
+  if (set != nullptr) setenv("MASTER_ADDR", saved.c_str(), 1);
 }

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "base/half.h"
 #include "core/factory.h"
@@ -268,6 +270,49 @@ TEST(SocketGroup, RankZeroListensOnEveryInterface) {
   for (auto& t : threads) t.join();
   ASSERT_TRUE(test::no_errors(errors));
   EXPECT_EQ(sums, (std::vector<double>{3.0, 3.0}));
+}
+
+}  // namespace frugal
+
+namespace frugal {
+
+// Another program on MASTER_PORT (here one that answers like a web server) is named as such: its
+// bytes used to be read as a reply whose message length sized a string of terabytes, which
+// ended the rank in "out of host memory".
+TEST(SocketGroup, SomethingElseOnTheMasterPortIsNamedNotReadAsALength) {
+  const int port = dist::choose_free_port();
+  dist::Socket listener = dist::listen_on("127.0.0.1", port);
+  std::thread server([&] {
+    dist::Socket s = dist::accept_before(listener, dist::deadline_in(20), "the test's rank");
+    const std::string answer = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+    dist::send_all(s, answer.data(), answer.size(), dist::deadline_in(20), "the test's rank");
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  });
+  std::string error;
+  try {
+    dist::SocketGroup g(1, 2,
+                        {.master_addr = "127.0.0.1",
+                         .master_port = port,
+                         .timeout_seconds = 10,
+                         .rendezvous_timeout_seconds = 10});
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  server.join();
+  EXPECT_NE(error.find("is not a frugal rank 0"), std::string::npos) << error;
+}
+
+// Under torchrun's agent store MASTER_PORT is the store's, busy for the whole run: every rank
+// takes the port after it for frugal's rendezvous.
+TEST(SocketGroup, TorchrunsAgentStoreKeepsItsPortAndTheRendezvousTakesTheNext) {
+  setenv("MASTER_PORT", "29577", 1);
+  EXPECT_EQ(dist::SocketGroupOptions::from_env().master_port, 29577);
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  EXPECT_EQ(dist::SocketGroupOptions::from_env().master_port, 29578);
+  setenv("MASTER_PORT", "65535", 1);
+  EXPECT_THROW(dist::SocketGroupOptions::from_env(), Error);
+  unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  unsetenv("MASTER_PORT");
 }
 
 }  // namespace frugal

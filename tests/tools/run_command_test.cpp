@@ -81,3 +81,14 @@ TEST(RunCommand, BadCommandLinesAreUsageErrors) {
             kExitUsage);
   EXPECT_EQ(run_command("smi", {"--count", "0"}), kExitUsage);
 }
+
+// A rank of a data-parallel job says which rank it is: the ranks' messages share one terminal.
+TEST(RunGuarded, ARanksMessageNamesTheRank) {
+  const std::vector<std::pair<const char*, const char*>> rank1 = {
+      {"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}};
+  for (const auto& [name, value] : rank1) setenv(name, value, 1);
+  const Outcome o = guarded([]() -> int { throw Error("socket: receiving from rank 2 failed"); });
+  for (const auto& [name, value] : rank1) unsetenv(name);
+  EXPECT_EQ(o.message.rfind("[rank 1/4] frugal train: error: socket: receiving from rank 2", 0), 0u)
+      << o.message;
+}
