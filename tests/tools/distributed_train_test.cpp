@@ -33,6 +33,22 @@ std::string final_accuracy(const std::string& out) {
   return out.substr(from, out.find('%', from) - from);
 }
 
+#ifdef FRUGAL_TOOL
+// `frugal train` with `args` as two CPU ranks, one thread each, each rank's output to `dir`/out.R
+// (the shell redirects, then becomes the tool).
+dist::LaunchResult launch_two_cpu_ranks(const ScratchDir& dir,
+                                        const std::vector<std::string>& args) {
+  dist::LaunchOptions o;
+  o.nproc = 2;
+  o.command = {"/bin/sh", "-c", "exec \"$0\" \"$@\" > \"" + dir / "out." + "$RANK\" 2>&1",
+               FRUGAL_TOOL, "train"};
+  o.command.insert(o.command.end(), args.begin(), args.end());
+  o.extra_env = {{"OMP_NUM_THREADS", "1"}, {"FRUGAL_DIST_TIMEOUT", "60"}};
+  o.log = nullptr;
+  return dist::launch(o);
+}
+#endif
+
 // Two CPU ranks, one thread each, train a quarter-width MobileNetV2 on 512 synthetic 16x16
 // images (16 per rank a step) with synchronised batch norm, and rank 0 saves.
 TEST(DistributedTrain, TwoCpuRanksTrainOneModelThatRankZeroReportsAndSaves) {
@@ -40,40 +56,29 @@ TEST(DistributedTrain, TwoCpuRanksTrainOneModelThatRankZeroReportsAndSaves) {
   GTEST_SKIP() << "the frugal tool is not built (FRUGAL_BUILD_PROGRAMS off)";
 #else
   ScratchDir dir;
-  dist::LaunchOptions o;
-  o.nproc = 2;
-  // Each rank's output to a file of its own: the shell redirects, then becomes the tool.
-  o.command = {"/bin/sh",
-               "-c",
-               "exec \"$0\" \"$@\" > \"" + dir / "out." + "$RANK\" 2>&1",
-               FRUGAL_TOOL,
-               "train",
-               "--device",
-               "cpu",
-               "--data",
-               "synthetic",
-               "--limit",
-               "512",
-               "--test-limit",
-               "127",
-               "--image-size",
-               "16",
-               "--width",
-               "0.25",
-               "--batch",
-               "16",
-               "--epochs",
-               "2",
-               "--workers",
-               "0",
-               "--sync-bn",
-               "--save",
-               dir / "ckpt.safetensors",
-               "--loss-log",
-               dir / "loss.csv"};
-  o.extra_env = {{"OMP_NUM_THREADS", "1"}, {"FRUGAL_DIST_TIMEOUT", "60"}};
-  o.log = nullptr;
-  const dist::LaunchResult r = dist::launch(o);
+  const dist::LaunchResult r = launch_two_cpu_ranks(dir, {"--device",
+                                                          "cpu",
+                                                          "--data",
+                                                          "synthetic",
+                                                          "--limit",
+                                                          "512",
+                                                          "--test-limit",
+                                                          "127",
+                                                          "--image-size",
+                                                          "16",
+                                                          "--width",
+                                                          "0.25",
+                                                          "--batch",
+                                                          "16",
+                                                          "--epochs",
+                                                          "2",
+                                                          "--workers",
+                                                          "0",
+                                                          "--sync-bn",
+                                                          "--save",
+                                                          dir / "ckpt.safetensors",
+                                                          "--loss-log",
+                                                          dir / "loss.csv"});
   const std::string out0 = read_file(dir / "out.0"), out1 = read_file(dir / "out.1");
   ASSERT_EQ(r.exit_code, 0) << r.message << "\nrank 0:\n" << out0 << "\nrank 1:\n" << out1;
   EXPECT_NE(out0.find("batch 16 per rank on 2 ranks (socket)"), std::string::npos) << out0;
@@ -195,19 +200,9 @@ TEST(DistributedTrain, ABatchLargerThanARanksShardIsRefusedNamingTheShard) {
   GTEST_SKIP() << "the frugal tool is not built (FRUGAL_BUILD_PROGRAMS off)";
 #else
   ScratchDir dir;
-  dist::LaunchOptions o;
-  o.nproc = 2;
-  o.command = {
-      "/bin/sh",   "-c",           "exec \"$0\" \"$@\" > \"" + dir / "out." + "$RANK\" 2>&1",
-      FRUGAL_TOOL, "train",        "--device",
-      "cpu",       "--data",       "synthetic",
-      "--limit",   "40",           "--batch",
-      "32",        "--image-size", "8",
-      "--width",   "0.25",         "--workers",
-      "0"};
-  o.extra_env = {{"OMP_NUM_THREADS", "1"}, {"FRUGAL_DIST_TIMEOUT", "60"}};
-  o.log = nullptr;
-  const dist::LaunchResult r = dist::launch(o);
+  const dist::LaunchResult r = launch_two_cpu_ranks(
+      dir, {"--device", "cpu", "--data", "synthetic", "--limit", "40", "--batch", "32",
+            "--image-size", "8", "--width", "0.25", "--workers", "0"});
   EXPECT_NE(r.exit_code, 0);
   const std::string out0 = read_file(dir / "out.0");
   EXPECT_NE(out0.find("--batch 32 is larger than the 20 training samples of each of the 2 ranks "
