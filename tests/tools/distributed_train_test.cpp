@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/printed_accuracy.h"
 #include "dist/launcher.h"
 #include "kernels/context.h"
 #include "models/registry.h"
@@ -14,6 +15,7 @@
 #include "train/file_test_util.h"
 
 using namespace frugal;
+using frugal::test::final_accuracy;
 using frugal::test::ScratchDir;
 
 namespace {
@@ -23,14 +25,6 @@ std::string read_file(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// The number in the last "test accuracy: N%" line of a run's output, or "".
-std::string final_accuracy(const std::string& out) {
-  const size_t at = out.rfind("test accuracy: ");
-  if (at == std::string::npos) return "";
-  const size_t from = at + std::string("test accuracy: ").size();
-  return out.substr(from, out.find('%', from) - from);
 }
 
 #ifdef FRUGAL_TOOL

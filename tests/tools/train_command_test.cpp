@@ -6,8 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
+#include "common/printed_accuracy.h"
 #include "data/fashion_mnist.h"
 #include "models/registry.h"
 #include "tools/run_command.h"
@@ -17,6 +17,7 @@
 
 using namespace frugal;
 using namespace frugal::tools;
+using frugal::test::final_accuracy;
 using frugal::test::ScratchDir;
 namespace fs = std::filesystem;
 
@@ -46,14 +47,13 @@ std::vector<std::string> tiny_train(std::vector<std::string> more) {
   return args;
 }
 
-std::string last_accuracy(const std::string& out) {
-  std::smatch m;
-  const std::regex re("test accuracy: ([0-9.]+)%\n");
-  std::string last;
-  for (auto it = out.cbegin(); std::regex_search(it, out.cend(), m, re); it = m.suffix().first) {
-    last = m[1];
-  }
-  return last;
+// The first field of each line of the --loss-log at `path`: "step", then the steps.
+std::vector<std::string> logged_steps(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<std::string> steps;
+  while (std::getline(in, line)) steps.push_back(line.substr(0, line.find(',')));
+  return steps;
 }
 
 }  // namespace
@@ -104,7 +104,7 @@ TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
   const std::string ckpt = dir / "ckpt.safetensors";
   const CommandRun first = run("train", tiny_train({"--save", ckpt}));
   ASSERT_EQ(first.code, kExitOk) << first.err;
-  const std::string accuracy = last_accuracy(first.out);
+  const std::string accuracy = final_accuracy(first.out);
   ASSERT_FALSE(accuracy.empty()) << first.out;
 
   const CommandRun again = run("train", tiny_train({"--resume", ckpt}));
@@ -129,7 +129,7 @@ TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
         << other.err;
   }
   EXPECT_NE(again.out.find("nothing to train"), std::string::npos) << again.out;
-  EXPECT_EQ(last_accuracy(again.out), accuracy) << again.out;
+  EXPECT_EQ(final_accuracy(again.out), accuracy) << again.out;
 
   // A step count of 2^53 used to step the cosine schedule 2^53 times (a hang); 9e18 is refused.
   train::SafetensorsFile file = train::load_safetensors(ckpt);
@@ -163,19 +163,12 @@ TEST(TrainCommand, AResumedRunCountsItsStepsOnFromTheCheckpoints) {
       run("train", tiny_train({"--resume", ckpt, "--epochs", "2", "--batch", "128", "--loss-log",
                                log, "--save", dir / "ckpt2.safetensors"}));
   ASSERT_EQ(resumed.code, kExitOk) << resumed.err;
-  auto steps_in = [&] {
-    std::ifstream in(log);
-    std::string line;
-    std::vector<std::string> steps;
-    while (std::getline(in, line)) steps.push_back(line.substr(0, line.find(',')));
-    return steps;
-  };
   auto header_and = [](int from, int to) {
     std::vector<std::string> want = {"step"};
     for (int i = from; i <= to; ++i) want.push_back(std::to_string(i));
     return want;
   };
-  EXPECT_EQ(steps_in(), header_and(1, 12));
+  EXPECT_EQ(logged_steps(log), header_and(1, 12));
   EXPECT_EQ(train::load_safetensors(dir / "ckpt2.safetensors").metadata.at("frugal.step"), "12");
   // Resumed from the first checkpoint again: the log reaches past it, so it is cut back to the
   // checkpoint's step and goes on from there (steps 5-12 once, not twice).
@@ -183,7 +176,7 @@ TEST(TrainCommand, AResumedRunCountsItsStepsOnFromTheCheckpoints) {
                                      "--loss-log", log}))
                 .code,
             kExitOk);
-  EXPECT_EQ(steps_in(), header_and(1, 12));
+  EXPECT_EQ(logged_steps(log), header_and(1, 12));
   // A log that does not reach the checkpoint's step is another run's: replaced.
   {
     std::ofstream other(log);
@@ -193,7 +186,7 @@ TEST(TrainCommand, AResumedRunCountsItsStepsOnFromTheCheckpoints) {
                                      "--loss-log", log}))
                 .code,
             kExitOk);
-  EXPECT_EQ(steps_in(), header_and(5, 12));
+  EXPECT_EQ(logged_steps(log), header_and(5, 12));
 }
 
 // The loss log is written at every epoch's end, not only when the run ends: a run that stops
@@ -208,11 +201,7 @@ TEST(TrainCommand, TheLossLogHoldsEveryFinishedEpochWhenTheRunDies) {
                                dir / "ckpt.safetensors", "--memory-log", dir / "memory.csv"}));
   EXPECT_EQ(r.code, kExitError) << r.err;
   EXPECT_NE(r.err.find("was not written"), std::string::npos) << r.err;
-  std::ifstream in(log);
-  std::string line;
-  std::vector<std::string> steps;
-  while (std::getline(in, line)) steps.push_back(line.substr(0, line.find(',')));
-  EXPECT_EQ(steps, (std::vector<std::string>{"step", "1", "2", "3", "4"}));
+  EXPECT_EQ(logged_steps(log), (std::vector<std::string>{"step", "1", "2", "3", "4"}));
   std::ifstream memory(dir / "memory.csv");
   std::string header, first_row;
   EXPECT_TRUE(std::getline(memory, header) && std::getline(memory, first_row))
