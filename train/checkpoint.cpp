@@ -281,9 +281,14 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
   }
   // A checkpoint that load_checkpoint would refuse is not written: a run that diverged would
   // otherwise replace its last good file with one that no resume can read. The previous file
-  // stays (one host copy a tensor, at a save, is the price).
+  // stays. The host copies checked are the ones written (save_safetensors copies nothing that
+  // is already on the host): one copy a tensor, all of them held until the file is written.
+  NamedTensors file = to_file_layout(all);
   std::vector<std::string> non_finite;
-  for (const auto& [name, t] : all) note_non_finite(name, t.detach().to(Device::cpu()), non_finite);
+  for (auto& [name, t] : file) {
+    t = t.detach().to(Device::cpu());
+    note_non_finite(name, t, non_finite);
+  }
   if (!non_finite.empty()) {
     std::string lines;
     for (const auto& p : non_finite) lines += "\n  " + p;
@@ -291,7 +296,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
                 "state holds values that are not finite, which load_checkpoint would refuse; ",
                 "the run has diverged:", lines);
   }
-  save_safetensors(path, to_file_layout(all), md);
+  save_safetensors(path, file, md);
 }
 
 TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt,
