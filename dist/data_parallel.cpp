@@ -1,6 +1,8 @@
 // Note [Data parallelism] in data_parallel.h.
 #include "dist/data_parallel.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "core/autograd.h"
 #include "core/factory.h"
@@ -98,16 +100,24 @@ void DataParallel::start_bucket(size_t b) {
   const Bucket& bucket = buckets_[b];
   const DType wire = options_.reduce_dtype;
   const Device device = group_->device();
+  InFlight& f = in_flight_[b];
   std::vector<Tensor> parts;
-  parts.reserve(bucket.params.size());
+  parts.reserve(bucket.params.size() + 1);
+  std::vector<double> used;
   for (size_t i : bucket.params) {
     Tensor g = params_[i].grad();
     const int64_t n = params_[i].numel();
     parts.push_back(g.defined() ? reshape(g.dtype() == wire ? g : cast(g, wire), {n})
                                 : zeros({n}, {.dtype = wire, .device = device}));
+    used.push_back(g.defined() ? 1.0 : 0.0);
   }
-  InFlight& f = in_flight_[b];
-  f.flat = parts.size() == 1 ? parts[0].clone() : cat(parts, 0);
+  // Note [Globally unused parameters]: one flag a parameter travels behind the gradients.
+  const bool all_used = std::find(used.begin(), used.end(), 0.0) == used.end();
+  const int64_t flags = static_cast<int64_t>(used.size());
+  parts.push_back(all_used ? full({flags}, 1.0, {.dtype = wire, .device = device})
+                           : from_vector(used, {flags}, {.dtype = wire}).to(device));
+  f.flat = cat(parts, 0);
+  f.used_here = std::move(used);
   f.work = group_->all_reduce_async(f.flat, ReduceOp::avg);
   ++buckets_reduced_;
 }
@@ -121,11 +131,24 @@ void DataParallel::finish_backward() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     InFlight& f = in_flight_[b];
     f.work->wait();
+    const std::vector<size_t>& members = buckets_[b].params;
+    const int64_t flags = static_cast<int64_t>(members.size());
+    const int64_t grads = f.flat.numel() - flags;
+    // A rank that gave every parameter of the bucket a gradient knows they are all used; only a
+    // rank that lacks one reads the averaged flags (one small copy to the host, that rank alone).
+    std::vector<double> used_anywhere = f.used_here;
+    const bool all_used =
+        std::find(f.used_here.begin(), f.used_here.end(), 0.0) == f.used_here.end();
+    if (!all_used && !group_->device().is_meta()) {
+      used_anywhere = narrow(f.flat, 0, grads, flags).to_vector();
+    }
     int64_t offset = 0;
-    for (size_t i : buckets_[b].params) {
-      const Tensor& p = params_[i];
-      Tensor g = reshape(narrow(f.flat, 0, offset, p.numel()), p.shape());
-      params_[i].set_grad(g.dtype() == p.dtype() ? g : cast(g, p.dtype()));
+    for (size_t k = 0; k < members.size(); ++k) {
+      const Tensor& p = params_[members[k]];
+      if (used_anywhere[k] > 0.0 || group_->device().is_meta()) {
+        Tensor g = reshape(narrow(f.flat, 0, offset, p.numel()), p.shape());
+        params_[members[k]].set_grad(g.dtype() == p.dtype() ? g : cast(g, p.dtype()));
+      }
       offset += p.numel();
     }
     f = {};  // the bucket's buffer goes back now, not at the end of the loop

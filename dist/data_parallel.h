@@ -18,9 +18,9 @@
 //   different buckets first, and the ranks would average one bucket with another. Buckets still
 //   open when backward ends (a parameter without a gradient) are started then, in order; then
 //   every bucket is waited for and written back as its parameters' .grad. A parameter no rank gave
-//   a gradient gets zeros. Every rank ends backward with bit-identical gradients (Note
-//   [Collectives]), so the optimizer keeps the replicas equal. Memory: the buckets in flight, at
-//   most one copy of the gradients.
+//   a gradient keeps none (Note [Globally unused parameters]). Every rank ends backward with
+//   bit-identical gradients (Note [Collectives]), so the optimizer keeps the replicas equal.
+//   Memory: the buckets in flight, at most one copy of the gradients.
 // - Gradient accumulation: every backward averages what .grad holds. Averaging is linear and
 //   the part accumulated earlier is already equal on every rank, so the result is the average of
 //   the accumulated gradients, as with one reduction at the end. Inside no_sync() backward
@@ -33,6 +33,15 @@
 //   statistics (DDP's default), so all ranks evaluate rank 0's model, the one it saves. Every
 //   rank must therefore run the same number of forwards (sharded loaders make sure of it).
 // - Parameters are those of the module at construction: move it to its device first.
+//
+// Note [Globally unused parameters]
+// A parameter that no rank's loss reached keeps no gradient, as in one process and as PyTorch's
+// DDP leaves it (find_unused_parameters): an optimizer then skips it, where a zero gradient would
+// still apply weight decay and momentum to it, and the run would train differently from one
+// process. Which parameters some rank used needs every rank's answer, so each bucket carries one
+// flag a parameter behind its gradients (1 where the rank had a gradient) and the average is
+// above 0 where any rank had one: no extra collective, and a rank reads the flags back only when
+// it lacked a gradient itself. A parameter used on some ranks gets the average everywhere.
 #pragma once
 
 #include <cstdint>
@@ -116,7 +125,8 @@ class DataParallel final : public nn::Module {
   std::vector<bool> ready_;      // by parameter
   std::vector<size_t> missing_;  // gradients each bucket still waits for
   struct InFlight {
-    Tensor flat;  // the bucket's gradients, averaged in place
+    Tensor flat;  // the bucket's gradients and one used flag each, averaged in place
+    std::vector<double> used_here;  // by bucket member: 1 where this rank had a gradient
     std::unique_ptr<Work> work;
   };
   std::vector<InFlight> in_flight_;  // by bucket; empty until started

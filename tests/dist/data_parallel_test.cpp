@@ -221,6 +221,35 @@ TEST(DataParallel, AParameterOnlyOneRankUsedGetsTheAverageEverywhere) {
   EXPECT_EQ(overlap[1].at_end, 1);  // rank 1's one bucket waited for gradients that never came
 }
 
+// Note [Globally unused parameters]: the linear layer no rank's loss reaches keeps no gradient on
+// either rank, so SGD with weight decay and momentum leaves it as it was, as one process would.
+// It used to get zeros, and weight decay shrank it. The conv layer one rank used gets the average.
+TEST(DataParallel, AParameterNoRankUsedKeepsNoGradientAndTheOptimizerSkipsIt) {
+  std::vector<std::shared_ptr<nn::Module>> nets{small_net(4), small_net(4)};
+  std::vector<std::vector<double>> head_before(2), head_after(2), conv_grad(2);
+  std::vector<bool> head_has_grad(2, true);
+  auto errors = run_ranks(2, [&](dist::SocketGroup& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    auto group = std::shared_ptr<dist::ProcessGroup>(&g, [](dist::ProcessGroup*) {});
+    dist::DataParallel model(nets[r], group);
+    const std::vector<Tensor> p = model.module().parameters();  // conv w, b, linear w, b
+    optim::SGD opt(p, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.5});
+    head_before[r] = p[2].to_vector();
+    Tensor loss = r == 0 ? sum(mul(p[0], 2.0)) : sum(mul(p[1], 4.0));
+    loss.backward();
+    head_has_grad[r] = p[2].grad().defined() || p[3].grad().defined();
+    conv_grad[r] = p[0].grad().to_vector();
+    opt.step();
+    head_after[r] = p[2].to_vector();
+  });
+  ASSERT_TRUE(no_errors(errors));
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_FALSE(head_has_grad[r]) << "rank " << r;
+    EXPECT_EQ(head_after[r], head_before[r]) << "rank " << r << ": weight decay moved it";
+    EXPECT_EQ(conv_grad[r], std::vector<double>(conv_grad[r].size(), 1.0)) << "rank " << r;
+  }
+}
+
 // Buckets start in index order on every rank (PyTorch's Reducer): with one parameter a bucket,
 // rank 0 completing bucket 1 first and rank 1 bucket 0 used to pair rank 0's bucket 1 with rank
 // 1's bucket 0 in the first all-reduce, mixing the two parameters' gradients without an error.
@@ -360,14 +389,16 @@ TEST(DataParallel, AMetaDryRunAsksForWhatTheRealStepAdds) {
   const std::vector<size_t> cpu_added = added(cpu_plain, cpu_wrapped);
   const std::vector<size_t> meta_added = added(meta_plain, meta_wrapped);
   EXPECT_EQ(meta_added, cpu_added);
-  // Three buckets of flattened gradients, then a gradient per parameter read back out of them.
+  // Three buckets, each its used flags (Note [Globally unused parameters]) and then its
+  // flattened gradients with the flags behind them; then a gradient per parameter read back out.
   size_t bucket_bytes = 0;
   for (const dist::Bucket& b : meta_model.buckets()) bucket_bytes += b.bytes();
+  const size_t flag_bytes = meta_model.parameters().size() * sizeof(float);
   EXPECT_EQ(meta_model.buckets().size(), 3u);
-  EXPECT_EQ(meta_added.size(), meta_model.buckets().size() + meta_model.parameters().size());
+  EXPECT_EQ(meta_added.size(), 2 * meta_model.buckets().size() + meta_model.parameters().size());
   size_t added_bytes = 0;
   for (size_t b : meta_added) added_bytes += b;
-  EXPECT_EQ(added_bytes, 2 * bucket_bytes);
+  EXPECT_EQ(added_bytes, 2 * bucket_bytes + 2 * flag_bytes);
 }
 
 TEST(DataParallel, TheModelMustBeOnTheGroupsDevice) {
