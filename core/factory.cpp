@@ -1,6 +1,7 @@
 // Tensor factories: constant fills, seeded random draws, ranges and host data.
 #include "core/factory.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "base/half.h"
@@ -88,11 +89,24 @@ Tensor random_tensor(const Shape& shape, TensorOptions opts, Draw draw) {
 }  // namespace
 
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts, double lo, double hi) {
+  FRUGAL_CHECK(std::isfinite(lo) && std::isfinite(hi) && lo <= hi,
+               "rand: expected finite bounds with lo <= hi for the range [lo, hi), got lo = ", lo,
+               " and hi = ", hi);
   uint64_t offset = gen.take(static_cast<uint64_t>(shape.numel()));
-  return random_tensor(shape, opts, [&](const Tensor& t) {
-    kernels::fill_uniform(detail::ctx_of(t), t.dtype(), t.numel(), t.data_ptr(), gen.seed(), offset,
+  TensorOptions drawn = opts;
+  drawn.requires_grad = false;
+  Tensor t = random_tensor(shape, drawn, [&](const Tensor& d) {
+    kernels::fill_uniform(detail::ctx_of(d), d.dtype(), d.numel(), d.data_ptr(), gen.seed(), offset,
                           lo, hi);
   });
+  // Note [Uniform draws below hi]: the kernels keep f32/f64 draws below hi; a 16-bit CPU tensor,
+  // drawn in f32, is checked again after its rounding, as the CUDA kernel checks after its own.
+  if (opts.device.is_cpu() && is_low_precision(opts.dtype)) {
+    Tensor lo_t = detail::cast_raw(full(shape, static_cast<float>(lo)), opts.dtype);
+    t = where(ge(t, hi), lo_t, t);
+  }
+  if (opts.requires_grad) t.requires_grad_(true);
+  return t;
 }
 
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts, double mean, double stddev) {

@@ -82,6 +82,11 @@ Tensor ones(const Shape& shape, TensorOptions opts = {});
 Tensor full(const Shape& shape, double value, TensorOptions opts = {});
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
+// Note [Uniform draws below hi]
+// rand draws from [lo, hi), finite bounds with lo <= hi. lo + (hi - lo) u with u < 1 can still
+// round to hi in the tensor's dtype (in f16 between 1 and 2 about one draw in 2,048); such a
+// draw becomes lo, as PyTorch's uniform_ does. 16-bit tensors are checked after each rounding,
+// f32 then theirs, on the CPU and on CUDA alike, so both give the same values.
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts = {}, double lo = 0,
             double hi = 1);
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts = {}, double mean = 0,

@@ -3,6 +3,7 @@
 // Note [Random formulas]: the CUDA twins must compute exactly this, element i of a draw:
 //   u      = uniform01(seed, offset + i)                      (float, 24 bits, exact)
 //   uniform: y = T(lo + (hi - lo) * double(u))                (in double, rounded once to T)
+//            and y = T(lo) where that rounding reached hi (Note [Uniform draws below hi])
 //   normal:  u1 = uniform01(seed, 2 (offset + i)), u2 = uniform01(seed, 2 (offset + i) + 1),
 //            r = sqrt(-2 log(1 - double(u1)))  (1 - u1 is in (0, 1], so log never sees 0),
 //            y = T(mean + stddev * r * cos(2 pi double(u2)))  (in double, rounded once to T)
@@ -37,7 +38,8 @@ void fill_uniform(const Context& ctx, DType dtype, int64_t n, void* y, uint64_t 
     parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         double u = uniform01(seed, offset + static_cast<uint64_t>(i));
-        py[i] = static_cast<T>(lo + range * u);
+        const T v = static_cast<T>(lo + range * u);
+        py[i] = static_cast<double>(v) >= hi ? static_cast<T>(lo) : v;  // [Uniform draws below hi]
       }
     });
   });

@@ -13,10 +13,16 @@ constexpr double kTwoPi = 6.283185307179586476925286766559;
 
 template <typename T>
 __global__ void uniform_kernel(int64_t n, T* y, uint64_t seed, uint64_t offset, double lo,
-                               double range) {
+                               double hi) {
+  const double range = __dsub_rn(hi, lo);
+  const T lo_t = from_f<T>(static_cast<float>(lo));
   for (int64_t i = thread_index(); i < n; i += grid_stride()) {
     double u = uniform01(seed, offset + static_cast<uint64_t>(i));
-    y[i] = from_f<T>(static_cast<float>(__dadd_rn(lo, __dmul_rn(range, u))));
+    // Checked in f32, then again in T: the CPU draws 16-bit tensors in f32 and rounds them.
+    float f = static_cast<float>(__dadd_rn(lo, __dmul_rn(range, u)));
+    if (static_cast<double>(f) >= hi) f = static_cast<float>(lo);
+    const T v = from_f<T>(f);
+    y[i] = static_cast<double>(to_f(v)) >= hi ? lo_t : v;  // Note [Uniform draws below hi]
   }
 }
 
@@ -67,7 +73,7 @@ void fill_uniform(const Context& ctx, DType dtype, int64_t n, void* y, uint64_t 
   DeviceGuard guard(ctx.device);
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, "fill_uniform", {
     uniform_kernel<T>
-        <<<grid_for(ctx, n), kThreads, 0, s>>>(n, static_cast<T*>(y), seed, offset, lo, hi - lo);
+        <<<grid_for(ctx, n), kThreads, 0, s>>>(n, static_cast<T*>(y), seed, offset, lo, hi);
     FRUGAL_LAUNCH_CHECK();
   });
 }
