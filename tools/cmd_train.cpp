@@ -66,7 +66,8 @@ constexpr const char* kHelp =
     "  --deterministic       bit-identical runs for one seed on one machine: fixed cuDNN\n"
     "                        algorithms, never chosen by timing (FRUGAL_DETERMINISTIC=1 too)\n"
     "  --save PATH           write a checkpoint after every epoch\n"
-    "  --resume PATH         continue from a checkpoint written by --save (with its --seed)\n"
+    "  --resume PATH         continue from a checkpoint written by --save (with its --seed;\n"
+    "                        another --precision keeps or drops its loss scaler, and says so)\n"
     "  --no-augment          no random crops and flips\n"
     "  --precision f32|f16|bf16  default f32; f16/bf16 autocast forward and loss (f32 master\n"
     "                        weights), f16 with dynamic loss scaling\n"
@@ -413,6 +414,17 @@ int cmd_train(const std::vector<std::string>& argv) {
                        std::to_string(st.seed) + ", and this run has --seed " +
                        std::to_string(seed) + (o.seed_given ? "" : " (the default)") +
                        "; resume with --seed " + std::to_string(st.seed));
+    }
+    // Another --precision may resume a run (f16 that overflowed too often, on in bf16); the
+    // loss scaler's state then goes or starts afresh, and the run says which.
+    if (st.scaler_saved && !scaler) {
+      say("resume: the checkpoint's loss scaler is left unused: this run trains in %s, which "
+          "scales no loss\n",
+          dtype_name(precision));
+    } else if (!st.scaler_saved && scaler) {
+      say("resume: the checkpoint holds no loss scaler (its run trained in f32 or bf16); loss "
+          "scaling starts afresh at %g\n",
+          scaler->get_scale());
     }
     first_epoch = st.epoch;
     resumed_step = st.step;

@@ -330,6 +330,7 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
     else
       model_part.emplace_back(name, t);
   }
+  state.scaler_saved = !scaler_part.empty();
   // 1. The model part, checked only (its values finite too); the optimizer and scaler parts'
   // values finite; the scaler part, checked by loading a scratch scaler.
   ModelLoad plan = plan_model_load("load_checkpoint", path, model, model_part);

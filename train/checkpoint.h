@@ -37,20 +37,21 @@ void save_model(const std::string& path, const nn::Module& model, const Metadata
 // Loads a file written by save_model (or torch) into the module. A missing or extra tensor, a
 // wrong shape or dtype, or a NaN or infinity in any tensor throws naming the tensor before
 // anything is copied: on error the module is unchanged. A missing BatchNorm num_batches_tracked
-// (torchvision's older weight files) starts at 0, as in PyTorch. The file's tensors move to the model's
-// devices first, then are copied in place into the existing tensors: running out of device
+// (torchvision's older weight files) starts at 0, as in PyTorch. The file's tensors move to the
+// model's devices first, then are copied in place into the existing tensors: running out of device
 // memory also leaves the module unchanged (an OutOfMemoryError). The price is one more copy of
 // the model's tensors on its device while the load runs (load_checkpoint's too).
 void load_model(const std::string& path, nn::Module& model);
 
 // Where a training run stands, kept in the checkpoint's __metadata__ as "frugal.<field>".
 struct TrainingState {
-  int64_t epoch = 0;        // epochs completed
-  int64_t step = 0;         // optimizer steps taken
-  uint64_t seed = 0;        // the run's seed
-  uint64_t rng_offset = 0;  // default_generator() offset, so dropout/shuffles continue the stream
-  std::string optimizer{};  // opt.name() when saved with one; filled in by load_checkpoint
-  Metadata extra{};         // free-form user entries (keys must not start with "frugal.")
+  int64_t epoch = 0;          // epochs completed
+  int64_t step = 0;           // optimizer steps taken
+  uint64_t seed = 0;          // the run's seed
+  uint64_t rng_offset = 0;    // default_generator() offset, so dropout/shuffles continue the stream
+  std::string optimizer{};    // opt.name() when saved with one; filled in by load_checkpoint
+  bool scaler_saved = false;  // the file holds a loss scaler's state; filled in by load_checkpoint
+  Metadata extra{};           // free-form user entries (keys must not start with "frugal.")
 };
 
 // One file: model tensors under their names, optimizer state under "optimizer.<name>", the loss

@@ -151,6 +151,32 @@ TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
   EXPECT_NE(negative.err.find("epoch -1"), std::string::npos) << negative.err;
 }
 
+// Another --precision may resume a run; what happens to the loss scaler is said, where it used
+// to go or start afresh without a word.
+TEST(TrainCommand, AResumeInAnotherPrecisionSaysWhatBecomesOfTheLossScaler) {
+  ScratchDir dir;
+  const std::string f16 = dir / "f16.safetensors", f32 = dir / "f32.safetensors";
+  ASSERT_EQ(run("train", tiny_train({"--precision", "f16", "--save", f16})).code, kExitOk);
+  ASSERT_EQ(run("train", tiny_train({"--save", f32})).code, kExitOk);
+  const CommandRun to_bf16 =
+      run("train", tiny_train({"--resume", f16, "--epochs", "2", "--precision", "bf16"}));
+  ASSERT_EQ(to_bf16.code, kExitOk) << to_bf16.err;
+  EXPECT_NE(to_bf16.out.find("loss scaler is left unused: this run trains in bf16"),
+            std::string::npos)
+      << to_bf16.out;
+  const CommandRun to_f16 =
+      run("train", tiny_train({"--resume", f32, "--epochs", "2", "--precision", "f16"}));
+  ASSERT_EQ(to_f16.code, kExitOk) << to_f16.err;
+  EXPECT_NE(to_f16.out.find("holds no loss scaler (its run trained in f32 or bf16); loss scaling "
+                            "starts afresh at 65536"),
+            std::string::npos)
+      << to_f16.out;
+  const CommandRun same =
+      run("train", tiny_train({"--resume", f16, "--epochs", "2", "--precision", "f16"}));
+  ASSERT_EQ(same.code, kExitOk) << same.err;
+  EXPECT_EQ(same.out.find("loss scal"), std::string::npos) << same.out;
+}
+
 // A resumed run counts its optimizer steps on from the checkpoint's, with another --batch too: its
 // loss log goes on where the first run's ended (in the same file) and its checkpoint holds the
 // steps taken, which the learning-rate schedule follows.
