@@ -1,6 +1,7 @@
 #include "dist/socket_io.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -10,7 +11,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "base/error.h"
@@ -37,19 +40,30 @@ bool wait_for(int fd, short events, Deadline deadline) {
   }
 }
 
-sockaddr_in resolve(const std::string& addr, int port) {
+// addr:port, or nothing with `why` set: a cluster's host names may appear after a job starts, so
+// connect_before asks again.
+std::optional<sockaddr_in> try_resolve(const std::string& addr, int port, std::string& why) {
   FRUGAL_CHECK(port >= 0 && port <= 65535, "socket: port ", port, " is outside 0..65535");
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   int rc = ::getaddrinfo(addr.c_str(), nullptr, &hints, &found);
-  FRUGAL_CHECK(rc == 0 && found != nullptr, "socket: cannot resolve address '", addr,
-               "': ", gai_strerror(rc));
+  if (rc != 0 || found == nullptr) {
+    why = detail::str("cannot resolve address '", addr, "': ", gai_strerror(rc));
+    return std::nullopt;
+  }
   sockaddr_in sa = *reinterpret_cast<sockaddr_in*>(found->ai_addr);
   ::freeaddrinfo(found);
   sa.sin_port = htons(static_cast<uint16_t>(port));
   return sa;
+}
+
+sockaddr_in resolve(const std::string& addr, int port) {
+  std::string why;
+  std::optional<sockaddr_in> sa = try_resolve(addr, port, why);
+  FRUGAL_CHECK(sa.has_value(), "socket: ", why);
+  return *sa;
 }
 
 void set_no_delay(int fd) {
@@ -108,23 +122,68 @@ Socket accept_before(const Socket& listener, Deadline deadline, const std::strin
   return s;
 }
 
-Socket connect_before(const std::string& addr, int port, Deadline deadline) {
-  sockaddr_in sa = resolve(addr, port);
-  while (true) {
-    Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    FRUGAL_CHECK(s.valid(), "socket: cannot create a socket: ", std::strerror(errno));
-    if (::connect(s.fd(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
-      set_no_delay(s.fd());
-      return s;
+namespace {
+
+// Errors after which rank 0 may still come: not listening yet (refused, reset), or its host or
+// network not reachable yet (a node that is still starting).
+bool worth_retrying(int err) {
+  return err == ECONNREFUSED || err == ECONNRESET || err == EINTR || err == ETIMEDOUT ||
+         err == EHOSTUNREACH || err == ENETUNREACH || err == EAGAIN;
+}
+
+// One attempt, waiting no longer than `deadline`: a blocking connect to a host that drops the
+// SYN would wait the kernel's ~2 minutes whatever the deadline. An invalid socket and `why` set
+// when it may be tried again.
+Socket try_connect(const sockaddr_in& sa, const std::string& where, Deadline deadline,
+                   std::string& why) {
+  Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  FRUGAL_CHECK(s.valid(), "socket: cannot create a socket: ", std::strerror(errno));
+  int err = ::connect(s.fd(), reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    if (!wait_for(s.fd(), POLLOUT, deadline)) {
+      why = "no answer from " + where;
+      return {};
     }
-    const int err = errno;
-    // Refused: rank 0 is not listening yet (it may start later than this rank).
-    FRUGAL_CHECK(err == ECONNREFUSED || err == EINTR || err == ETIMEDOUT || err == ECONNRESET,
-                 "socket: cannot connect to ", addr, ":", port, ": ", std::strerror(err));
-    FRUGAL_CHECK(Clock::now() < deadline, "socket: nobody listened on ", addr, ":", port,
+    socklen_t len = sizeof err;
+    FRUGAL_CHECK(::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len) == 0,
+                 "socket: getsockopt failed: ", std::strerror(errno));
+  }
+  if (err == 0) {
+    // Blocking again: sends and receives wait in poll (wait_for) with their own deadlines.
+    const int flags = ::fcntl(s.fd(), F_GETFL);
+    FRUGAL_CHECK(flags >= 0 && ::fcntl(s.fd(), F_SETFL, flags & ~O_NONBLOCK) == 0,
+                 "socket: fcntl failed: ", std::strerror(errno));
+    set_no_delay(s.fd());
+    return s;
+  }
+  FRUGAL_CHECK(worth_retrying(err), "socket: cannot connect to ", where, ": ", std::strerror(err));
+  why = detail::str("connecting to ", where, ": ", std::strerror(err));
+  return {};
+}
+
+}  // namespace
+
+Socket connect_before(const std::string& addr, int port, Deadline deadline) {
+  const std::string where = addr + ":" + std::to_string(port);
+  std::string why;  // the last attempt's failure
+  bool said = false;
+  auto pause = std::chrono::milliseconds(20);
+  while (true) {
+    if (std::optional<sockaddr_in> sa = try_resolve(addr, port, why)) {
+      Socket s = try_connect(*sa, where, deadline, why);
+      if (s.valid()) return s;
+    } else if (!said) {
+      // Said once, as PyTorch's store client does: a mistyped MASTER_ADDR would otherwise wait
+      // out the whole rendezvous timeout in silence.
+      std::fprintf(stderr, "socket: %s; trying again until the rendezvous timeout\n", why.c_str());
+      said = true;
+    }
+    FRUGAL_CHECK(Clock::now() < deadline, "socket: nobody listened on ", where,
                  " before the timeout (is rank 0 running, and MASTER_ADDR/MASTER_PORT the same "
-                 "on every rank?)");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                 "on every rank?); the last attempt: ",
+                 why);
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
+    pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
 }
 

@@ -11,6 +11,7 @@
 #include "base/half.h"
 #include "core/factory.h"
 #include "dist/rank_threads.h"
+#include "dist/socket_io.h"
 
 namespace frugal {
 namespace {
@@ -313,6 +314,55 @@ TEST(SocketGroup, TorchrunsAgentStoreKeepsItsPortAndTheRendezvousTakesTheNext) {
   EXPECT_THROW(dist::SocketGroupOptions::from_env(), Error);
   unsetenv("TORCHELASTIC_USE_AGENT_STORE");
   unsetenv("MASTER_PORT");
+}
+
+}  // namespace frugal
+
+namespace frugal {
+
+// A host name that does not resolve (yet: a cluster's names may appear after the job starts) is
+// asked again until the rendezvous deadline, and said once on stderr; it used to fail at once.
+// The error names the last attempt's reason.
+TEST(SocketIo, ANameThatDoesNotResolveIsRetriedUntilTheDeadline) {
+  const auto start = std::chrono::steady_clock::now();
+  ::testing::internal::CaptureStderr();
+  std::string error;
+  try {
+    dist::connect_before("no-such-host.invalid", 29500, dist::deadline_in(0.4));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(error.find("nobody listened on no-such-host.invalid:29500 before the timeout"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("the last attempt: cannot resolve address 'no-such-host.invalid'"),
+            std::string::npos)
+      << error;
+  EXPECT_GE(waited, 0.4);
+  EXPECT_EQ(said.find("cannot resolve address 'no-such-host.invalid'"),
+            said.rfind("cannot resolve address 'no-such-host.invalid'"))
+      << "said more than once: " << said;
+  EXPECT_NE(said.find("trying again until the rendezvous timeout"), std::string::npos) << said;
+}
+
+// A rank that starts before rank 0 listens connects once it does (refused, then retried).
+TEST(SocketIo, AConnectWaitsForAListenerThatComesLater) {
+  const int port = dist::choose_free_port();
+  std::thread late([port] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    dist::Socket listener = dist::listen_on("127.0.0.1", port);
+    dist::Socket peer = dist::accept_before(listener, dist::deadline_in(10), "the test's peer");
+    const char byte = 'x';
+    dist::send_all(peer, &byte, 1, dist::deadline_in(10), "the test's peer");
+  });
+  dist::Socket s = dist::connect_before("127.0.0.1", port, dist::deadline_in(10));
+  char got = 0;
+  dist::recv_all(s, &got, 1, dist::deadline_in(10), "the listener");
+  late.join();
+  EXPECT_EQ(got, 'x');
 }
 
 }  // namespace frugal
