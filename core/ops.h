@@ -53,7 +53,8 @@ Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 
 // Comparisons with broadcasting (tensor-scalar rounds the scalar to a's dtype): u8 0/1 tensors,
-// not differentiable.
+// not differentiable. i64 and u8 tensors compare exactly with their own dtype and with numbers
+// (Note [Integer comparisons] in core/ops_compare.cpp): eq(argmax(logits, 1), labels).
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 Tensor lt(const Tensor& a, const Tensor& b);

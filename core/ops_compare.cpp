@@ -1,7 +1,17 @@
 // Comparisons (eq, ne, lt, le, gt, ge: u8 0/1, no gradient) and where(cond, a, b), whose
 // gradient goes to a where cond is set and to b elsewhere. Tensor-scalar comparisons round the
 // scalar to the tensor's dtype first, as PyTorch does with a Python number.
+//
+// Note [Integer comparisons]
+// i64 and u8 tensors compare exactly with one of their own dtype, and with a number: accuracy
+// is eq(argmax(logits, 1), labels), as in PyTorch. PyTorch compares an integer tensor with a
+// fraction in float, which rounds i64 values past 2^24; here the fraction becomes the integer
+// comparison it equals, the same answers without the rounding. An integer tensor against a
+// float tensor, or i64 against u8, is refused naming both: CUDA casts no integers.
+#include <cmath>
+
 #include "core/autograd.h"
+#include "core/factory.h"
 #include "core/op_util.h"
 #include "core/ops.h"
 #include "kernels/math.h"
@@ -12,15 +22,53 @@ namespace {
 
 using kernels::MathOp;
 
+bool is_integer(DType t) { return t == DType::i64 || t == DType::u8; }
+
 Tensor compare(MathOp op, const char* name, const Tensor& a, const Tensor& b) {
   memory::OpScope op_scope(name);  // Note [Allocation events]
   detail::check_defined(name, {&a, &b});
-  return detail::binary_math_raw(op, name, a, b);
+  if (!is_integer(a.dtype()) && !is_integer(b.dtype())) {
+    return detail::binary_math_raw(op, name, a, b);
+  }
+  // Note [Integer comparisons]
+  FRUGAL_CHECK(a.dtype() == b.dtype(), name, ": compares integer tensors of one dtype, got ",
+               describe(a), " and ", describe(b), "; cast one of them first");
+  detail::check_same_device(name, {&a, &b});
+  const Shape shape = detail::broadcast_of(name, a, b);
+  Tensor out = Tensor::empty(shape, {DType::u8, a.device()});
+  if (a.device().is_meta()) return out;
+  kernels::binary_math(detail::ctx_of(a), op, a.dtype(),
+                       kernels::make_broadcast(shape, a.shape(), b.shape()), a.data_ptr(),
+                       b.data_ptr(), out.data_ptr());
+  return out;
+}
+
+// An integer tensor against a number, exactly (Note [Integer comparisons]): a fraction becomes
+// the integer comparison it equals (x < 2.5 is x < 3, x <= 2.5 is x <= 2), and a number outside
+// the dtype's range or NaN gives the same answer for every element.
+Tensor compare_integer(MathOp op, const char* name, const Tensor& a, double s) {
+  auto every = [&](bool value) {
+    return full(a.shape(), value ? 1.0 : 0.0, {.dtype = DType::u8, .device = a.device()});
+  };
+  if (std::isnan(s)) return every(op == MathOp::ne);
+  if (s != std::floor(s)) {
+    if (op == MathOp::eq || op == MathOp::ne) return every(op == MathOp::ne);
+    s = (op == MathOp::lt || op == MathOp::ge) ? std::ceil(s) : std::floor(s);
+  }
+  const bool u8 = a.dtype() == DType::u8;
+  const double lowest = u8 ? 0.0 : -0x1p63;
+  if (s < lowest) return every(op == MathOp::ne || op == MathOp::gt || op == MathOp::ge);
+  if (u8 ? s > 255.0 : s >= 0x1p63) {
+    return every(op == MathOp::ne || op == MathOp::lt || op == MathOp::le);
+  }
+  Tensor sb = full({1}, s, {.dtype = a.dtype(), .device = a.device()});
+  return compare(op, name, a, sb);
 }
 
 Tensor compare(MathOp op, const char* name, const Tensor& a, double s) {
   memory::OpScope op_scope(name);  // Note [Allocation events]
   detail::check_defined(name, {&a});
+  if (is_integer(a.dtype())) return compare_integer(op, name, a, s);
   detail::check_floating(name, a);
   Tensor sb = Tensor::empty(Shape{1}, a.options());
   kernels::fill(detail::ctx_of(a), a.dtype(), 1, sb.data_ptr(), s);

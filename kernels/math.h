@@ -37,7 +37,7 @@ enum class MathOp : uint8_t { maximum, minimum, pow, eq, ne, lt, le, gt, ge };
 constexpr bool is_comparison(MathOp op) { return op >= MathOp::eq; }
 
 // out = a op b over bc: dtype elements for maximum/minimum/pow, u8 for comparisons. maximum and
-// minimum propagate NaN, as PyTorch's do.
+// minimum propagate NaN, as PyTorch's do. i64 and u8 operands: comparisons only, exact.
 FRUGAL_DECLARE_KERNEL(binary_math,
                       (const Context& ctx, MathOp op, DType dtype, const Broadcast& bc,
                        const void* a, const void* b, void* out),

@@ -89,6 +89,27 @@ FRUGAL_HD C binary(MathOp op, C a, C b) {
   return C(0);
 }
 
+// A comparison of two integers, exact: no float on the way, so i64 values past 2^24 compare.
+template <typename I>
+FRUGAL_HD bool compare_ints(MathOp op, I a, I b) {
+  switch (op) {
+    case MathOp::eq:
+      return a == b;
+    case MathOp::ne:
+      return a != b;
+    case MathOp::lt:
+      return a < b;
+    case MathOp::le:
+      return a <= b;
+    case MathOp::gt:
+      return a > b;
+    case MathOp::ge:
+      return a >= b;
+    default:
+      return false;
+  }
+}
+
 // d(a op b)/da and /db for maximum, minimum, pow.
 template <typename C>
 FRUGAL_HD void binary_grad(MathOp op, C a, C b, C& da, C& db) {

@@ -54,6 +54,17 @@ void binary_typed(MathOp op, const Broadcast& bc, const S* a, const S* b, void* 
   });
 }
 
+template <typename I>
+void compare_ints_typed(MathOp op, const Broadcast& bc, const I* a, const I* b, uint8_t* out) {
+  parallel_for(bc.numel, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      int64_t ia, ib;
+      broadcast_offsets(bc, i, ia, ib);
+      out[i] = math_fns::compare_ints(op, a[ia], b[ib]) ? 1 : 0;
+    }
+  });
+}
+
 template <typename S>
 void binary_backward_typed(MathOp op, const Broadcast& bc, const S* a, const S* b, const S* dy,
                            S* ga, S* gb) {
@@ -103,6 +114,15 @@ void unary_backward(const Context& ctx, UnaryOp op, DType dtype, int64_t n, cons
 void binary_math(const Context& ctx, MathOp op, DType dtype, const Broadcast& bc, const void* a,
                  const void* b, void* out) {
   (void)ctx;
+  if (dtype == DType::i64 || dtype == DType::u8) {
+    FRUGAL_CHECK(is_comparison(op), "binary_math: ", dtype, " operands are only compared");
+    if (dtype == DType::i64) {
+      return compare_ints_typed(op, bc, static_cast<const int64_t*>(a),
+                                static_cast<const int64_t*>(b), static_cast<uint8_t*>(out));
+    }
+    return compare_ints_typed(op, bc, static_cast<const uint8_t*>(a),
+                              static_cast<const uint8_t*>(b), static_cast<uint8_t*>(out));
+  }
   FRUGAL_CPU_ANY_FLOAT_SWITCH(
       dtype, "binary_math",
       binary_typed<S>(op, bc, static_cast<const S*>(a), static_cast<const S*>(b), out));

@@ -1,7 +1,7 @@
 // CUDA kernels of kernels/math.h: one grid-stride kernel per storage type for the unary ops and
 // one for their derivatives (the op is a runtime switch in math_fns, shared with the CPU), one
-// broadcasting kernel for maximum/minimum/pow/comparisons and one for their gradients, and a
-// byte-sized where. Compute is in float.
+// broadcasting kernel for maximum/minimum/pow/comparisons and one for their gradients, one for
+// comparisons of integers, and a byte-sized where. Compute is in float, integers' exact.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/math.h"
 #include "kernels/math_fns.h"
@@ -47,6 +47,15 @@ __global__ void binary_kernel(MathOp op, Broadcast bc, const T* a, const T* b, v
     } else {
       static_cast<T*>(out)[i] = from_f<T>(r);
     }
+  }
+}
+
+template <typename I>
+__global__ void compare_ints_kernel(MathOp op, Broadcast bc, const I* a, const I* b, uint8_t* out) {
+  for (int64_t i = thread_index(); i < bc.numel; i += grid_stride()) {
+    int64_t ia, ib;
+    offsets(bc, i, ia, ib);
+    out[i] = math_fns::compare_ints(op, a[ia], b[ib]) ? 1 : 0;
   }
 }
 
@@ -112,6 +121,19 @@ void binary_math(const Context& ctx, MathOp op, DType dtype, const Broadcast& bc
   cudaStream_t s = stream_of(ctx, "binary_math");
   if (bc.numel == 0) return;
   DeviceGuard guard(ctx.device);
+  if (dtype == DType::i64 || dtype == DType::u8) {
+    FRUGAL_CHECK(is_comparison(op), "binary_math: ", dtype, " operands are only compared");
+    auto* o = static_cast<uint8_t*>(out);
+    if (dtype == DType::i64) {
+      compare_ints_kernel<<<grid_for(ctx, bc.numel), kThreads, 0, s>>>(
+          op, bc, static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), o);
+    } else {
+      compare_ints_kernel<<<grid_for(ctx, bc.numel), kThreads, 0, s>>>(
+          op, bc, static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), o);
+    }
+    FRUGAL_LAUNCH_CHECK();
+    return;
+  }
   FRUGAL_CUDA_FLOAT_SWITCH(dtype, "binary_math", {
     binary_kernel<T><<<grid_for(ctx, bc.numel), kThreads, 0, s>>>(op, bc, static_cast<const T*>(a),
                                                                   static_cast<const T*>(b), out);

@@ -49,6 +49,48 @@ TEST(TensorOps, ComparisonsBroadcastAndGiveU8) {
   EXPECT_FALSE(lt(a.requires_grad_(), b).requires_grad());
 }
 
+// Note [Integer comparisons]: accuracy as in PyTorch, exact past 2^24 (where f32 makes 2^24 + 1
+// equal to 2^24), fractions as the integer comparison they equal, a number outside the dtype or
+// NaN alike for every element. They used to be refused ("expected floating tensors").
+TEST(TensorOps, IntegerTensorsCompareExactlyWithTheirDtypeAndWithNumbers) {
+  const DType i64 = DType::i64, u8 = DType::u8;
+  Tensor logits = t({0.1, 0.9, 0.3, 2.0, 1.0, 0.5, 0.2, 0.1, 0.7}, {3, 3});
+  Tensor labels = t({1, 0, 1}, {3}, i64);
+  Tensor hits = eq(argmax(logits, 1), labels);
+  EXPECT_EQ(hits.dtype(), u8);
+  EXPECT_EQ(hits.to_vector(), (V{1, 1, 0}));
+  Tensor big = t({16777217, 16777216}, {2}, i64);
+  EXPECT_EQ(eq(big, t({16777216}, {1}, i64)).to_vector(), (V{0, 1}));
+  EXPECT_EQ(gt(big, 16777216.0).to_vector(), (V{1, 0}));
+  EXPECT_EQ(ne(t({1, 2}, {2}, i64), t({1, 2}, {2, 1}, i64)).to_vector(), (V{0, 1, 1, 0}));
+  Tensor x = t({1, 2, 3}, {3}, i64);
+  EXPECT_EQ(lt(x, 2.5).to_vector(), (V{1, 1, 0}));
+  EXPECT_EQ(le(x, 2.5).to_vector(), (V{1, 1, 0}));
+  EXPECT_EQ(gt(x, 2.5).to_vector(), (V{0, 0, 1}));
+  EXPECT_EQ(ge(x, 2.5).to_vector(), (V{0, 0, 1}));
+  EXPECT_EQ(eq(x, 2.5).to_vector(), (V{0, 0, 0}));
+  EXPECT_EQ(ne(x, 2.5).to_vector(), (V{1, 1, 1}));
+  EXPECT_EQ(ge(x, -2.5).to_vector(), (V{1, 1, 1}));
+  EXPECT_EQ(le(x, 2.0).to_vector(), (V{1, 1, 0}));
+  EXPECT_EQ(lt(x, 1e30).to_vector(), (V{1, 1, 1}));
+  EXPECT_EQ(gt(x, -1e30).to_vector(), (V{1, 1, 1}));
+  EXPECT_EQ(eq(x, std::ldexp(1.0, 63)).to_vector(), (V{0, 0, 0}));
+  EXPECT_EQ(le(x, NAN).to_vector(), (V{0, 0, 0}));
+  Tensor m = t({0, 7, 255}, {3}, u8);
+  EXPECT_EQ(lt(m, 300.0).to_vector(), (V{1, 1, 1}));
+  EXPECT_EQ(ge(m, -1.0).to_vector(), (V{1, 1, 1}));
+  EXPECT_EQ(eq(m, 7.0).to_vector(), (V{0, 1, 0}));
+  EXPECT_EQ(gt(m, t({7}, {1}, u8)).to_vector(), (V{0, 0, 1}));
+  EXPECT_EQ(ne(m, NAN).to_vector(), (V{1, 1, 1}));
+  EXPECT_ERROR(eq(x, t({1, 2, 3}, {3})),
+               "eq: compares integer tensors of one dtype, got [3] i64 cpu and [3] f32");
+  EXPECT_ERROR(lt(x, m), "lt: compares integer tensors of one dtype");
+  EXPECT_ERROR(eq(x, t({1, 2}, {2}, i64)), "eq: shapes [3] and [2] cannot be broadcast");
+  EXPECT_ERROR(maximum(x, x), "expected floating tensors");
+  Tensor meta = Tensor::empty({4, 1}, {i64, Device::meta()});
+  EXPECT_EQ(eq(meta, Tensor::empty({3}, {i64, Device::meta()})).shape(), (Shape{4, 3}));
+}
+
 TEST(TensorOps, WhereBroadcastsAndRoutesTheGradient) {
   Tensor cond = from_vector({1, 0, 1}, {3}, {.dtype = DType::u8});
   Tensor a = t({1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();

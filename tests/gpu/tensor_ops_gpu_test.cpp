@@ -66,6 +66,39 @@ void check(const char* name, DType t, const std::vector<Input>& inputs, const Fn
 
 }  // namespace
 
+// Note [Integer comparisons]: the integer kernel, i64 past 2^24 and u8, broadcast, against the
+// CPU's; and a number against an integer tensor.
+TEST(GpuTensorOps, IntegerComparisonsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  std::vector<double> va, vb;
+  for (int i = 0; i < 7 * 13; ++i) va.push_back(16777216 + (i * 37) % 5);
+  for (int i = 0; i < 13; ++i) vb.push_back(16777216 + (i * 11) % 5);
+  for (DType dt : {DType::i64, DType::u8}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const double base = dt == DType::u8 ? 16777216 - 100 : 0;
+    std::vector<double> a = va, b = vb;
+    for (double& v : a) v -= base;
+    for (double& v : b) v -= base;
+    Tensor ca = from_vector(a, {7, 13}, {.dtype = dt}), cb = from_vector(b, {13}, {.dtype = dt});
+    Tensor ga = ca.to(Device::cuda(0)), gb = cb.to(Device::cuda(0));
+    const std::vector<std::function<Tensor(const Tensor&, const Tensor&)>> ops = {
+        [](auto& x, auto& y) { return eq(x, y); }, [](auto& x, auto& y) { return ne(x, y); },
+        [](auto& x, auto& y) { return lt(x, y); }, [](auto& x, auto& y) { return le(x, y); },
+        [](auto& x, auto& y) { return gt(x, y); }, [](auto& x, auto& y) { return ge(x, y); }};
+    for (size_t k = 0; k < ops.size(); ++k) {
+      SCOPED_TRACE(k);
+      Tensor want = ops[k](ca, cb), got = ops[k](ga, gb);
+      ASSERT_EQ(got.device(), Device::cuda(0));
+      EXPECT_EQ(got.to(Device::cpu()).to_vector(), want.to_vector());
+      EXPECT_GT(sum(want.to(DType::f32)).item(), 0.0);
+      EXPECT_LT(sum(want.to(DType::f32)).item(), static_cast<double>(want.numel()));
+    }
+    const double s = 16777218.5 - base;
+    EXPECT_EQ(lt(ga, s).to(Device::cpu()).to_vector(), lt(ca, s).to_vector());
+    EXPECT_EQ(ge(ga, s).to(Device::cpu()).to_vector(), ge(ca, s).to_vector());
+  }
+}
+
 TEST(GpuTensorOps, UnaryMathAndBackwardMatchCpu) {
   SKIP_WITHOUT_GPU();
   const Shape s{7, 13, 11};
