@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "base/error.h"
+#include "core/factory.h"
 #include "nn/construction_device.h"
 #include "train/memory_estimate.h"
 
@@ -16,6 +17,9 @@ namespace {
 int64_t count_blocks(const std::string& name, models::ModelConfig config) {
   config.checkpoint = models::CheckpointPolicy::parse("blocks");
   nn::ConstructionDeviceGuard on_meta(Device::meta());  // its shape is all that counts
+  // Building on meta still draws the initialisation (Note [Building modules on the meta
+  // device]): the run's own model, built after the search, must start from the same stream.
+  GeneratorStateGuard keep_stream;
   auto model = models::create(name, config);
   int64_t n = 0;
   for (const auto& [path, m] : model->named_modules()) n += m->type_name() == "Checkpoint";

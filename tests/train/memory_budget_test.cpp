@@ -136,6 +136,25 @@ TEST(MemoryBudget, TakesTheFirstWayThatFitsInOrder) {
   EXPECT_NE(c.str().find("nothing fits"), std::string::npos);
 }
 
+// The search builds models on meta, which draws their initialisation from the default stream;
+// the run's model, built after it, must get the weights the same flags give without a budget.
+// Counting the blocks moved the stream, so a budget that chose "first:3" trained other weights
+// than --checkpoint first:3.
+TEST(MemoryBudget, TheSearchLeavesTheRandomStreamWhereItWas) {
+  const Shape input{32, 160, 160, 3};  // activations make the peak, as above
+  const int64_t plain = train::estimate_memory("mobilenet_v2", {}, input, DType::f16, "sgd", 1,
+                                               /*for_cuda=*/true, /*with_arena=*/false)
+                            .peak_allocated_bytes;
+  manual_seed(5);
+  const uint64_t before = default_generator().offset();
+  const train::BudgetChoice c =
+      train::choose_for_budget("mobilenet_v2", {}, input, DType::f16, "sgd", need(plain) - 1);
+  EXPECT_TRUE(c.checkpoint.mode != models::CheckpointPolicy::Mode::none || c.micro_batches > 1)
+      << "the search stopped at the plain step, before it built anything: " << c.str();
+  EXPECT_EQ(default_generator().offset(), before);
+  EXPECT_EQ(default_generator().seed(), 5u);
+}
+
 // What the run keeps beside the step (the loader's staged batch) counts against the budget, and
 // so does what a data-parallel wrapper allocates: a budget the plain step fits alone is not
 // enough with either.
