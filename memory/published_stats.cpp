@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "memory/allocator.h"
@@ -190,6 +191,37 @@ void publish_stats(Device device, int64_t step, bool force) {
   }
 }
 
+namespace {
+
+// Stats files are a few hundred bytes; a larger file under such a name is someone else's.
+constexpr std::streamsize kLargestStatsFile = 1 << 16;
+
+// The file's text, or nullopt when it is larger than any stats file (or unreadable).
+std::optional<std::string> small_file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string text(static_cast<size_t>(kLargestStatsFile) + 1, '\0');
+  in.read(text.data(), kLargestStatsFile + 1);
+  if (in.gcount() > kLargestStatsFile) return std::nullopt;
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+
+// True when `text` is what publish_stats writes for `pid`, or for a temporary file, which a
+// writer may have left part-written, the start of it. Only such files are removed: the
+// directory may be shared (FRUGAL_STATS_DIR), and a file of another program's is not ours.
+bool written_by_frugal(const std::string& text, int64_t pid, bool temporary) {
+  if (temporary) {
+    const std::string first = "pid=" + std::to_string(pid) + "\n";
+    return text.size() < first.size() ? first.compare(0, text.size(), text) == 0
+                                      : text.compare(0, first.size(), first) == 0;
+  }
+  std::optional<PublishedStats> s = parse_published_stats(text);
+  return s && s->pid == pid;
+}
+
+}  // namespace
+
 std::vector<PublishedStats> read_published_stats(const std::string& dir) {
   std::vector<PublishedStats> out;
   struct stat st {};
@@ -203,15 +235,13 @@ std::vector<PublishedStats> read_published_stats(const std::string& dir) {
     const bool temporary = pid == 0;
     if (temporary) pid = pid_of(name, "tmp");  // left by a writer that died mid-write
     if (pid == 0) continue;
+    const std::optional<std::string> text = small_file_text(path);
+    if (!text || !written_by_frugal(*text, pid, temporary)) continue;
     if (process_gone(pid)) {
       unlink(path.c_str());
       continue;
     }
-    if (temporary) continue;
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (auto s = parse_published_stats(text.str()); s && s->pid == pid) out.push_back(*s);
+    if (!temporary) out.push_back(*parse_published_stats(*text));
   }
   closedir(d);
   std::sort(out.begin(), out.end(),

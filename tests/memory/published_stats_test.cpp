@@ -126,6 +126,13 @@ TEST(PublishedStats, ReadingRemovesDeadProcessesAndSkipsJunk) {
   std::ofstream(dead_tmp) << "pid=";                       // a writer died mid-write
   std::ofstream(dir.path() + "/notes.txt") << "not ours";  // left alone
   std::ofstream(dir.path() + "/1.stats") << "garbage";     // pid 1 lives: kept, skipped
+  // A dead pid's name on files frugal did not write (a shared FRUGAL_STATS_DIR): they used to
+  // be removed.
+  const pid_t dead2 = dead_pid();
+  const std::string others_tmp = dir.path() + "/" + std::to_string(dead2) + ".tmp";
+  const std::string others_stats = dir.path() + "/" + std::to_string(dead2) + ".stats";
+  std::ofstream(others_tmp) << "my notes";
+  std::ofstream(others_stats) << format_published_stats(sample(dead));  // another pid's text
   const std::vector<PublishedStats> all = read_published_stats(dir.path());
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].pid, getpid());
@@ -134,6 +141,8 @@ TEST(PublishedStats, ReadingRemovesDeadProcessesAndSkipsJunk) {
   EXPECT_FALSE(fs::exists(dead_tmp));
   EXPECT_TRUE(fs::exists(dir.path() + "/notes.txt"));
   EXPECT_TRUE(fs::exists(dir.path() + "/1.stats"));
+  EXPECT_TRUE(fs::exists(others_tmp));
+  EXPECT_TRUE(fs::exists(others_stats));
   EXPECT_TRUE(read_published_stats(dir.path() + "/missing").empty());
 }
 
