@@ -60,6 +60,13 @@ std::string Args::str(const std::string& name, const std::string& fallback) cons
   return it == values_.end() ? fallback : it->second;
 }
 
+std::string Args::path(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return "";
+  if (it->second.empty()) throw UsageError(command_ + ": --" + name + " needs a file name");
+  return it->second;
+}
+
 int64_t Args::integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
   auto it = values_.find(name);
   return it == values_.end() ? fallback : parse_integer(command_, name, it->second, min, max);

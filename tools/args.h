@@ -28,6 +28,9 @@ class Args {
   bool has(const std::string& name) const { return values_.count(name) != 0; }
   bool flag(const std::string& name) const { return switches_on_.count(name) != 0; }
   std::string str(const std::string& name, const std::string& fallback) const;
+  // A file or folder flag: "" when not given; given empty ("--json=", an unset "$DIR") it is a
+  // UsageError, where "" would turn an output off or fall back to a default folder unseen.
+  std::string path(const std::string& name) const;
   // Through parse_integer / parse_number below, with the flag's name in any error.
   int64_t integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
   double number(const std::string& name, double fallback, double min, double max) const;

@@ -47,8 +47,8 @@ CompareCommand parse_compare_options(const std::vector<std::string>& argv) {
           c.device_flag + "'");
     }
   }
-  c.json = args.str("json", "");
-  c.svg = args.str("svg", "");
+  c.json = args.path("json");
+  c.svg = args.path("svg");
   return c;
 }
 
@@ -108,7 +108,7 @@ EstimateOptions parse_estimate_options(const std::vector<std::string>& argv) {
                        flag);
     }
   }
-  o.json = args.str("json", "");
+  o.json = args.path("json");
   return o;
 }
 

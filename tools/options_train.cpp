@@ -71,7 +71,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
   o.label_smoothing = args.number("label-smoothing", 0, 0, 1);
   o.data.name = args.str("data", "fashion-mnist");
   one_of("train", "data", o.data.name, {"fashion-mnist", "synthetic"});
-  o.data.dir = args.str("data-dir", "");
+  o.data.dir = args.path("data-dir");
   o.data.image_size = args.integer("image-size", 32, 8, kMaxImageSize);
   o.data.limit = args.integer("limit", -1, 1, kMaxSamples);
   o.data.test_limit = args.integer("test-limit", -1, 1, kMaxSamples);
@@ -92,10 +92,8 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
   o.workers = static_cast<int>(args.integer("workers", 2, 0, kMaxWorkers));
   o.seed = static_cast<uint64_t>(args.integer("seed", 0, 0, INT64_MAX));
   o.seed_given = args.has("seed");
-  o.save = args.str("save", "");
-  o.resume = args.str("resume", "");
-  if (args.has("save") && o.save.empty()) throw UsageError("train: --save needs a file name");
-  if (args.has("resume") && o.resume.empty()) throw UsageError("train: --resume needs a file name");
+  o.save = args.path("save");
+  o.resume = args.path("resume");
   o.precision = parse_precision("train", args.str("precision", "f32"));
   o.graph = args.flag("graph");
   o.oom_recover = args.flag("oom-recover");
@@ -108,7 +106,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
   o.planner = parse_planner("train", args.str("planner", "on"));
   o.gpus = args.integer("gpus", 0, 1, dist::kMaxProcs);
   o.sync_bn = args.flag("sync-bn");
-  o.loss_log = args.str("loss-log", "");
+  o.loss_log = args.path("loss-log");
   o.reduce_precision = parse_precision("train", args.str("reduce-precision", "f32"));
   o.micro_batches = args.integer("micro-batches", 1, 1, o.batch);
   if (args.has("micro-batches") && args.has("memory-budget")) {
@@ -119,9 +117,9 @@ TrainOptions parse_train_options(const std::vector<std::string>& argv) {
   if (args.has("memory-budget")) {
     o.memory_budget = parse_bytes("train", "memory-budget", args.str("memory-budget", ""));
   }
-  o.memory_log = args.str("memory-log", "");
-  o.memory_svg = args.str("memory-svg", "");
-  o.memory_trace = args.str("memory-trace", "");
+  o.memory_log = args.path("memory-log");
+  o.memory_svg = args.path("memory-svg");
+  o.memory_trace = args.path("memory-trace");
   try {
     o.release = train::ReleasePolicy::parse(args.str("release", "off"));
   } catch (const Error&) {
@@ -170,12 +168,15 @@ EvalOptions parse_eval_options(const std::vector<std::string>& argv) {
   EvalOptions o;
   o.help = args.flag("help");
   if (o.help) return o;
-  o.load = args.str("load", "");
+  o.load = args.path("load");
   if (o.load.empty()) throw UsageError("eval: --load PATH is required");
   o.model = checked_model_name("eval", args.str("model", o.model));
   o.data.name = args.str("data", "fashion-mnist");
   one_of("eval", "data", o.data.name, {"fashion-mnist", "synthetic"});
-  o.data.dir = args.str("data-dir", "");
+  o.data.dir = args.path("data-dir");
+  if (o.data.name == "synthetic" && args.has("data-dir")) {
+    throw UsageError("eval: --data-dir is for fashion-mnist; --data synthetic makes its images");
+  }
   o.data.image_size = args.integer("image-size", 32, 8, kMaxImageSize);
   o.data.limit = 0;
   o.data.test_limit = args.integer("test-limit", -1, 1, kMaxSamples);

@@ -264,3 +264,39 @@ TEST(TrainOptions, DeterministicIsAFlagOfTrainAndCompare) {
 }
 
 }  // namespace
+
+// A file or folder flag given empty ("--json=", an unset "$DIR") is refused naming it: it used
+// to turn that output off, or (--data-dir) fall back to the system's data folder, unseen.
+TEST(PathFlags, AnEmptyFileOrFolderIsRefusedNamingTheFlag) {
+  for (const char* flag :
+       {"save", "resume", "loss-log", "memory-log", "memory-svg", "memory-trace", "data-dir"}) {
+    expect_mentions(
+        error_of<UsageError>([&] { parse_train_options({std::string("--") + flag + "="}); }),
+        {std::string("train: --") + flag + " needs a file name"});
+  }
+  for (const char* flag : {"load", "data-dir"}) {
+    expect_mentions(error_of<UsageError>([&] {
+                      parse_eval_options({"--load", "m.safetensors", std::string("--") + flag, ""});
+                    }),
+                    {std::string("eval: --") + flag + " needs a file name"});
+  }
+  for (const char* flag : {"json", "svg"}) {
+    expect_mentions(
+        error_of<UsageError>([&] { parse_compare_options({std::string("--") + flag + "="}); }),
+        {std::string("compare: --") + flag + " needs a file name"});
+  }
+  expect_mentions(error_of<UsageError>([] { parse_estimate_options({"--json="}); }),
+                  {"estimate: --json needs a file name"});
+  EXPECT_EQ(parse_estimate_options({"--json", "e.json"}).json, "e.json");
+  EXPECT_EQ(parse_train_options({}).loss_log, "");
+}
+
+// eval's --data synthetic makes its images: a --data-dir beside it would be ignored.
+TEST(EvalOptions, SyntheticDataRefusesADataDir) {
+  expect_mentions(
+      error_of<UsageError>([] {
+        parse_eval_options({"--load", "m.safetensors", "--data", "synthetic", "--data-dir", "/d"});
+      }),
+      {"eval: --data-dir is for fashion-mnist"});
+  EXPECT_EQ(parse_eval_options({"--load", "m.safetensors", "--data-dir", "/d"}).data.dir, "/d");
+}
