@@ -31,6 +31,7 @@
 #include "tools/commands.h"
 #include "tools/loss_log.h"
 #include "tools/options.h"
+#include "tools/trained_with.h"
 #include "train/checkpoint.h"
 #include "train/datasets.h"
 #include "train/memory_budget.h"
@@ -556,7 +557,12 @@ int cmd_train(const std::vector<std::string>& argv) {
       train::TrainingState st{.epoch = epoch + 1,
                               .step = resumed_step + callbacks.steps_finished(),
                               .seed = seed,
-                              .rng_offset = default_generator().offset()};
+                              .rng_offset = default_generator().offset(),
+                              .extra = TrainedWith{.model = model_name,
+                                                   .width = mc.width,
+                                                   .image_size = dc.image_size,
+                                                   .data = dc.name}
+                                           .metadata()};
       train::save_checkpoint(o.save, *model, opt.get(), st, scaler.get());
     }
   }

@@ -73,6 +73,9 @@ struct EvalOptions {
   double width = 1.0;
   std::string device = "auto";
   int workers = 2;
+  // Given on the command line, not defaults: a checkpoint's own values replace only defaults
+  // (Note [What eval takes from a checkpoint] in tools/trained_with.h).
+  bool model_given = false, width_given = false, image_size_given = false, data_given = false;
 };
 EvalOptions parse_eval_options(const std::vector<std::string>& argv);
 

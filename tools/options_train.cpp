@@ -185,6 +185,10 @@ EvalOptions parse_eval_options(const std::vector<std::string>& argv) {
   o.width = args.number("width", 1.0, 1.0 / 64, kMaxWidth);
   o.device = checked_device_flag("eval", args.str("device", "auto"));
   o.workers = static_cast<int>(args.integer("workers", 2, 0, kMaxWorkers));
+  o.model_given = args.has("model");
+  o.width_given = args.has("width");
+  o.image_size_given = args.has("image-size");
+  o.data_given = args.has("data");
   return o;
 }
 

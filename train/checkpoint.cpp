@@ -2,6 +2,7 @@
 // the first copy so a bad file changes nothing.
 #include "train/checkpoint.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -201,8 +202,14 @@ ModelLoad plan_model_load(const char* op, const std::string& path, const nn::Mod
     }
   }
   if (!problems.empty()) {
+    // The first ones say what is wrong; hundreds (another model's file) only bury it.
+    constexpr size_t kListed = 20;
     std::string all;
-    for (const auto& p : problems) all += "\n  " + p;
+    for (size_t i = 0; i < std::min(problems.size(), kListed); ++i) all += "\n  " + problems[i];
+    if (problems.size() > kListed) {
+      all += detail::str("\n  ... and ", problems.size() - kListed, " more (", problems.size(),
+                         " problems in all: is it another model's or another width's file?)");
+    }
     FRUGAL_FAIL(op, ": '", path, "' cannot be loaded into the ", model.type_name(),
                 " (nothing was loaded):", all);
   }

@@ -151,6 +151,40 @@ TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
   EXPECT_NE(negative.err.find("epoch -1"), std::string::npos) << negative.err;
 }
 
+// Note [What eval takes from a checkpoint]: eval builds the model the checkpoint was trained as
+// and feeds it images of its size without being told; it used to build width 1.0 (a 257-line
+// load error) and, told the width, feed 32x32 images to a model trained at 16x16 without a word.
+TEST(EvalCommand, TakesTheModelWidthImageSizeAndDataFromTheCheckpoint) {
+  ScratchDir dir;
+  const std::string ckpt = dir / "ckpt.safetensors";
+  const CommandRun trained = run("train", tiny_train({"--save", ckpt, "--test-limit", "64"}));
+  ASSERT_EQ(trained.code, kExitOk) << trained.err;
+  const std::vector<std::string> base{"--load",    ckpt, "--device",     "cpu",
+                                      "--workers", "0",  "--test-limit", "64"};
+  auto eval = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), base.begin(), base.end());
+    return run("eval", more);
+  };
+  const CommandRun plain = eval({});
+  ASSERT_EQ(plain.code, kExitOk) << plain.err;
+  EXPECT_NE(plain.out.find("test accuracy: " + final_accuracy(trained.out)), std::string::npos)
+      << plain.out << "\n"
+      << trained.out;
+  const CommandRun wider = eval({"--width", "0.5"});
+  EXPECT_EQ(wider.code, kExitUsage) << wider.err;
+  EXPECT_NE(wider.err.find("was trained at --width 0.25, and this run has --width 0.5"),
+            std::string::npos)
+      << wider.err;
+  const CommandRun other = eval({"--model", "resnet18"});
+  EXPECT_EQ(other.code, kExitUsage) << other.err;
+  EXPECT_NE(other.err.find("was trained as --model mobilenet_v2"), std::string::npos) << other.err;
+  const CommandRun larger = eval({"--image-size", "16", "--width", "0.25"});
+  ASSERT_EQ(larger.code, kExitOk) << larger.err;
+  EXPECT_NE(larger.out.find("was trained at --image-size 8; evaluating at 16 as asked"),
+            std::string::npos)
+      << larger.out;
+}
+
 // Another --precision may resume a run; what happens to the loss scaler is said, where it used
 // to go or start afresh without a word.
 TEST(TrainCommand, AResumeInAnotherPrecisionSaysWhatBecomesOfTheLossScaler) {

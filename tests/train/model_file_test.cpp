@@ -241,3 +241,16 @@ TEST(ModelFile, MismatchesRejectedWithTheModelUnchanged) {
     EXPECT_EQ(test::snapshot(state_of(*b)), before);
   }
 }
+
+// Another model's file gives hundreds of problems: the first 20 are listed, then a count and the
+// likely cause, where all of them (257 lines for another width of MobileNetV2) buried it.
+TEST(ModelFile, ManyMismatchesListTheFirstTwentyAndCountTheRest) {
+  nn::NamedTensors extra = train::to_file_layout(state_of(*small_model(1)));
+  for (int i = 0; i < 30; ++i) extra.emplace_back("x" + std::to_string(i), full({2}, 1.0));
+  ScratchFile f("many");
+  train::save_safetensors(f.path(), extra);
+  auto m = small_model(2);
+  const std::string msg = error_of([&] { train::load_model(f.path(), *m); });
+  expect_mentions(msg, {"... and 10 more (30 problems in all: is it another model's"});
+  EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 21) << msg;
+}
