@@ -2,6 +2,7 @@
 // mismatched files rejected naming the tensor with the model left bit-for-bit unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
