@@ -100,7 +100,9 @@ TEST(GpuRandom, FillsAndDropoutMatchCpuBitForBit) {
         ++at_hi;
       }
     }
-    if (t == DType::f16) EXPECT_GT(at_hi, 0) << "the draw no longer tests the rounding to hi";
+    if (t == DType::f16) {
+      EXPECT_GT(at_hi, 0) << "the draw no longer tests the rounding to hi";
+    }
     EXPECT_EQ(d.download(), uni_t);
     // And the core's CPU draw of a 16-bit tensor (in f32, then rounded and checked) is the same.
     Generator gen(seed);
