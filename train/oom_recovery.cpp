@@ -21,7 +21,7 @@ Tensor run_undoable(nn::Module& model, optim::Optimizer& opt, optim::GradScaler*
   }
   try {
     return step();
-  } catch (const OutOfMemoryError&) {
+  } catch (...) {  // out of memory, or a shape the step cannot run: undone alike
     autograd::NoGradGuard ng;
     for (auto& [b, saved] : buffers) copy_(b, saved);  // same device and size: no allocation
     default_generator().set_offset(offset);
@@ -32,7 +32,9 @@ Tensor run_undoable(nn::Module& model, optim::Optimizer& opt, optim::GradScaler*
 }
 
 OomRecovery::OomRecovery(OomRecoveryOptions options, int64_t micro_batches)
-    : options_(std::move(options)), micro_batches_(micro_batches) {
+    : options_(std::move(options)),
+      micro_batches_(micro_batches),
+      given_micro_batches_(micro_batches) {
   FRUGAL_CHECK(micro_batches >= 1, "OomRecovery: micro_batches must be >= 1, got ", micro_batches);
 }
 
@@ -70,6 +72,21 @@ Tensor OomRecovery::run(nn::Module& model, optim::Optimizer& opt, optim::GradSca
         throw;
       }
       ++recoveries_;
+    } catch (const Error& e) {
+      // Slices this recovery chose may be too small for the model: BatchNorm needs more than
+      // one value a channel, and at 1x1 a slice of one row has one. The step as the user gave
+      // it fails as it would without recovery; a chosen shape gives way to the next rung.
+      if (m <= given_micro_batches_) throw;
+      const std::string what = "a step of " + std::to_string(rows) + " rows as " +
+                               std::to_string(m) + " micro-batches cannot run (" + e.what() + ")";
+      if (!checkpointing_ && options_.enable_checkpointing && options_.enable_checkpointing()) {
+        checkpointing_ = true;
+        micro_batches_ = 1;
+        log(what + "; retrying with checkpointing, as one micro-batch");
+        continue;
+      }
+      log(what + "; nothing left to try");
+      throw;
     }
   }
 }

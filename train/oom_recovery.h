@@ -34,8 +34,9 @@
 
 namespace frugal::train {
 
-// Runs step() so that an OutOfMemoryError leaves the model's weights and buffers, the optimizer
-// and the scaler as they were before it (Note [Recovering from out of memory]), then rethrows.
+// Runs step() so that an error (running out of memory above all) leaves the model's weights and
+// buffers, the optimizer and the scaler as they were before it (Note [Recovering from out of
+// memory]), then rethrows.
 Tensor run_undoable(nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler,
                     const std::function<Tensor()>& step);
 
@@ -54,7 +55,8 @@ class OomRecovery {
   // Runs step(m) with the current micro-batches m (at most `rows`, the batch's rows) through
   // run_undoable. On an OutOfMemoryError: releases cached memory, doubles m (up to `rows`), and
   // once m == rows turns checkpointing on and starts again from one micro-batch; rethrows when
-  // neither is left.
+  // neither is left. Another error at micro-batches it chose (slices too small for BatchNorm)
+  // moves on to checkpointing the same way; at the run's own micro-batches it is rethrown.
   Tensor run(nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler, int64_t rows,
              const std::function<Tensor(int64_t micro_batches)>& step);
 
@@ -65,6 +67,7 @@ class OomRecovery {
  private:
   OomRecoveryOptions options_;
   int64_t micro_batches_;
+  int64_t given_micro_batches_;  // the run's own: a shape it chose itself is never retried away
   bool checkpointing_ = false;
   int64_t recoveries_ = 0;
 };

@@ -191,3 +191,72 @@ TEST(OomRecovery, AnOomAfterTheOptimizerStepIsNotRetried) {
   EXPECT_EQ(calls, 1);  // the step was taken once
   EXPECT_EQ(recovery.recoveries(), 0);
 }
+
+namespace {
+
+// A BatchNorm at 8x8 (its running statistics change in every forward), then one at 1x1, which a
+// slice of one row cannot run ("expected more than 1 value per channel").
+std::shared_ptr<nn::Sequential> net_with_batch_norm_at_one_pixel() {
+  manual_seed(3);
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.padding = 1}));
+  net->push_back(std::make_shared<nn::BatchNorm2d>(4));
+  net->push_back(std::make_shared<nn::AdaptiveAvgPool2d>(1));
+  net->push_back(std::make_shared<nn::BatchNorm2d>(4));
+  net->push_back(std::make_shared<nn::Flatten>());
+  net->push_back(std::make_shared<nn::Linear>(4, 4));
+  return net;
+}
+
+}  // namespace
+
+// The ladder doubles micro-batches up to one row a slice; where that is too small for the model
+// the error used to end the run (exit 1) with BatchNorm's running statistics half-updated, and
+// the checkpointing rung was never tried. Now the failed attempt is undone like an out-of-memory
+// one and recovery moves on to checkpointing; the step then equals a clean step.
+TEST(OomRecovery, SlicesTooSmallForTheModelMoveOnToCheckpointing) {
+  Generator gen(5);
+  const Tensor x = randn({4, 8, 8, 1}, gen);
+  const Tensor y = from_vector({0, 1, 2, 3}, {4}, {.dtype = DType::i64});
+  auto clean = net_with_batch_norm_at_one_pixel();
+  optim::SGD clean_opt(clean->parameters(), {.lr = 0.1, .momentum = 0.9});
+  train::train_step(*clean, clean_opt, x, y, DType::f32, nullptr, 0.0, 1);
+
+  auto net = net_with_batch_norm_at_one_pixel();
+  optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
+  std::vector<std::string> log;
+  bool checkpointing = false;
+  train::OomRecovery recovery({.enable_checkpointing =
+                                   [&] {
+                                     checkpointing = true;
+                                     return true;
+                                   },
+                               .log = [&](const std::string& l) { log.push_back(l); }});
+  std::vector<int64_t> tried;
+  Tensor loss = recovery.run(*net, opt, nullptr, 4, [&](int64_t m) {
+    tried.push_back(m);
+    // Out of memory until the slices are one row each, which the model cannot run.
+    if (!checkpointing && m < 4) throw OutOfMemoryError("simulated: the step does not fit");
+    return train::train_step(*net, opt, x, y, DType::f32, nullptr, 0.0, m);
+  });
+  EXPECT_EQ(tried, (std::vector<int64_t>{1, 2, 4, 1}));
+  EXPECT_TRUE(recovery.checkpointing());
+  EXPECT_EQ(recovery.micro_batches(), 1);
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_NE(log[2].find("a step of 4 rows as 4 micro-batches cannot run (batch_norm"),
+            std::string::npos)
+      << log[2];
+  EXPECT_NE(log[2].find("retrying with checkpointing"), std::string::npos) << log[2];
+  EXPECT_TRUE(std::isfinite(loss.item()));
+  expect_identical(train_test::snapshot(*net, opt, nullptr),
+                   train_test::snapshot(*clean, clean_opt, nullptr), "after the recovered step");
+
+  // At the run's own micro-batches the error is the user's, as without recovery.
+  train::OomRecovery plain({.log = [](const std::string&) {}}, 4);
+  EXPECT_THROW(plain.run(*net, opt, nullptr, 4,
+                         [&](int64_t m) {
+                           return train::train_step(*net, opt, x, y, DType::f32, nullptr, 0.0, m);
+                         }),
+               Error);
+  EXPECT_FALSE(plain.checkpointing());
+}
