@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "base/deterministic.h"
+#include "core/autograd.h"
 #include "core/factory.h"
 #include "data/loader.h"
 #include "data/shuffle.h"
@@ -25,6 +26,7 @@
 #include "memory/published_stats.h"
 #include "models/checkpoint_in_place.h"
 #include "models/registry.h"
+#include "nn/construction_device.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -208,6 +210,34 @@ void check_resumed_state(const std::string& path, const train::TrainingState& st
                "': the checkpoint's step ", st.step, " is outside [0, 2^53]");
 }
 
+// A step trains on slices of batch / micro_batches rows (all of --batch without micro-batches).
+// One the model cannot train on fails here, naming the flags, not at the first step with
+// BatchNorm's message alone: training BatchNorm needs more than one value a channel, and a slice
+// of one row at a 1x1 feature map (MobileNetV2 at 32x32) has one. The model's forward runs on
+// the meta device, where it costs no memory and moves no random stream.
+void check_slices_train(const std::string& model_name, const models::ModelConfig& mc,
+                        const train::DataConfig& dc, int64_t batch, int64_t micro_batches) {
+  const int64_t rows = batch / micro_batches;
+  GeneratorStateGuard keep_stream;
+  nn::ConstructionDeviceGuard on_meta(Device::meta());
+  std::shared_ptr<nn::Module> model = models::create(model_name, mc);
+  model->train();
+  autograd::NoGradGuard no_graph;
+  try {
+    (*model)(Tensor::empty({rows, dc.image_size, dc.image_size, mc.in_channels},
+                           {.dtype = DType::f32, .device = Device::meta()}));
+  } catch (const OutOfMemoryError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(detail::str(
+        "train: --batch ", batch,
+        micro_batches > 1 ? detail::str(" as --micro-batches ", micro_batches) : std::string(),
+        " trains on slices of ", rows, " row", rows == 1 ? "" : "s", ", which ", model_name,
+        " at --image-size ", dc.image_size, " cannot train on (", e.what(),
+        "); give a larger --batch", micro_batches > 1 ? " or fewer --micro-batches" : ""));
+  }
+}
+
 // The optimizer's hyper-parameters as the checkpoint saved them must be this run's flags:
 // load_state_dict takes the saved ones, as PyTorch's does, so a flag that differs would be
 // ignored without a word (--lr too: the saved state holds the run's first rate once a schedule
@@ -347,6 +377,7 @@ int cmd_train(const std::vector<std::string>& argv) {
       memory::allocator_for(device).set_memory_cap_bytes(static_cast<size_t>(budget));
     }
   }
+  check_slices_train(model_name, mc, dc, batch, micro_batches);
   auto model = models::create(model_name, mc);
   model->to(device);
 

@@ -151,6 +151,30 @@ TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
   EXPECT_NE(negative.err.find("epoch -1"), std::string::npos) << negative.err;
 }
 
+// A slice of the batch the model cannot train on (one row at MobileNetV2's 1x1 end) is refused
+// before training, naming --batch and --micro-batches; it used to load the data, print
+// "training ..." and fail at the first step with BatchNorm's message alone.
+TEST(TrainCommand, SlicesTheModelCannotTrainOnAreRefusedNamingTheFlags) {
+  std::vector<std::string> args = tiny_train({"--micro-batches", "256"});
+  const CommandRun sliced = run("train", args);
+  EXPECT_EQ(sliced.code, kExitUsage) << sliced.err;
+  EXPECT_NE(sliced.err.find("train: --batch 256 as --micro-batches 256 trains on slices of 1 row, "
+                            "which mobilenet_v2 at --image-size 8 cannot train on (batch_norm: "
+                            "expected more than 1 value per channel"),
+            std::string::npos)
+      << sliced.err;
+  EXPECT_NE(sliced.err.find("give a larger --batch or fewer --micro-batches"), std::string::npos)
+      << sliced.err;
+  EXPECT_EQ(sliced.out.find("training mobilenet_v2"), std::string::npos) << sliced.out;
+  const CommandRun one = run("train", tiny_train({"--batch", "1"}));
+  EXPECT_EQ(one.code, kExitUsage) << one.err;
+  EXPECT_NE(one.err.find("train: --batch 1 trains on slices of 1 row"), std::string::npos)
+      << one.err;
+  EXPECT_EQ(
+      run("train", tiny_train({"--micro-batches", "128", "--epochs", "1", "--limit", "256"})).code,
+      kExitOk);
+}
+
 // Note [What eval takes from a checkpoint]: eval builds the model the checkpoint was trained as
 // and feeds it images of its size without being told; it used to build width 1.0 (a 257-line
 // load error) and, told the width, feed 32x32 images to a model trained at 16x16 without a word.
