@@ -571,16 +571,11 @@ int cmd_train(const std::vector<std::string>& argv) {
                                               .micro_batches = micro_batches,
                                               .callbacks = &callbacks,
                                               .oom_recovery = recovery.get()});
-    accuracy = train::evaluate(*trained, test_loader, group.get());
-    if (group) s = train::reduce_across(s, *group);
-    say("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
-        "peak allocated %.1f MiB, peak reserved %.1f MiB\n",
-        static_cast<long long>(epoch + 1), static_cast<long long>(epochs), s.loss, 100.0 * accuracy,
-        s.seconds, s.images_per_second, static_cast<double>(s.peak_allocated) / 1048576.0,
-        static_cast<double>(s.peak_reserved) / 1048576.0);
-    std::fflush(stdout);
-    // The log first: a run that dies between the two leaves a log that reaches past the
-    // checkpoint, which a resume cuts back, not one that stops short of it.
+    // The epoch's training is kept before evaluation runs (which draws no random numbers, so
+    // the saved offset is the next epoch's): an evaluation that fails, out of memory beside a
+    // planned step's arena say, loses no training. The log first: a run that dies between the
+    // two leaves a log that reaches past the checkpoint, which a resume cuts back, not one that
+    // stops short of it.
     if (loss_log && env.is_main()) loss_log->flush();
     if (!o.save.empty() && env.is_main()) {  // the replicas are identical: one file
       // The optimizer steps taken, which the schedule follows: epochs times this run's steps an
@@ -596,6 +591,14 @@ int cmd_train(const std::vector<std::string>& argv) {
                                            .metadata()};
       train::save_checkpoint(o.save, *model, opt.get(), st, scaler.get());
     }
+    accuracy = train::evaluate(*trained, test_loader, group.get());
+    if (group) s = train::reduce_across(s, *group);
+    say("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f img/s), "
+        "peak allocated %.1f MiB, peak reserved %.1f MiB\n",
+        static_cast<long long>(epoch + 1), static_cast<long long>(epochs), s.loss, 100.0 * accuracy,
+        s.seconds, s.images_per_second, static_cast<double>(s.peak_allocated) / 1048576.0,
+        static_cast<double>(s.peak_reserved) / 1048576.0);
+    std::fflush(stdout);
   }
   if (first_epoch >= epochs) {
     // A finished run resumed: nothing to train, but the accuracy printed is the model's own.

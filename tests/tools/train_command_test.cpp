@@ -9,6 +9,7 @@
 
 #include "common/printed_accuracy.h"
 #include "data/fashion_mnist.h"
+#include "memory/oom_injection.h"
 #include "models/registry.h"
 #include "tools/run_command.h"
 #include "train/checkpoint.h"
@@ -149,6 +150,36 @@ TEST(TrainCommand, AResumedFinishedRunReportsItsAccuracyAndHugeStepsDoNotHang) {
   const CommandRun negative = run("train", tiny_train({"--resume", dir / "negative.safetensors"}));
   EXPECT_EQ(negative.code, kExitError);
   EXPECT_NE(negative.err.find("epoch -1"), std::string::npos) << negative.err;
+}
+
+// The epoch's checkpoint is written before its evaluation: an evaluation that fails (here the
+// run's last allocation fails, which is in the evaluation) loses no training. It was written
+// after, and the epoch was lost.
+TEST(TrainCommand, AFailedEvaluationKeepsTheEpochsCheckpoint) {
+  ScratchDir dir;
+  const std::vector<std::string> args = tiny_train({"--limit", "256", "--test-limit", "64"});
+  auto with_save = [&](const std::string& path) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--save", path});
+    return a;
+  };
+  int64_t allocations = 0;
+  {
+    memory::InjectOom count_only(Device::cpu(), int64_t{1} << 60);
+    ASSERT_EQ(run("train", with_save(dir / "counted.safetensors")).code, kExitOk);
+    allocations = count_only.seen();
+  }
+  const std::string ckpt = dir / "ckpt.safetensors";
+  memory::InjectOom last(Device::cpu(), allocations - 1);
+  const CommandRun r = run("train", with_save(ckpt));
+  ASSERT_TRUE(last.fired());
+  EXPECT_NE(r.code, kExitOk) << r.out;
+  EXPECT_NE(r.err.find("out of memory"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("epoch 1/1:"), std::string::npos) << "the failure was not in evaluation";
+  ASSERT_TRUE(fs::exists(ckpt));
+  models::ModelConfig mc{.num_classes = 10, .in_channels = 1, .width = 0.25};
+  auto model = models::create("mobilenet_v2", mc);
+  EXPECT_EQ(train::load_checkpoint(ckpt, *model, nullptr).epoch, 1);
 }
 
 // A slice of the batch the model cannot train on (one row at MobileNetV2's 1x1 end) is refused
