@@ -59,7 +59,10 @@ class Compose : public Transform {
 
 // (x - mean[c]) / std[c] per channel.
 TransformPtr make_normalize(std::vector<float> mean, std::vector<float> std);
-// Bilinear resize to [h, w], align_corners=false (PyTorch's F.interpolate / torchvision).
+// Bilinear resize to [h, w], align_corners=false: PyTorch's F.interpolate(mode="bilinear",
+// antialias=False). torchvision's Resize antialiases a downscale (antialias=True, its default
+// since 0.17), so the two agree where frugal resizes by default (Fashion-MNIST's 28 up to 32) and
+// differ below 28 (--image-size 8 to 27), where this one samples without a low-pass filter.
 TransformPtr make_resize(int64_t h, int64_t w);
 // Zero-pads `padding` on every side, then crops a random [h, w] window (torchvision RandomCrop).
 TransformPtr make_random_crop(int64_t h, int64_t w, int64_t padding);
