@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "common/printed_accuracy.h"
 #include "data/fashion_mnist.h"
@@ -180,6 +181,24 @@ TEST(TrainCommand, AFailedEvaluationKeepsTheEpochsCheckpoint) {
   models::ModelConfig mc{.num_classes = 10, .in_channels = 1, .width = 0.25};
   auto model = models::create("mobilenet_v2", mc);
   EXPECT_EQ(train::load_checkpoint(ckpt, *model, nullptr).epoch, 1);
+}
+
+// Evaluation reads batches of the step's slice size: with --micro-batches the evaluation at the
+// whole --batch used to set the run's peak (54.9 MiB here, 10.5 MiB now).
+TEST(TrainCommand, EvaluationStaysWithinTheStepsMemory) {
+  const CommandRun r = run("train", {"--data", "synthetic", "--image-size", "32", "--width", "0.25",
+                                     "--batch", "256", "--micro-batches", "128", "--device", "cpu",
+                                     "--workers", "0", "--limit", "256", "--test-limit", "256"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  std::smatch step, run_peak;  // the epoch's step peak; the memory summary's peak for the run
+  ASSERT_TRUE(std::regex_search(r.out, step, std::regex(R"(peak allocated ([0-9.]+) MiB)")));
+  ASSERT_TRUE(std::regex_search(
+      r.out, run_peak,
+      std::regex(R"(\| Allocated memory +\| +[0-9]+ [KMG]?i?B +\| +([0-9]+) (KiB|MiB) )")))
+      << r.out;
+  const double step_mib = std::stod(step[1]);
+  const double run_mib = std::stod(run_peak[1]) / (run_peak[2] == "KiB" ? 1024.0 : 1.0);
+  EXPECT_LE(run_mib, step_mib + 1.0) << "the evaluation outgrew the step:\n" << r.out;
 }
 
 // A slice of the batch the model cannot train on (one row at MobileNetV2's 1x1 end) is refused
