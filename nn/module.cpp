@@ -3,6 +3,7 @@
 
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/autograd.h"
 #include "core/flat_tensors.h"
@@ -42,16 +43,30 @@ void Module::collect(const std::string& prefix, bool params, NamedTensors& out) 
   }
 }
 
-NamedTensors Module::named_parameters() const {
+namespace {
+
+// The first entry of each tensor (by identity), in order.
+NamedTensors without_duplicates(NamedTensors all) {
+  std::unordered_set<const TensorImpl*> seen;
   NamedTensors out;
-  collect("", true, out);
+  for (auto& [name, t] : all) {
+    if (seen.insert(&t.impl()).second) out.emplace_back(std::move(name), std::move(t));
+  }
   return out;
 }
 
-NamedTensors Module::named_buffers() const {
+}  // namespace
+
+NamedTensors Module::named_parameters(bool remove_duplicate) const {
+  NamedTensors out;
+  collect("", true, out);
+  return remove_duplicate ? without_duplicates(std::move(out)) : out;
+}
+
+NamedTensors Module::named_buffers(bool remove_duplicate) const {
   NamedTensors out;
   collect("", false, out);
-  return out;
+  return remove_duplicate ? without_duplicates(std::move(out)) : out;
 }
 
 std::vector<Tensor> Module::parameters(bool recurse) const {

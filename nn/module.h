@@ -54,8 +54,12 @@ class Module {
   // depthwise conv + batch norm (280 MiB at batch 128, f16, 224x224).
   virtual const class Sequential* as_plain_sequential() const { return nullptr; }
 
-  NamedTensors named_parameters() const;  // recursive, in registration order
-  NamedTensors named_buffers() const;
+  // Recursive, in registration order. A tensor registered twice (tied weights: one module under
+  // two parents) is listed once, under its first name, as torch's named_parameters does
+  // (remove_duplicate=True): an optimizer given it twice would step it twice. state_dict() and
+  // remove_duplicate = false keep every name.
+  NamedTensors named_parameters(bool remove_duplicate = true) const;
+  NamedTensors named_buffers(bool remove_duplicate = true) const;
   // recurse = false: this module's own parameters only (torch's parameters(recurse=False)).
   std::vector<Tensor> parameters(bool recurse = true) const;
   // This module ("") and every descendant with its dotted path, parents before children.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "core/factory.h"
 #include "core/flat_tensors.h"
@@ -23,12 +24,18 @@ void check_lr(double lr, const char* where) {
 
 Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
   check_lr(lr, "optimizer");
+  std::unordered_map<const TensorImpl*, size_t> index;  // parameter -> its first position
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     FRUGAL_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer: parameter ", i,
                  " must be a leaf tensor that requires grad");
     FRUGAL_CHECK(p.dtype() == DType::f32, "optimizer: parameter ", i, " is ", describe(p),
                  "; master weights must be f32");
+    // Given twice, it would be stepped twice a step (torch warns, and will refuse).
+    auto [first, fresh] = index.emplace(&p.impl(), i);
+    FRUGAL_CHECK(fresh, "optimizer: parameters ", first->second, " and ", i,
+                 " are the same tensor; give each parameter once (Module::parameters() lists "
+                 "tied weights once)");
   }
 }
 

@@ -81,9 +81,10 @@ NamedTensors convert_all(const NamedTensors& tensors, bool to_oihw) {
   return out;
 }
 
+// Every name, tied weights' second names too, as torch's state_dict has them.
 NamedTensors model_tensors(const nn::Module& model) {
-  NamedTensors all = model.named_parameters();
-  for (auto& b : model.named_buffers()) all.push_back(std::move(b));
+  NamedTensors all = model.named_parameters(/*remove_duplicate=*/false);
+  for (auto& b : model.named_buffers(/*remove_duplicate=*/false)) all.push_back(std::move(b));
   return all;
 }
 

@@ -7,6 +7,9 @@
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/layers.h"
+#include "optim/optimizer.h"
+#include "train/checkpoint.h"
+#include "train/file_test_util.h"
 
 using namespace frugal;
 
@@ -239,4 +242,36 @@ TEST(Module, DropoutRefusesABadProbabilityWhenMade) {
   EXPECT_THROW(nn::Dropout(1.5), Error);
   EXPECT_THROW(nn::Dropout(-0.1), Error);
   EXPECT_NO_THROW(nn::Dropout(1.0));
+}
+
+// One Linear under two parents (tied weights): listed once, as torch's parameters() does, so an
+// optimizer steps it once; it was listed twice and SGD moved it by twice its gradient. state_dict
+// and files keep both names, as torch's state_dict does.
+TEST(Module, TiedWeightsAreOneParameterButKeepBothNamesInFiles) {
+  auto lin = std::make_shared<nn::Linear>(2, 2, false);
+  nn::Sequential tied;
+  tied.push_back(lin);
+  tied.push_back(lin);
+  ASSERT_EQ(tied.parameters().size(), 1u);
+  EXPECT_EQ(tied.named_parameters()[0].first, "0.weight");
+  EXPECT_EQ(tied.named_parameters(/*remove_duplicate=*/false).size(), 2u);
+  EXPECT_EQ(tied.num_parameters(), 4);
+  EXPECT_EQ(tied.state_dict().size(), 2u);
+
+  const std::vector<double> before = lin->parameters()[0].to_vector();
+  optim::SGD opt(tied.parameters(), {.lr = 1.0});
+  Tensor x = full({1, 2}, 1.0);
+  sum(tied(x)).backward();
+  const std::vector<double> g = lin->parameters()[0].grad().to_vector();
+  opt.step();
+  const std::vector<double> after = lin->parameters()[0].to_vector();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_FLOAT_EQ(after[i], before[i] - g[i]) << i;
+
+  const Tensor w = lin->parameters()[0];
+  EXPECT_THROW(optim::SGD({w, w}, {.lr = 1.0}), Error);
+
+  test::ScratchFile f("tied");
+  train::save_model(f.path(), tied);
+  EXPECT_EQ(train::load_safetensors(f.path()).tensors.size(), 2u);
+  train::load_model(f.path(), tied);
 }
