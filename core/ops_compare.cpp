@@ -61,7 +61,7 @@ Tensor compare_integer(MathOp op, const char* name, const Tensor& a, double s) {
   if (u8 ? s > 255.0 : s >= 0x1p63) {
     return every(op == MathOp::ne || op == MathOp::lt || op == MathOp::le);
   }
-  Tensor sb = full({1}, s, {.dtype = a.dtype(), .device = a.device()});
+  Tensor sb = full({}, s, {.dtype = a.dtype(), .device = a.device()});  // 0-d: a's shape stays
   return compare(op, name, a, sb);
 }
 
@@ -70,7 +70,7 @@ Tensor compare(MathOp op, const char* name, const Tensor& a, double s) {
   detail::check_defined(name, {&a});
   if (is_integer(a.dtype())) return compare_integer(op, name, a, s);
   detail::check_floating(name, a);
-  Tensor sb = Tensor::empty(Shape{1}, a.options());
+  Tensor sb = Tensor::empty(Shape{}, a.options());  // 0-d: a 0-d a gives a 0-d result
   kernels::fill(detail::ctx_of(a), a.dtype(), 1, sb.data_ptr(), s);
   return detail::binary_math_raw(op, name, a, sb);
 }

@@ -47,6 +47,10 @@ TEST(TensorOps, ComparisonsBroadcastAndGiveU8) {
   // Mixed dtypes promote: f16 2.0 against f64 2.0 is equal; NaN is unequal to itself.
   EXPECT_EQ(eq(t({2, NAN}, {2}, DType::f16), t({2, NAN}, {2}, DType::f64)).to_vector(), (V{1, 0}));
   EXPECT_FALSE(lt(a.requires_grad_(), b).requires_grad());
+  // A 0-d tensor against a number stays 0-d, as in PyTorch (it became [1]).
+  EXPECT_EQ(gt(full({}, 2.0), 1.0).shape(), Shape{});
+  EXPECT_EQ(eq(full({}, 3.0, {.dtype = DType::i64}), 3.0).shape(), Shape{});
+  EXPECT_EQ(gt(full({}, 2.0), 1.0).item(), 1.0);
 }
 
 // Note [Integer comparisons]: accuracy as in PyTorch, exact past 2^24 (where f32 makes 2^24 + 1
