@@ -64,6 +64,11 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
   // No device has 2^62 bytes; past that, rounding the request (and its segment) could wrap to a
   // small size, and the block would share its address with the next allocation.
   if (bytes > kMaxRequestBytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.num_ooms++;  // an out-of-memory error like any other: counted and told
+    }
+    notify_memory_event(EventKind::oom, device_, bytes);  // Note [Allocation events]
     throw OutOfMemoryError(frugal::detail::str(device_.str(), " out of memory: tried to allocate ",
                                                bytes, " bytes, more than any device holds"));
   }

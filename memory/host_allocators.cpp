@@ -46,13 +46,16 @@ class CpuAllocator final : public CountingAllocator {
     if (bytes == 0) return {};
     detail::check_injected_oom(device(), bytes);
     size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    const bool capped = !count_alloc_under_cap(bytes);
-    void* p = capped ? nullptr : std::aligned_alloc(kCpuAlignment, rounded);
+    // Counted only once it exists: a request the host refuses must not raise the peaks (PyTorch's
+    // statistics never see a failed allocation).
+    void* p = std::aligned_alloc(kCpuAlignment, rounded);
+    const bool capped = p != nullptr && !count_alloc_under_cap(bytes);  // counts its refusal
+    if (capped) {
+      std::free(p);
+      p = nullptr;
+    }
     if (p == nullptr) {
-      if (!capped) {  // counted as allocated a moment ago: take it back
-        count_free(bytes);
-        count_oom();
-      }
+      if (!capped) count_oom();
       notify_memory_event(EventKind::oom, Device::cpu(), bytes);  // Note [Allocation events]
       std::ostringstream os;
       os << "CPU out of memory: tried to allocate " << bytes << " bytes"

@@ -45,6 +45,26 @@ TEST(HostAllocators, CpuCountsAlignsAndHoldsData) {
   EXPECT_EQ(cpu.stats().allocated_bytes.peak, cpu.stats().allocated_bytes.current);
 }
 
+// A request the host refuses (1 PiB: past any address space) is an OutOfMemoryError counted as
+// one, and leaves every statistic and peak as it was; it used to be counted before the
+// allocation, and the peaks kept 1 PiB after it failed.
+TEST(HostAllocators, ARefusedCpuRequestLeavesThePeaks) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer aborts on a request this large instead of returning null";
+#else
+  Allocator& cpu = cpu_allocator();
+  DataPtr kept = cpu.allocate(1 << 20);
+  const MemoryStats before = cpu.stats();
+  EXPECT_THROW(cpu.allocate(size_t{1} << 50), OutOfMemoryError);
+  const MemoryStats after = cpu.stats();
+  EXPECT_EQ(after.allocated_bytes.peak, before.allocated_bytes.peak);
+  EXPECT_EQ(after.reserved_bytes.peak, before.reserved_bytes.peak);
+  EXPECT_EQ(after.allocation.peak, before.allocation.peak);
+  EXPECT_EQ(after.allocated_bytes.current, before.allocated_bytes.current);
+  EXPECT_EQ(after.num_ooms, before.num_ooms + 1);
+#endif
+}
+
 TEST(HostAllocators, MetaCountsBytesWithoutData) {
   Allocator& meta = meta_allocator();
   const MemoryStats before = meta.stats();
