@@ -130,7 +130,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
                   const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt,
                   const Tensor& num_batches_tracked) {
   memory::OpScope op_scope("batch_norm");  // Note [Allocation events]
-  detail::check_defined("batch_norm", {&x, &w_in, &b_in});
+  // weight and bias may be undefined (torch's affine=False: gamma 1, beta 0).
+  detail::check_defined("batch_norm", {&x});
   // Autocast's f32 policy reaches the parameters only: x keeps its (low-precision) dtype.
   const Tensor weight = autocast::apply(AutocastOp::batch_norm, w_in);
   const Tensor bias = autocast::apply(AutocastOp::batch_norm, b_in);

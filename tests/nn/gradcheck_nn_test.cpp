@@ -84,6 +84,33 @@ TEST(GradCheckNN, BatchNormTrainingAndEval) {
       kGradTolerance);
 }
 
+// Without weight and bias (torch's affine=False): gamma 1 and beta 0, forward and gradient of x,
+// training and evaluation, with and without an activation. They used to be refused.
+TEST(GradCheckNN, BatchNormWithoutWeightAndBias) {
+  Tensor x = rand64({3, 2, 2, 4}, 9, true, -2, 2);
+  Tensor ones = full({4}, 1.0, {.dtype = DType::f64}),
+         zeros = full({4}, 0.0, {.dtype = DType::f64});
+  Tensor rm = rand64({4}, 7, false), rv = rand64({4}, 8, false, 0.5, 2.0);
+  for (bool training : {true, false}) {
+    for (F::Activation act : {F::Activation::identity, F::Activation::relu}) {
+      SCOPED_TRACE(training ? "training" : "eval");
+      const F::BatchNormOptions o{.training = training, .activation = act};
+      Tensor none = F::batch_norm(x, Tensor(), Tensor(), training ? Tensor() : rm,
+                                  training ? Tensor() : rv, o);
+      Tensor unit = F::batch_norm(x.detach(), ones, zeros, training ? Tensor() : rm,
+                                  training ? Tensor() : rv, o);
+      EXPECT_EQ(none.to_vector(), unit.to_vector());
+      EXPECT_LT(max_gradient_error(
+                    [&](auto& v) {
+                      return F::batch_norm(v[0], Tensor(), Tensor(), training ? Tensor() : rm,
+                                           training ? Tensor() : rv, o);
+                    },
+                    {x}),
+                1e-5);
+    }
+  }
+}
+
 TEST(GradCheckNN, Activations) {
   // Values away from the kinks at 0, 6 and +-3, where the derivative is not defined.
   std::vector<double> vals;
