@@ -168,7 +168,9 @@ double Tensor::item() const {
 bool Tensor::requires_grad() const { return impl().requires_grad || impl().grad_fn != nullptr; }
 
 Tensor& Tensor::requires_grad_(bool on) {
-  FRUGAL_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad");
+  if (on && !is_leaf()) return *this;  // a computed tensor requires grad already (torch: a no-op)
+  FRUGAL_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad; use ",
+               "detach() for a copy without history");
   FRUGAL_CHECK(!on || is_floating(dtype()), "requires_grad_: only floating tensors can require ",
                "gradients, got ", dtype());
   impl().requires_grad = on;

@@ -241,3 +241,15 @@ TEST(Autograd, GradientsOfAnotherDtypeAreReadAsTheirsAndOfAnotherSizeRefused) {
   Tensor on_meta = full({3}, 1.0, {.device = Device::meta()});
   EXPECT_NE(error_of([&] { w.backward(on_meta); }).find("is not on cpu"), std::string::npos);
 }
+
+// requires_grad_(true) on a computed tensor is a no-op, as in PyTorch (it threw); turning it off
+// is refused, naming detach().
+TEST(Autograd, RequiresGradOnAComputedTensorIsANoOpAndOffIsRefused) {
+  Tensor w = full({2}, 1.0).requires_grad_(true);
+  Tensor y = mul(w, 3.0);
+  EXPECT_TRUE(y.requires_grad_(true).requires_grad());
+  EXPECT_FALSE(y.is_leaf());
+  EXPECT_NE(error_of([&] { y.requires_grad_(false); }).find("use detach()"), std::string::npos);
+  sum(y).backward();
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<double>{3, 3}));
+}
