@@ -144,8 +144,9 @@ class CachingAllocator final : public Allocator {
   // Note [Planned steps]: install_plan makes `plan` current, with its arena as one new segment
   // (counted in reserved and under the cap; cached free segments are released first, since the
   // plan replaces what they were kept for). False, with no plan in force, when the arena does not
-  // fit. A plan that fits the arena in force keeps it; an arena still holding live blocks when it
-  // is given up stays reserved until its last block is released.
+  // fit. A plan that fits the arena in force keeps it, unless it needs less than 90% of it and an
+  // arena of its own fits beside; an arena still holding live blocks when it is given up stays
+  // reserved until its last block is released (retired_arena_bytes).
   bool install_plan(StepPlan plan);
   // Note [Captured steps in the arena]
   // A planned step captured as a CUDA graph takes its planned and scratch bytes from the arena, at
@@ -159,7 +160,8 @@ class CachingAllocator final : public Allocator {
   void unpin_arena(uintptr_t handle);
   void remove_plan();
   bool has_plan() const;
-  size_t arena_bytes() const;  // of the current plan; 0 without one
+  size_t arena_bytes() const;          // of the current plan; 0 without one
+  size_t retired_arena_bytes() const;  // replaced arenas still reserved for their live blocks
   // Between these two calls the calling thread's plannable requests follow the plan.
   void begin_planned_step();
   PlanReplay end_planned_step();

@@ -25,23 +25,30 @@ bool CachingAllocator::install_plan(StepPlan plan) {
   has_plan_ = false;
   // A re-plan that fits the arena in force keeps it: its blocks still alive (a departed step's
   // gradients, freed by the next zero_grad) are never handed out twice, since every planned
-  // request is checked against the live blocks, and two arenas are never reserved at once.
-  // One much larger than needed is given back when it is empty.
-  const bool reuse =
-      arena_ != nullptr && plan.arena_bytes <= arena_->bytes &&
-      (!arena_->live.empty() || arena_->pins > 0 || plan.arena_bytes >= arena_->bytes / 10 * 9);
-  if (!reuse) retire_arena();
+  // request is checked against the live blocks. One that needs less than 90% of it gets an arena
+  // of its own when that fits beside the old one, which goes when its last block does: a run's
+  // largest step no longer sets its reserved memory for good. A pinned arena (a captured
+  // graph's) stays in force.
+  const bool fits = arena_ != nullptr && plan.arena_bytes <= arena_->bytes;
+  const bool shrink = fits && arena_->pins == 0 && plan.arena_bytes < arena_->bytes / 10 * 9;
+  // An arena that is not kept goes first when nothing lives in it (retire_arena frees it then);
+  // one that holds blocks stays, beside the new one, until they go.
+  if (!fits || (shrink && arena_->live.empty())) retire_arena();
   // The plan replaces the cached blocks the step used to take from: give them back first.
   release_free_segments();
-  if (!reuse) {
+  if (!fits || shrink) {
     auto arena = std::make_unique<Arena>();
     arena->bytes = plan.arena_bytes;
+    void* ptr = nullptr;
     if (arena->bytes > 0) {
-      void* ptr = reserve_segment(arena->bytes);  // may throw on a driver error: no plan then
-      if (ptr == nullptr) return false;
+      ptr = reserve_segment(arena->bytes);  // may throw on a driver error: no plan then
+      if (ptr == nullptr && arena_ == nullptr) return false;
       arena->base = reinterpret_cast<uintptr_t>(ptr);
     }
-    arena_ = std::move(arena);
+    if (arena->bytes == 0 || ptr != nullptr) {  // else the old arena, which fits, serves on
+      retire_arena();
+      arena_ = std::move(arena);
+    }
   }
   plan_ = std::move(plan);
   by_size_.clear();
@@ -68,6 +75,13 @@ bool CachingAllocator::has_plan() const {
 size_t CachingAllocator::arena_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return has_plan_ && arena_ != nullptr ? arena_->bytes : 0;
+}
+
+size_t CachingAllocator::retired_arena_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t bytes = 0;
+  for (const auto& arena : retired_) bytes += arena->bytes;
+  return bytes;
 }
 
 // The current arena goes now when nothing lives in it, else it waits among the retired ones

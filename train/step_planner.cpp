@@ -93,15 +93,32 @@ bool StepPlanner::install(memory::StepPlan plan) {
   const size_t arena = plan.arena_bytes, bound = plan.lower_bound;
   carried_ = plan.carried();
   if (!allocator_->install_plan(std::move(plan))) {
+    report_.arena_bytes = report_.lower_bound = 0;
+    queued_.clear();
+    if (allocator_->retired_arena_bytes() > 0 && !retried_install_) {
+      // The arena it replaces still holds the last step's gradients, which the next step's
+      // zero_grad frees: that step runs on the caching allocator, recorded, and is planned again
+      // once. Giving up here kept the run unplanned for good.
+      retried_install_ = true;
+      settled_ = false;
+      std::fprintf(stderr,
+                   "frugal: step planner: an arena of %.1f MiB does not fit on %s beside the one "
+                   "it replaces, which still holds the last step's gradients; planning again "
+                   "after the next step\n",
+                   mib(arena), device_.str().c_str());
+      return false;
+    }
     std::fprintf(stderr,
                  "frugal: step planner: an arena of %.1f MiB does not fit on %s (memory cap or "
                  "device); the caching allocator serves the step\n",
                  mib(arena), device_.str().c_str());
-    report_.arena_bytes = report_.lower_bound = 0;
     report_.gave_up = true;  // trying again each step would free and refill the cache each time
     return false;
   }
-  report_.arena_bytes = arena;
+  retried_install_ = false;
+  // The arena in force, which may be larger than this plan asks for (a re-plan that fits keeps
+  // the arena it fits in): what the run reserves.
+  report_.arena_bytes = allocator_->arena_bytes();
   report_.lower_bound = bound;
   return true;
 }

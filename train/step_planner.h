@@ -38,7 +38,7 @@ struct PlannerReport {
   int64_t steps = 0;          // run through the planner
   int64_t planned_steps = 0;  // of which ran with a plan in force
   int64_t replans = 0;        // plans made after the first
-  size_t arena_bytes = 0;     // of the plan in force; 0 without one
+  size_t arena_bytes = 0;     // of the arena in force (what the run reserves); 0 without one
   size_t lower_bound = 0;     // its largest sum of live arena bytes
   bool gave_up = false;
   size_t trimmed_bytes = 0;       // cached segments given back once the plan settled
@@ -89,6 +89,7 @@ class StepPlanner {
   int64_t stragglers_ = 0;                // arena blocks the last planned step left alive
   int64_t carried_ = 0;                   // entries of the plan in force carried to the next step
   bool warned_ = false;
+  bool retried_install_ = false;  // an arena that did not fit beside its predecessor, once
 };
 
 // Plans the training step of zoo model `name` (built with `config`, trained with any optimizer: its

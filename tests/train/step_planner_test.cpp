@@ -289,3 +289,57 @@ TEST(StepPlanner, AFirstStepPlannedApartThenTheStepsAfter) {
   EXPECT_FALSE(planner.settling());  // the steps repeat their plan
   dev.alloc.check_invariants();
 }
+
+// A re-plan that needs much less than the arena in force gets an arena of its own once the old
+// one's blocks go: the run's largest step used to set its reserved memory for good, and the
+// report showed the small plan's arena while the allocator held the large one.
+TEST(StepPlanner, AMuchSmallerRePlanGivesTheLargeArenaBack) {
+  FakeDevice dev;
+  train::StepPlanner planner(dev.alloc);
+  memory::DataPtr grad;
+  std::vector<size_t> sizes = {40 << 20, 4 << 20, 6 << 20};
+  for (int s = 0; s < 3; ++s) planner.run([&] { fake_step(dev.alloc, sizes, grad, true); });
+  const size_t large = dev.alloc.arena_bytes();
+  sizes = {8 << 20, 4 << 20, 6 << 20};
+  for (int s = 0; s < 5; ++s) planner.run([&] { fake_step(dev.alloc, sizes, grad, true); });
+  const train::PlannerReport& r = planner.report();
+  EXPECT_TRUE(r.last.followed());
+  EXPECT_LT(dev.alloc.arena_bytes(), large / 2);
+  EXPECT_EQ(r.arena_bytes, dev.alloc.arena_bytes());
+  EXPECT_EQ(dev.alloc.retired_arena_bytes(), 0u);
+  EXPECT_LE(dev.alloc.stats().reserved_bytes.current,
+            static_cast<int64_t>(dev.alloc.arena_bytes() + memory::kSmallSegmentBytes));
+  dev.alloc.check_invariants();
+}
+
+// A re-plan that needs a larger arena than the one in force, under a cap that holds the new arena
+// but not both while the old one still holds the last step's gradient: the next step runs
+// unplanned and is planned again. The planner used to give up for the rest of the run.
+TEST(StepPlanner, ALargerRePlanThatFitsOnlyAloneIsPlannedAfterTheNextStep) {
+  FakeDevice dev;
+  train::StepPlanner planner(dev.alloc);
+  memory::DataPtr grad;
+  std::vector<size_t> sizes = {8 << 20, 4 << 20, 6 << 20};
+  for (int s = 0; s < 3; ++s) planner.run([&] { fake_step(dev.alloc, sizes, grad, true); });
+  const size_t small = dev.alloc.arena_bytes();
+  sizes = {24 << 20, 4 << 20, 6 << 20};
+  size_t large = 0;
+  {  // the larger plan's arena, measured on a device of its own
+    FakeDevice probe;
+    train::StepPlanner p(probe.alloc);
+    memory::DataPtr g;
+    for (int s = 0; s < 3; ++s) p.run([&] { fake_step(probe.alloc, sizes, g, true); });
+    large = probe.alloc.arena_bytes();
+  }
+  ASSERT_GT(large, small);
+  // Not both arenas at once; the steps themselves fit.
+  dev.alloc.set_memory_cap_bytes(large + small - (1 << 20));
+  for (int s = 0; s < 6; ++s) planner.run([&] { fake_step(dev.alloc, sizes, grad, true); });
+  const train::PlannerReport& r = planner.report();
+  EXPECT_FALSE(r.gave_up);
+  EXPECT_TRUE(dev.alloc.has_plan());
+  EXPECT_EQ(dev.alloc.arena_bytes(), large);
+  EXPECT_TRUE(r.last.followed());
+  dev.alloc.set_memory_cap_bytes(0);
+  dev.alloc.check_invariants();
+}
