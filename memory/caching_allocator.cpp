@@ -127,9 +127,14 @@ DataPtr CachingAllocator::allocate(size_t bytes, StreamId stream) {
                                                     : segment_bytes_for(rounded);
     if (!try_new_segment(seg_bytes, stream, small_pool, &b)) {
       // Cached segments may be what stands between us and the memory: give them back, once.
-      stats_.num_alloc_retries++;
-      release_free_segments();
-      if (!try_new_segment(seg_bytes, stream, small_pool, &b)) {
+      // Not while a graph is captured: nothing may free device memory then (cudaFree inside a
+      // capture), as PyTorch's allocator skips the release while a capture is underway.
+      const bool release = open_pool_ == kDefaultStream;
+      if (release) {
+        stats_.num_alloc_retries++;
+        release_free_segments();
+      }
+      if (!release || !try_new_segment(seg_bytes, stream, small_pool, &b)) {
         stats_.num_ooms++;
         throw_oom(bytes, rounded, seg_bytes, stream);
       }

@@ -262,3 +262,23 @@ TEST(PrivatePool, ALentBlockMergesWithThePoolsFreeNeighbour) {
   dev.alloc.release_private_pool(kPool);
   dev.alloc.check_invariants();
 }
+
+// Out of memory while a graph is captured: the cached segments are not given back to retry, since
+// nothing may free device memory inside a capture (PyTorch skips that release too); the request
+// fails at once. Outside a capture the same request frees the cache and succeeds.
+TEST(PrivatePool, AnOutOfMemoryWhileCapturingFreesNothing) {
+  FakeDevice dev;
+  dev.alloc.set_memory_cap_bytes(48 * kMiB);
+  { DataPtr cached = dev.alloc.allocate(30 * kMiB); }  // a cached, free 30 MiB segment
+  const int frees = dev.source->free_calls;
+  dev.alloc.open_private_pool(kPool);
+  EXPECT_THROW(dev.alloc.allocate(40 * kMiB), OutOfMemoryError);
+  EXPECT_EQ(dev.source->free_calls, frees) << "a segment was freed inside the capture";
+  EXPECT_EQ(dev.alloc.stats().num_alloc_retries, 0);
+  dev.alloc.close_private_pool();
+  DataPtr after = dev.alloc.allocate(40 * kMiB);
+  EXPECT_EQ(dev.source->free_calls, frees + 1);
+  after.reset();
+  dev.alloc.release_private_pool(kPool);
+  dev.alloc.check_invariants();
+}
