@@ -26,7 +26,8 @@ constexpr PolicyRow kPolicy[] = {
     // policy applies to the parameters only (see nn/functional_norm.cpp).
     {AutocastOp::batch_norm, "batch_norm", P::f32},
     {AutocastOp::sum, "sum", P::f32},
-    {AutocastOp::mean, "mean", P::f32},
+    // Not on PyTorch's f32 list (sum is): its output keeps the input's dtype, accumulated in f32.
+    {AutocastOp::mean, "mean", P::pass},
     {AutocastOp::softmax, "softmax", P::f32},
     {AutocastOp::log_softmax, "log_softmax", P::f32},
     {AutocastOp::exp, "exp", P::f32},
