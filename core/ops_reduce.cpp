@@ -36,7 +36,8 @@ Tensor reduce(const char* op, AutocastOp ac_op, const Tensor& a_in, std::vector<
   memory::OpScope op_scope(op);  // Note [Allocation events]
   detail::check_defined(op, {&a_in});
   const Tensor a = autocast::apply(ac_op, a_in);  // f32 policy: 16-bit inputs reduce to f32
-  detail::check_floating(op, a);
+  FRUGAL_CHECK(is_floating(a.dtype()), op, ": expected a floating tensor, got ", describe(a),
+               "; cast it first (a count of hits: ", op, "(cast(eq(pred, labels), DType::f32)))");
   Shape keep = keepdim_shape(a.shape(), dims, op);
   std::vector<int64_t> squeezed;
   for (int64_t i = 0; i < a.ndim(); ++i) {

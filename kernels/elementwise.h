@@ -55,7 +55,8 @@ FRUGAL_DECLARE_KERNEL(activation_backward,
                        const void* dy, void* dx),
                       (ctx, act, dtype, n, x, dy, dx))
 
-// y = (to) x for any floating dtypes (f64 only on the CPU); round to nearest even.
+// y = (to) x for any floating dtypes (f64 only on the CPU); round to nearest even. From i64 and u8
+// to floats too (masks and counts); between any dtypes on the CPU.
 FRUGAL_DECLARE_KERNEL(cast,
                       (const Context& ctx, DType from, DType to, int64_t n, const void* x, void* y),
                       (ctx, from, to, n, x, y))

@@ -219,6 +219,15 @@ __global__ void cast_kernel(int64_t n, const In* x, Out* y, bool vec) {
   }
 }
 
+// Integers to a float dtype: through f32, rounded to nearest, as the CPU does (via double, which
+// holds every i64 below 2^53 exactly, so the two agree there).
+template <typename In, typename Out>
+__global__ void int_to_float_kernel(int64_t n, const In* x, Out* y) {
+  for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+    y[i] = from_f<Out>(static_cast<float>(x[i]));
+  }
+}
+
 template <typename U>
 __global__ void fill_kernel(int64_t n, U* y, U value) {
   for (int64_t i = thread_index(); i < n; i += grid_stride()) y[i] = value;
@@ -310,6 +319,19 @@ void cast(const Context& ctx, DType from, DType to, int64_t n, const void* x, vo
   if (from == to) {
     CUDA_CHECK(cudaMemcpyAsync(y, x, static_cast<size_t>(n) * dtype_size(from),
                                cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  if (from == DType::i64 || from == DType::u8) {  // counts and masks to floats (accuracy)
+    FRUGAL_CUDA_FLOAT_SWITCH(to, "cast", {
+      if (from == DType::i64) {
+        int_to_float_kernel<<<grid_for(ctx, n), kThreads, 0, s>>>(n, static_cast<const int64_t*>(x),
+                                                                  static_cast<T*>(y));
+      } else {
+        int_to_float_kernel<<<grid_for(ctx, n), kThreads, 0, s>>>(n, static_cast<const uint8_t*>(x),
+                                                                  static_cast<T*>(y));
+      }
+      FRUGAL_LAUNCH_CHECK();
+    });
     return;
   }
   FRUGAL_CUDA_FLOAT_SWITCH(from, "cast", {

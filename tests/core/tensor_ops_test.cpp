@@ -91,6 +91,9 @@ TEST(TensorOps, IntegerTensorsCompareExactlyWithTheirDtypeAndWithNumbers) {
   EXPECT_ERROR(lt(x, m), "lt: compares integer tensors of one dtype");
   EXPECT_ERROR(eq(x, t({1, 2}, {2}, i64)), "eq: shapes [3] and [2] cannot be broadcast");
   EXPECT_ERROR(maximum(x, x), "expected floating tensors");
+  // A count of hits: reductions take floats, and their error says how (it named only the dtype).
+  EXPECT_ERROR(sum(hits), "sum: expected a floating tensor, got [3] u8 cpu; cast it first");
+  EXPECT_EQ(sum(cast(hits, DType::f32)).item(), 2.0);
   Tensor meta = Tensor::empty({4, 1}, {i64, Device::meta()});
   EXPECT_EQ(eq(meta, Tensor::empty({3}, {i64, Device::meta()})).shape(), (Shape{4, 3}));
 }

@@ -93,6 +93,12 @@ TEST(GpuTensorOps, IntegerComparisonsMatchCpu) {
       EXPECT_GT(sum(want.to(DType::f32)).item(), 0.0);
       EXPECT_LT(sum(want.to(DType::f32)).item(), static_cast<double>(want.numel()));
     }
+    // Counts and masks to floats on the device, as on the CPU (a count of hits).
+    for (DType to : kDTypes) {
+      EXPECT_EQ(cast(eq(ga, gb), to).to(Device::cpu()).to_vector(),
+                cast(eq(ca, cb), to).to_vector());
+      EXPECT_EQ(cast(gb, to).to(Device::cpu()).to_vector(), cast(cb, to).to_vector());
+    }
     const double s = 16777218.5 - base;
     EXPECT_EQ(lt(ga, s).to(Device::cpu()).to_vector(), lt(ca, s).to_vector());
     EXPECT_EQ(ge(ga, s).to(Device::cpu()).to_vector(), ge(ca, s).to_vector());
