@@ -124,12 +124,10 @@ Tensor eval_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
   return opt.activation == Activation::identity ? y : activation(opt.activation, y);
 }
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
-                  const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt,
-                  const Tensor& num_batches_tracked) {
-  memory::OpScope op_scope("batch_norm");  // Note [Allocation events]
+// The batch norm itself: parameters and running statistics in acc_dtype(x).
+Tensor batch_norm_acc(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
+                      const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt,
+                      const Tensor& num_batches_tracked) {
   // weight and bias may be undefined (torch's affine=False: gamma 1, beta 0).
   detail::check_defined("batch_norm", {&x});
   // Autocast's f32 policy reaches the parameters only: x keeps its (low-precision) dtype.
@@ -226,6 +224,37 @@ Tensor batch_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
         if (dx.defined()) dx = cast_raw(dx, x_saved.dtype());
         return std::vector<Tensor>{dx, dgamma, dbeta};
       });
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt,
+                  const Tensor& num_batches_tracked) {
+  memory::OpScope op_scope("batch_norm");  // Note [Allocation events]
+  // A model cast whole to x's 16-bit dtype (Module::to(DType::f16), torch's model.half()) holds
+  // its parameters and running statistics in that dtype, which PyTorch's batch_norm takes. They
+  // are widened to f32 here: the parameters through a cast their gradients flow back through,
+  // the statistics as copies written back, rounded, after the update.
+  auto in_x_dtype = [&](const Tensor& t) {
+    return t.defined() && is_low_precision(x.dtype()) && t.dtype() == x.dtype();
+  };
+  if (!x.defined() || !(in_x_dtype(weight) || in_x_dtype(bias) || in_x_dtype(running_mean) ||
+                        in_x_dtype(running_var))) {
+    return batch_norm_acc(x, weight, bias, running_mean, running_var, opt, num_batches_tracked);
+  }
+  auto widened = [&](const Tensor& t) { return in_x_dtype(t) ? cast(t, DType::f32) : t; };
+  Tensor rm = running_mean.defined() ? widened(running_mean.detach()) : running_mean;
+  Tensor rv = running_var.defined() ? widened(running_var.detach()) : running_var;
+  Tensor y = batch_norm_acc(x, widened(weight), widened(bias), rm, rv, opt, num_batches_tracked);
+  autograd::NoGradGuard no_grad;
+  for (auto [kept, used] : {std::pair{running_mean, rm}, std::pair{running_var, rv}}) {
+    if (kept.defined() && !used.same(kept) && opt.training) {
+      copy_(kept, used);
+      kept.bump_version();
+    }
+  }
+  return y;
 }
 
 }  // namespace frugal::nn::functional

@@ -275,3 +275,29 @@ TEST(Module, TiedWeightsAreOneParameterButKeepBothNamesInFiles) {
   EXPECT_EQ(train::load_safetensors(f.path()).tensors.size(), 2u);
   train::load_model(f.path(), tied);
 }
+
+// A model cast whole to a 16-bit dtype (torch's model.half()) trains and evaluates: BatchNorm
+// widens its 16-bit parameters and running statistics to f32 and writes the statistics back. It
+// threw "weight ... does not match input".
+TEST(Module, AModelCastToSixteenBitsRunsItsBatchNorms) {
+  for (DType low : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(low));
+    manual_seed(4);
+    auto half = conv_bn_relu(3, 4);
+    half->to(low);
+    Generator gen(2);
+    Tensor x = randn({2, 5, 5, 3}, gen, {.dtype = low});
+    Tensor y = (*half)(x);
+    EXPECT_EQ(y.dtype(), low);
+    sum(cast(y, DType::f32)).backward();
+    const nn::NamedTensors buffers = half->named_buffers();
+    EXPECT_EQ(buffers[0].second.dtype(), low);  // running_mean stays 16-bit, updated
+    EXPECT_NE(buffers[0].second.to_vector(), std::vector<double>(4, 0.0));
+    for (const Tensor& p : half->parameters()) {
+      ASSERT_TRUE(p.grad().defined());
+      EXPECT_EQ(p.grad().dtype(), low);
+    }
+    half->eval();
+    EXPECT_EQ((*half)(x).dtype(), low);
+  }
+}
