@@ -17,6 +17,7 @@
 #include "core/grad_hooks.h"
 #include "core/op_util.h"
 #include "core/ops.h"
+#include "kernels/elementwise.h"
 
 namespace frugal::autograd {
 namespace {
@@ -134,7 +135,18 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
                " for a leaf of shape ", leaf_->shape);
   if (g.dtype() != leaf_->dtype) g = cast(g, leaf_->dtype);
   if (leaf_->grad) {
-    leaf_->grad = add(Tensor(leaf_->grad), g).impl_ptr();
+    // In place, as PyTorch's AccumulateGrad: a handle to .grad taken before (a hook's, a user's)
+    // sees the sum, and accumulating allocates nothing. out == a is safe in the elementwise
+    // kernels (each element is read before it is written, by the thread that writes it).
+    Tensor acc(leaf_->grad);
+    FRUGAL_CHECK(acc.shape() == g.shape() && acc.dtype() == g.dtype() && acc.device() == g.device(),
+                 "AccumulateGrad: .grad ", describe(acc), " cannot take a gradient ", describe(g));
+    if (!acc.device().is_meta()) {
+      kernels::binary(detail::ctx_of(acc), kernels::BinaryOp::add, acc.dtype(),
+                      kernels::make_broadcast(acc.shape(), acc.shape(), g.shape()), acc.data_ptr(),
+                      g.data_ptr(), acc.data_ptr());
+    }
+    acc.bump_version();
   } else {
     // The incoming gradient may alias another tensor (e.g. add passes one gradient to both
     // inputs, or it is the very tensor the caller gave backward()); give the leaf its own copy

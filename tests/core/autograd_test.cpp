@@ -253,3 +253,16 @@ TEST(Autograd, RequiresGradOnAComputedTensorIsANoOpAndOffIsRefused) {
   sum(y).backward();
   EXPECT_EQ(w.grad().to_vector(), (std::vector<double>{3, 3}));
 }
+
+// A second backward adds into .grad in place, as PyTorch's AccumulateGrad: a handle taken before
+// sees the sum (it kept the first gradient, and a new buffer was allocated each time).
+TEST(Autograd, AccumulationAddsIntoTheGradientInPlace) {
+  Tensor w = full({2}, 1.0).requires_grad_(true);
+  sum(mul(w, 3.0)).backward();
+  const Tensor held = w.grad();
+  const uint64_t version = held.version();
+  sum(mul(w, 3.0)).backward();
+  EXPECT_TRUE(held.same(w.grad()));
+  EXPECT_EQ(held.to_vector(), (std::vector<double>{6, 6}));
+  EXPECT_GT(held.version(), version);
+}
