@@ -377,7 +377,8 @@ int cmd_train(const std::vector<std::string>& argv) {
       memory::allocator_for(device).set_memory_cap_bytes(static_cast<size_t>(budget));
     }
   }
-  check_slices_train(model_name, mc, dc, batch, micro_batches);
+  // SyncBN normalizes over every rank's rows: one row a rank trains there.
+  if (!(o.sync_bn && group)) check_slices_train(model_name, mc, dc, batch, micro_batches);
   auto model = models::create(model_name, mc);
   model->to(device);
 

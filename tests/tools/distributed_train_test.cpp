@@ -205,3 +205,26 @@ TEST(DistributedTrain, ABatchLargerThanARanksShardIsRefusedNamingTheShard) {
       << out0;
 #endif
 }
+
+// With SyncBN a batch of one row a rank trains: the statistics are over every rank's rows. The
+// check that refuses one-row slices in one process (a 1x1 BatchNorm) must not refuse it here;
+// without --sync-bn it does, naming the flags.
+TEST(DistributedTrain, OneRowARankTrainsWithSyncBnAndIsRefusedWithout) {
+#ifndef FRUGAL_TOOL
+  GTEST_SKIP() << "the frugal tool is not built (FRUGAL_BUILD_PROGRAMS off)";
+#else
+  const std::vector<std::string> args{
+      "--device", "cpu", "--data",       "synthetic", "--limit", "8",    "--test-limit", "8",
+      "--batch",  "1",   "--image-size", "8",         "--width", "0.25", "--workers",    "0"};
+  ScratchDir synced;
+  std::vector<std::string> with_sync = args;
+  with_sync.push_back("--sync-bn");
+  const dist::LaunchResult ok = launch_two_cpu_ranks(synced, with_sync);
+  EXPECT_EQ(ok.exit_code, 0) << read_file(synced / "out.0");
+  ScratchDir local;
+  const dist::LaunchResult refused = launch_two_cpu_ranks(local, args);
+  EXPECT_NE(refused.exit_code, 0);
+  const std::string out0 = read_file(local / "out.0");
+  EXPECT_NE(out0.find("--batch 1 trains on slices of 1 row"), std::string::npos) << out0;
+#endif
+}
