@@ -95,6 +95,7 @@ std::vector<std::string> rank_environment(const std::vector<std::string>& inheri
   set_variable(env, "LOCAL_WORLD_SIZE", std::to_string(options.nproc), true);
   set_variable(env, "MASTER_ADDR", options.master_addr, true);
   set_variable(env, "MASTER_PORT", std::to_string(port), true);
+  set_variable(env, kLaunchedVariable, "1", true);  // Note [Ranks behind a wrapper]
   for (const auto& [name, value] : options.extra_env) set_variable(env, name, value, true);
   set_variable(env, "NCCL_NVLS_ENABLE", "0", false);
   set_variable(env, "OMP_NUM_THREADS", std::to_string(omp_threads), false);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/launched_rank.h"
 #include "dist/launcher.h"
 #include "dist/signal_catcher.h"
 
@@ -14,7 +15,8 @@ namespace frugal::dist {
 
 // The variables launch() sets for each rank; extra_env may not name them.
 constexpr const char* kRankVariables[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+    "RANK",        "WORLD_SIZE",  "LOCAL_RANK",     "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT", kLaunchedVariable};
 
 // OMP_NUM_THREADS's default for nproc ranks: the hardware threads shared out, at least 1.
 int default_omp_threads(int nproc);

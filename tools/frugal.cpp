@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/launched_rank.h"
 #include "tools/run_command.h"
 
 namespace {
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  frugal::dist::die_with_parent_if_launched();  // Note [Ranks behind a wrapper]
   std::vector<std::string> rest(argv + 2, argv + argc);
   return frugal::tools::run_command(argv[1], rest);
 }

@@ -154,10 +154,12 @@ TEST(RankEnvironment, RankVariablesReplaceDefaultsGiveWay) {
   o.extra_env = {{"FOO", "bar"}, {"OMP_NUM_THREADS", "5"}};
   const std::vector<std::string> env =
       rank_environment({"PATH=/bin", "RANK=7", "NCCL_NVLS_ENABLE=1", "FOO=old"}, o, 2, 1234, 3);
-  const std::vector<std::string> expected = {
-      "PATH=/bin",        "RANK=2",           "NCCL_NVLS_ENABLE=1", "FOO=bar",
-      "WORLD_SIZE=4",     "LOCAL_RANK=2",     "LOCAL_WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1",
-      "MASTER_PORT=1234", "OMP_NUM_THREADS=5"};
+  const std::vector<std::string> expected = {"PATH=/bin",          "RANK=2",
+                                             "NCCL_NVLS_ENABLE=1", "FOO=bar",
+                                             "WORLD_SIZE=4",       "LOCAL_RANK=2",
+                                             "LOCAL_WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1",
+                                             "MASTER_PORT=1234",   "FRUGAL_LAUNCHED=1",
+                                             "OMP_NUM_THREADS=5"};
   EXPECT_EQ(env, expected);
 }
 
@@ -174,6 +176,7 @@ TEST(RankEnvironment, SeveralNodesNumberRanksFromTheNodesFirst) {
                                              "LOCAL_WORLD_SIZE=2",
                                              "MASTER_ADDR=node0",
                                              "MASTER_PORT=29500",
+                                             "FRUGAL_LAUNCHED=1",  // Note [Ranks behind a wrapper]
                                              "NCCL_NVLS_ENABLE=0",
                                              "OMP_NUM_THREADS=4"};
   EXPECT_EQ(env, expected);

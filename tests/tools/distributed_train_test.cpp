@@ -1,9 +1,14 @@
 // `frugal train` as the ranks of a data-parallel job on the CPU: two processes of the real tool
 // started by frugal launch's engine, reducing over sockets; and `--gpus N`'s checks.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/printed_accuracy.h"
 #include "dist/launcher.h"
@@ -226,5 +231,77 @@ TEST(DistributedTrain, OneRowARankTrainsWithSyncBnAndIsRefusedWithout) {
   EXPECT_NE(refused.exit_code, 0);
   const std::string out0 = read_file(local / "out.0");
   EXPECT_NE(out0.find("--batch 1 trains on slices of 1 row"), std::string::npos) << out0;
+#endif
+}
+
+namespace {
+
+// The first child's pid listed in /proc/<pid>/task/<pid>/children, or 0.
+pid_t first_child_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  pid_t child = 0;
+  in >> child;
+  return child;
+}
+
+// Running (not exited, not a zombie waiting to be reaped).
+bool running(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+// Polls `ready` every 20 ms for up to `seconds`.
+template <typename Ready>
+bool wait_until(Ready ready, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ready();
+}
+
+}  // namespace
+
+// Note [Ranks behind a wrapper]: a trainer run by a shell script without exec is the launcher's
+// grandchild. Killing the launcher with SIGKILL killed the shell (PR_SET_PDEATHSIG) and left the
+// trainer running; it now dies with the shell.
+TEST(DistributedTrain, ATrainerBehindAWrapperDiesWithAKilledLauncher) {
+#ifndef FRUGAL_TOOL
+  GTEST_SKIP() << "the frugal tool is not built (FRUGAL_BUILD_PROGRAMS off)";
+#else
+  ScratchDir dir;
+  const std::string shell_pid = dir / "shell.pid";
+  const std::string script = "echo $$ > '" + shell_pid +
+                             "'; \"$0\" train --device cpu --data synthetic --limit 256 "
+                             "--epochs 100000 --image-size 8 --width 0.25 --batch 64 --workers 0 "
+                             "> /dev/null 2>&1; echo the trainer ended";
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    execl(FRUGAL_TOOL, FRUGAL_TOOL, "launch", "--nproc", "1", "--", "/bin/sh", "-c", script.c_str(),
+          FRUGAL_TOOL, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  pid_t shell = 0, trainer = 0;
+  const bool started = wait_until(
+      [&] {
+        std::ifstream in(shell_pid);
+        if (shell == 0) in >> shell;
+        if (shell != 0) trainer = first_child_of(shell);
+        return trainer != 0;
+      },
+      30);
+  // Past main's start (where it asks to die with its parent): it is training by then.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(launcher, SIGKILL);
+  waitpid(launcher, nullptr, 0);
+  ASSERT_TRUE(started) << "the wrapper or the trainer did not start";
+  const bool ended = wait_until([&] { return !running(trainer) && !running(shell); }, 15);
+  if (running(trainer)) kill(trainer, SIGKILL);  // never leave it behind
+  EXPECT_TRUE(ended) << "the trainer (pid " << trainer << ") outlived its killed launcher";
 #endif
 }
