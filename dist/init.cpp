@@ -10,8 +10,8 @@ namespace frugal::dist {
 
 std::shared_ptr<ProcessGroup> init_process_group(const DistEnv& env, Device device,
                                                  const SocketGroupOptions& options) {
-  die_with_parent_if_launched();  // a program of the user's as a rank: Note [Ranks behind a
-                                  // wrapper]
+  // A program of the user's as a rank of frugal launch: Note [Ranks behind a wrapper].
+  die_with_parent_if_launched();
   const int rank = static_cast<int>(env.rank), size = static_cast<int>(env.world_size);
   // Ranks on several nodes meet at rank 0's host: the default 127.0.0.1 would leave every rank
   // off rank 0's node waiting for the timeout (PyTorch's env:// refuses a missing MASTER_ADDR).
