@@ -144,9 +144,8 @@ class CachingAllocator final : public Allocator {
   // Note [Planned steps]: install_plan makes `plan` current, with its arena as one new segment
   // (counted in reserved and under the cap; cached free segments are released first, since the
   // plan replaces what they were kept for). False, with no plan in force, when the arena does not
-  // fit. A plan that fits the arena in force keeps it, unless it needs less than 90% of it and an
-  // arena of its own fits beside; an arena still holding live blocks when it is given up stays
-  // reserved until its last block is released (retired_arena_bytes).
+  // fit. A plan that fits the arena in force keeps it; an arena still holding live blocks when it
+  // is given up stays reserved until its last block is released (retired_arena_bytes).
   bool install_plan(StepPlan plan);
   // Note [Captured steps in the arena]
   // A planned step captured as a CUDA graph takes its planned and scratch bytes from the arena, at

@@ -25,30 +25,25 @@ bool CachingAllocator::install_plan(StepPlan plan) {
   has_plan_ = false;
   // A re-plan that fits the arena in force keeps it: its blocks still alive (a departed step's
   // gradients, freed by the next zero_grad) are never handed out twice, since every planned
-  // request is checked against the live blocks. One that needs less than 90% of it gets an arena
-  // of its own when that fits beside the old one, which goes when its last block does: a run's
-  // largest step no longer sets its reserved memory for good. A pinned arena (a captured
-  // graph's) stays in force.
-  const bool fits = arena_ != nullptr && plan.arena_bytes <= arena_->bytes;
-  const bool shrink = fits && arena_->pins == 0 && plan.arena_bytes < arena_->bytes / 10 * 9;
-  // An arena that is not kept goes first when nothing lives in it (retire_arena frees it then);
-  // one that holds blocks stays, beside the new one, until they go.
-  if (!fits || (shrink && arena_->live.empty())) retire_arena();
+  // request is checked against the live blocks, and two arenas are never reserved at once.
+  // One much larger than needed is given back when it is empty. (Reserving a smaller arena
+  // beside one that still holds blocks took room a capped step needed: --memory-budget runs ran
+  // out of memory. Shrinking needs the swap deferred until the old arena empties.)
+  const bool reuse =
+      arena_ != nullptr && plan.arena_bytes <= arena_->bytes &&
+      (!arena_->live.empty() || arena_->pins > 0 || plan.arena_bytes >= arena_->bytes / 10 * 9);
+  if (!reuse) retire_arena();
   // The plan replaces the cached blocks the step used to take from: give them back first.
   release_free_segments();
-  if (!fits || shrink) {
+  if (!reuse) {
     auto arena = std::make_unique<Arena>();
     arena->bytes = plan.arena_bytes;
-    void* ptr = nullptr;
     if (arena->bytes > 0) {
-      ptr = reserve_segment(arena->bytes);  // may throw on a driver error: no plan then
-      if (ptr == nullptr && arena_ == nullptr) return false;
+      void* ptr = reserve_segment(arena->bytes);  // may throw on a driver error: no plan then
+      if (ptr == nullptr) return false;
       arena->base = reinterpret_cast<uintptr_t>(ptr);
     }
-    if (arena->bytes == 0 || ptr != nullptr) {  // else the old arena, which fits, serves on
-      retire_arena();
-      arena_ = std::move(arena);
-    }
+    arena_ = std::move(arena);
   }
   plan_ = std::move(plan);
   by_size_.clear();
