@@ -27,8 +27,8 @@ bool CachingAllocator::install_plan(StepPlan plan) {
   // gradients, freed by the next zero_grad) are never handed out twice, since every planned
   // request is checked against the live blocks, and two arenas are never reserved at once.
   // One much larger than needed is given back when it is empty. (Reserving a smaller arena
-  // beside one that still holds blocks took room a capped step needed: --memory-budget runs ran
-  // out of memory. Shrinking needs the swap deferred until the old arena empties.)
+  // beside one that still holds blocks can take room a capped step needs: shrinking needs the
+  // swap deferred until the old arena empties.)
   const bool reuse =
       arena_ != nullptr && plan.arena_bytes <= arena_->bytes &&
       (!arena_->live.empty() || arena_->pins > 0 || plan.arena_bytes >= arena_->bytes / 10 * 9);
