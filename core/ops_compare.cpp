@@ -7,7 +7,8 @@
 // is eq(argmax(logits, 1), labels), as in PyTorch. PyTorch compares an integer tensor with a
 // fraction in float, which rounds i64 values past 2^24; here the fraction becomes the integer
 // comparison it equals, the same answers without the rounding. An integer tensor against a
-// float tensor, or i64 against u8, is refused naming both: CUDA casts no integers.
+// float tensor, or i64 against u8, is refused naming both, where PyTorch promotes: cast the
+// integer one (or both) to a float dtype first, which both devices do.
 #include <cmath>
 
 #include "core/autograd.h"

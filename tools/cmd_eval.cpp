@@ -37,6 +37,10 @@ void apply_trained_with(const TrainedWith& t, EvalOptions& o) {
                 static_cast<long long>(o.data.image_size));
   }
   if (!o.data_given) {
+    if (t.data == "synthetic" && !o.data.dir.empty()) {
+      throw UsageError(trained + "on --data synthetic, and --data-dir is for fashion-mnist; " +
+                       "give --data fashion-mnist to evaluate on those files");
+    }
     o.data.name = t.data;
   } else if (o.data.name != t.data) {
     std::printf("eval: '%s' was trained on --data %s; evaluating on %s as asked\n", o.load.c_str(),

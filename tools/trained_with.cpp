@@ -44,6 +44,10 @@ std::optional<TrainedWith> TrainedWith::from(const train::Metadata& metadata,
   t.model = checked_model_name(where, *model);
   t.width = parse_number(where, kWidth, *width, 1.0 / 64, kMaxWidth);
   t.image_size = parse_integer(where, kImageSize, *size, 8, kMaxImageSize);
+  if (*data != "fashion-mnist" && *data != "synthetic") {
+    throw UsageError(where + ": train.data '" + *data +
+                     "' is not a data set frugal knows (fashion-mnist, synthetic)");
+  }
   t.data = *data;
   return t;
 }

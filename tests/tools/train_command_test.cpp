@@ -252,6 +252,12 @@ TEST(EvalCommand, TakesTheModelWidthImageSizeAndDataFromTheCheckpoint) {
   const CommandRun other = eval({"--model", "resnet18"});
   EXPECT_EQ(other.code, kExitUsage) << other.err;
   EXPECT_NE(other.err.find("was trained as --model mobilenet_v2"), std::string::npos) << other.err;
+  const CommandRun dir_only = eval({"--data-dir", dir / ""});
+  EXPECT_EQ(dir_only.code, kExitUsage) << dir_only.err;
+  EXPECT_NE(dir_only.err.find("was trained on --data synthetic, and --data-dir is for "
+                              "fashion-mnist"),
+            std::string::npos)
+      << dir_only.err;
   const CommandRun larger = eval({"--image-size", "16", "--width", "0.25"});
   ASSERT_EQ(larger.code, kExitOk) << larger.err;
   EXPECT_NE(larger.out.find("was trained at --image-size 8; evaluating at 16 as asked"),
