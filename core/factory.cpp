@@ -103,7 +103,9 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts, double lo, d
   // drawn in f32, is checked again after its rounding, as the CUDA kernel checks after its own.
   if (opts.device.is_cpu() && is_low_precision(opts.dtype)) {
     Tensor lo_t = detail::cast_raw(full(shape, static_cast<float>(lo)), opts.dtype);
-    t = where(ge(t, hi), lo_t, t);
+    // In f64, as the kernels compare: against t's own dtype, hi would be rounded first (f16's
+    // 0.1 is 0.09998), and draws below hi would become lo.
+    t = where(ge(detail::cast_raw(t, DType::f64), hi), lo_t, t);
   }
   if (opts.requires_grad) t.requires_grad_(true);
   return t;

@@ -16,8 +16,8 @@ namespace frugal::dist {
 // The environment variable launch() sets for every rank.
 inline constexpr const char* kLaunchedVariable = "FRUGAL_LAUNCHED";
 
-// When FRUGAL_LAUNCHED=1: this process gets SIGKILL when its parent exits, and exits at once if
-// the parent is already gone (re-parented to init). Otherwise nothing. Idempotent.
+// When FRUGAL_LAUNCHED=1: this process gets SIGKILL when its parent exits (and at once if the
+// parent exits while this is set up). Otherwise nothing. Idempotent.
 void die_with_parent_if_launched();
 
 }  // namespace frugal::dist

@@ -35,8 +35,8 @@ int bound_port(const Socket& s);
 // The next connection, or an error naming `what` once `deadline` passes.
 Socket accept_before(const Socket& listener, Deadline deadline, const std::string& what);
 // Connects to addr:port, retrying until `deadline` while nobody listens yet, the host is not
-// reachable yet or its name does not resolve yet (said once on stderr); no attempt outlasts the
-// deadline.
+// reachable yet or its name does not resolve yet (said once on stderr); no connection attempt
+// outlasts the deadline (a name lookup waits as long as the resolver's own timeouts).
 Socket connect_before(const std::string& addr, int port, Deadline deadline);
 
 // Sends or receives exactly n bytes, or fails once `deadline` passes; `peer` names the other

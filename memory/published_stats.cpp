@@ -198,6 +198,9 @@ constexpr std::streamsize kLargestStatsFile = 1 << 16;
 
 // The file's text, or nullopt when it is larger than any stats file (or unreadable).
 std::optional<std::string> small_file_text(const std::string& path) {
+  // A regular file only: opening a FIFO someone left under such a name would block for good.
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   std::string text(static_cast<size_t>(kLargestStatsFile) + 1, '\0');

@@ -51,9 +51,18 @@ struct BatchNormOptions {
 // [Batch norm inside the depthwise convolution] in kernels/conv.h).
 std::optional<Activation> batch_norm_recipe_activation(const std::string& recipe_name);
 
-// x [N, H, W, C] (or [N, C]); weight, bias, running_mean, running_var [C] in acc_dtype(x).
-// In training the running statistics are updated in place (when defined), and
-// num_batches_tracked, an i64 scalar on x's device (BatchNorm2d's), when defined is counted up
+// Thrown by batch_norm when a training batch has one value a channel (one row at a 1x1 feature
+// map): out-of-memory recovery, which makes batches smaller, moves on to its next way when it
+// meets one, where any other error ends the step as it is.
+class BatchTooSmallError : public Error {
+ public:
+  explicit BatchTooSmallError(const std::string& what) : Error(what) {}
+};
+
+// x [N, H, W, C] (or [N, C]); weight, bias, running_mean, running_var [C] in acc_dtype(x); or
+// weight and bias undefined (torch's affine=False), or all of them x's 16-bit dtype (a model cast
+// whole with Module::to). In training the running statistics are updated in place (when defined),
+// and num_batches_tracked, an i64 scalar on x's device (BatchNorm2d's), when defined is counted up
 // by one with them (not in a checkpointed recompute) in the statistics' own kernel.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, BatchNormOptions opt = {},

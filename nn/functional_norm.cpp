@@ -148,8 +148,10 @@ Tensor batch_norm_acc(const Tensor& x, const Tensor& w_in, const Tensor& b_in,
                " is not an i64 scalar on the input's device ", x.device());
   FRUGAL_CHECK(opt.training || (running_mean.defined() && running_var.defined()),
                "batch_norm: evaluation mode needs running statistics");
-  FRUGAL_CHECK(!opt.training || rows > 1, "batch_norm: expected more than 1 value per channel ",
-               "when training, got input ", describe(x));
+  if (opt.training && rows <= 1) {
+    throw BatchTooSmallError(detail::str("batch_norm: expected more than 1 value per channel ",
+                                         "when training, got input ", describe(x)));
+  }
 
   if (!opt.training) return eval_batch_norm(x, weight, bias, running_mean, running_var, opt, c);
 

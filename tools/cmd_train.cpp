@@ -1,5 +1,6 @@
 // `frugal train`: build model, data and optimizer from flags, train with a progress bar, report
 // test accuracy, time and memory per epoch, and save/resume checkpoints.
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <exception>
@@ -352,6 +353,9 @@ int cmd_train(const std::vector<std::string>& argv) {
                                                  .world_size = env.world_size,
                                                  .transforms = splits.train_transforms,
                                                  .device = device};
+  // The user's slices first, budget or not (a budget's own choices are runs that can train).
+  // SyncBN normalizes over every rank's rows: one row a rank trains there.
+  if (!(o.sync_bn && group)) check_slices_train(model_name, mc, dc, batch, o.micro_batches);
   // Note [Fitting a memory budget]: the cheapest way to fit, chosen by prediction before the
   // model is built; the allocator is capped at the budget, so a run never exceeds it.
   int64_t micro_batches = o.micro_batches;
@@ -377,8 +381,6 @@ int cmd_train(const std::vector<std::string>& argv) {
       memory::allocator_for(device).set_memory_cap_bytes(static_cast<size_t>(budget));
     }
   }
-  // SyncBN normalizes over every rank's rows: one row a rank trains there.
-  if (!(o.sync_bn && group)) check_slices_train(model_name, mc, dc, batch, micro_batches);
   auto model = models::create(model_name, mc);
   model->to(device);
 
@@ -398,9 +400,12 @@ int cmd_train(const std::vector<std::string>& argv) {
   // Evaluation reads batches as large as the step's slices: at the whole --batch, two layers'
   // activations of every row (in f32) can outgrow what a step of small slices keeps, and the
   // evaluation, not the step that --micro-batches or --memory-budget shaped, would set the run's
-  // peak (54.9 MiB for the run, 10.5 MiB with these batches, at --batch 256 in 128 slices,
+  // peak (about 55 MiB for the run, 16.5 MiB with these batches, at --batch 256 in 8 slices,
   // 32x32, width 0.25, on the CPU).
-  const int64_t eval_batch = (batch + micro_batches - 1) / micro_batches;
+  // At least 32 rows (or the batch): one image at a time (--micro-batches equal to --batch)
+  // would make evaluation crawl, for little memory.
+  const int64_t eval_batch =
+      std::max((batch + micro_batches - 1) / micro_batches, std::min<int64_t>(batch, 32));
   data::DataLoader test_loader(splits.test, {.batch_size = eval_batch,
                                              .shuffle = false,
                                              .num_workers = workers,

@@ -8,6 +8,7 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "memory/allocator.h"
+#include "nn/functional.h"
 
 namespace frugal::train {
 
@@ -19,14 +20,23 @@ Tensor run_undoable(nn::Module& model, optim::Optimizer& opt, optim::GradScaler*
     autograd::NoGradGuard ng;
     for (const auto& [name, b] : model.named_buffers()) buffers.emplace_back(b, b.clone());
   }
-  try {
-    return step();
-  } catch (...) {  // out of memory, or a shape the step cannot run: undone alike
+  // Out of memory, or a batch too small for the model (a shape recovery chose), is undone: both
+  // come before the optimizer step. Any other error passes as it is (one after the optimizer
+  // step, which fire_after_optimizer reports as a plain Error, must not be undone).
+  auto undo = [&] {
     autograd::NoGradGuard ng;
     for (auto& [b, saved] : buffers) copy_(b, saved);  // same device and size: no allocation
     default_generator().set_offset(offset);
     if (scaler != nullptr) scaler->abandon_step();
     opt.zero_grad();  // the failed step's partial gradients
+  };
+  try {
+    return step();
+  } catch (const OutOfMemoryError&) {
+    undo();
+    throw;
+  } catch (const nn::functional::BatchTooSmallError&) {
+    undo();
     throw;
   }
 }
@@ -72,7 +82,7 @@ Tensor OomRecovery::run(nn::Module& model, optim::Optimizer& opt, optim::GradSca
         throw;
       }
       ++recoveries_;
-    } catch (const Error& e) {
+    } catch (const nn::functional::BatchTooSmallError& e) {
       // Slices this recovery chose may be too small for the model: BatchNorm needs more than
       // one value a channel, and at 1x1 a slice of one row has one. The step as the user gave
       // it fails as it would without recovery; a chosen shape gives way to the next rung.
@@ -83,6 +93,7 @@ Tensor OomRecovery::run(nn::Module& model, optim::Optimizer& opt, optim::GradSca
         checkpointing_ = true;
         micro_batches_ = 1;
         log(what + "; retrying with checkpointing, as one micro-batch");
+        ++recoveries_;
         continue;
       }
       log(what + "; nothing left to try");

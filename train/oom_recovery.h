@@ -34,9 +34,9 @@
 
 namespace frugal::train {
 
-// Runs step() so that an error (running out of memory above all) leaves the model's weights and
-// buffers, the optimizer and the scaler as they were before it (Note [Recovering from out of
-// memory]), then rethrows.
+// Runs step() so that an OutOfMemoryError or a BatchTooSmallError (nn/functional.h) leaves the
+// model's weights and buffers, the optimizer and the scaler as they were before it (Note
+// [Recovering from out of memory]), then rethrows; other errors pass as they are.
 Tensor run_undoable(nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler,
                     const std::function<Tensor()>& step);
 
@@ -55,14 +55,16 @@ class OomRecovery {
   // Runs step(m) with the current micro-batches m (at most `rows`, the batch's rows) through
   // run_undoable. On an OutOfMemoryError: releases cached memory, doubles m (up to `rows`), and
   // once m == rows turns checkpointing on and starts again from one micro-batch; rethrows when
-  // neither is left. Another error at micro-batches it chose (slices too small for BatchNorm)
-  // moves on to checkpointing the same way; at the run's own micro-batches it is rethrown.
+  // neither is left. A BatchTooSmallError at micro-batches it chose (slices too small for
+  // BatchNorm) moves on to checkpointing the same way; at the run's own micro-batches it, and
+  // any other error, is rethrown.
   Tensor run(nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler, int64_t rows,
              const std::function<Tensor(int64_t micro_batches)>& step);
 
   int64_t micro_batches() const { return micro_batches_; }
   bool checkpointing() const { return checkpointing_; }
-  int64_t recoveries() const { return recoveries_; }  // out-of-memory errors recovered from
+  // Failed attempts recovered from: out of memory, or slices too small for the model.
+  int64_t recoveries() const { return recoveries_; }
 
  private:
   OomRecoveryOptions options_;

@@ -197,6 +197,17 @@ TEST(Tensor, RandStaysBelowHiAfterRoundingToItsDtype) {
     }
     EXPECT_NEAR(static_cast<double>(at_lo), c.expected_at_lo, 4 * std::sqrt(c.expected_at_lo) + 2);
   }
+  // hi that the dtype cannot hold: f16's nearest to 0.1 is 0.09998 < 0.1, a draw the range
+  // includes, which a comparison in f16 (hi rounded first) turned into lo.
+  {
+    Generator g16(3);
+    int64_t top = 0;
+    for (double x : rand({20000}, g16, {.dtype = DType::f16}, 0.0, 0.1).to_vector()) {
+      ASSERT_LT(x, 0.1);
+      top += x > 0.0999 ? 1 : 0;
+    }
+    EXPECT_GT(top, 0) << "f16's 0.09998 never drawn: it was replaced by lo";
+  }
   Generator gen(1);
   EXPECT_NE(error_of([&] {
               rand({2}, gen, {}, 3.0, 2.0);

@@ -132,6 +132,10 @@ TEST(PublishedStats, ReadingRemovesDeadProcessesAndSkipsJunk) {
   const std::string others_tmp = dir.path() + "/" + std::to_string(dead2) + ".tmp";
   const std::string others_stats = dir.path() + "/" + std::to_string(dead2) + ".stats";
   std::ofstream(others_tmp) << "my notes";
+  // A FIFO under such a name: skipped, where opening it blocked for good.
+  const pid_t dead3 = dead_pid();
+  const std::string fifo = dir.path() + "/" + std::to_string(dead3) + ".tmp";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   std::ofstream(others_stats) << format_published_stats(sample(dead));  // another pid's text
   const std::vector<PublishedStats> all = read_published_stats(dir.path());
   ASSERT_EQ(all.size(), 1u);
@@ -143,6 +147,7 @@ TEST(PublishedStats, ReadingRemovesDeadProcessesAndSkipsJunk) {
   EXPECT_TRUE(fs::exists(dir.path() + "/1.stats"));
   EXPECT_TRUE(fs::exists(others_tmp));
   EXPECT_TRUE(fs::exists(others_stats));
+  EXPECT_TRUE(fs::exists(fifo));
   EXPECT_TRUE(read_published_stats(dir.path() + "/missing").empty());
 }
 

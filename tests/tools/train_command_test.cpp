@@ -183,11 +183,12 @@ TEST(TrainCommand, AFailedEvaluationKeepsTheEpochsCheckpoint) {
   EXPECT_EQ(train::load_checkpoint(ckpt, *model, nullptr).epoch, 1);
 }
 
-// Evaluation reads batches of the step's slice size: with --micro-batches the evaluation at the
-// whole --batch used to set the run's peak (54.9 MiB here, 10.5 MiB now).
+// Evaluation reads batches of the step's slice size (at least 32 rows): with --micro-batches the
+// evaluation at the whole --batch used to set the run's peak (about 55 MiB here; 16.5 MiB now,
+// the step's).
 TEST(TrainCommand, EvaluationStaysWithinTheStepsMemory) {
   const CommandRun r = run("train", {"--data", "synthetic", "--image-size", "32", "--width", "0.25",
-                                     "--batch", "256", "--micro-batches", "128", "--device", "cpu",
+                                     "--batch", "256", "--micro-batches", "8", "--device", "cpu",
                                      "--workers", "0", "--limit", "256", "--test-limit", "256"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   std::smatch step, run_peak;  // the epoch's step peak; the memory summary's peak for the run
@@ -216,6 +217,11 @@ TEST(TrainCommand, SlicesTheModelCannotTrainOnAreRefusedNamingTheFlags) {
   EXPECT_NE(sliced.err.find("give a larger --batch or fewer --micro-batches"), std::string::npos)
       << sliced.err;
   EXPECT_EQ(sliced.out.find("training mobilenet_v2"), std::string::npos) << sliced.out;
+  // With a budget too: the search let the plain step's BatchNorm error through unnamed.
+  const CommandRun budget = run("train", tiny_train({"--batch", "1", "--memory-budget", "1GiB"}));
+  EXPECT_EQ(budget.code, kExitUsage) << budget.err;
+  EXPECT_NE(budget.err.find("train: --batch 1 trains on slices of 1 row"), std::string::npos)
+      << budget.err;
   const CommandRun one = run("train", tiny_train({"--batch", "1"}));
   EXPECT_EQ(one.code, kExitUsage) << one.err;
   EXPECT_NE(one.err.find("train: --batch 1 trains on slices of 1 row"), std::string::npos)

@@ -251,6 +251,19 @@ TEST(OomRecovery, SlicesTooSmallForTheModelMoveOnToCheckpointing) {
   expect_identical(train_test::snapshot(*net, opt, nullptr),
                    train_test::snapshot(*clean, clean_opt, nullptr), "after the recovered step");
 
+  // Any other error passes as it is, even at micro-batches recovery chose: one after the
+  // optimizer step (fire_after_optimizer's) must be neither undone nor retried.
+  train::OomRecovery raised(
+      {.enable_checkpointing = [] { return true; }, .log = [](const std::string&) {}});
+  EXPECT_THROW(raised.run(*net, opt, nullptr, 4,
+                          [&](int64_t m) -> Tensor {
+                            if (m < 2) throw OutOfMemoryError("simulated");
+                            FRUGAL_FAIL("after the optimizer step");
+                          }),
+               Error);
+  EXPECT_FALSE(raised.checkpointing());
+  EXPECT_EQ(raised.micro_batches(), 2);
+
   // At the run's own micro-batches the error is the user's, as without recovery.
   train::OomRecovery plain({.log = [](const std::string&) {}}, 4);
   EXPECT_THROW(plain.run(*net, opt, nullptr, 4,
