@@ -23,12 +23,10 @@ namespace {
 
 using kernels::MathOp;
 
-bool is_integer(DType t) { return t == DType::i64 || t == DType::u8; }
-
 Tensor compare(MathOp op, const char* name, const Tensor& a, const Tensor& b) {
   memory::OpScope op_scope(name);  // Note [Allocation events]
   detail::check_defined(name, {&a, &b});
-  if (!is_integer(a.dtype()) && !is_integer(b.dtype())) {
+  if (is_floating(a.dtype()) && is_floating(b.dtype())) {
     return detail::binary_math_raw(op, name, a, b);
   }
   // Note [Integer comparisons]
@@ -69,7 +67,7 @@ Tensor compare_integer(MathOp op, const char* name, const Tensor& a, double s) {
 Tensor compare(MathOp op, const char* name, const Tensor& a, double s) {
   memory::OpScope op_scope(name);  // Note [Allocation events]
   detail::check_defined(name, {&a});
-  if (is_integer(a.dtype())) return compare_integer(op, name, a, s);
+  if (!is_floating(a.dtype())) return compare_integer(op, name, a, s);
   detail::check_floating(name, a);
   Tensor sb = Tensor::empty(Shape{}, a.options());  // 0-d: a 0-d a gives a 0-d result
   kernels::fill(detail::ctx_of(a), a.dtype(), 1, sb.data_ptr(), s);

@@ -135,17 +135,17 @@ void DataParallel::finish_backward() {
     const int64_t flags = static_cast<int64_t>(members.size());
     const int64_t grads = f.flat.numel() - flags;
     // A rank that gave every parameter of the bucket a gradient knows they are all used; only a
-    // rank that lacks one reads the averaged flags (one small copy to the host, that rank alone).
+    // rank that lacks one reads the averaged flags (one small copy to the host, that rank alone;
+    // a dry run on meta has no values and counts every parameter used).
     std::vector<double> used_anywhere = f.used_here;
-    const bool all_used =
-        std::find(f.used_here.begin(), f.used_here.end(), 0.0) == f.used_here.end();
-    if (!all_used && !group_->device().is_meta()) {
-      used_anywhere = narrow(f.flat, 0, grads, flags).to_vector();
+    if (std::find(used_anywhere.begin(), used_anywhere.end(), 0.0) != used_anywhere.end()) {
+      used_anywhere = group_->device().is_meta() ? std::vector<double>(members.size(), 1.0)
+                                                 : narrow(f.flat, 0, grads, flags).to_vector();
     }
     int64_t offset = 0;
     for (size_t k = 0; k < members.size(); ++k) {
       const Tensor& p = params_[members[k]];
-      if (used_anywhere[k] > 0.0 || group_->device().is_meta()) {
+      if (used_anywhere[k] > 0.0) {
         Tensor g = reshape(narrow(f.flat, 0, offset, p.numel()), p.shape());
         params_[members[k]].set_grad(g.dtype() == p.dtype() ? g : cast(g, p.dtype()));
       }

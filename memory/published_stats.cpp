@@ -210,17 +210,20 @@ std::optional<std::string> small_file_text(const std::string& path) {
   return text;
 }
 
-// True when `text` is what publish_stats writes for `pid`, or for a temporary file, which a
-// writer may have left part-written, the start of it. Only such files are removed: the
-// directory may be shared (FRUGAL_STATS_DIR), and a file of another program's is not ours.
-bool written_by_frugal(const std::string& text, int64_t pid, bool temporary) {
-  if (temporary) {
-    const std::string first = "pid=" + std::to_string(pid) + "\n";
-    return text.size() < first.size() ? first.compare(0, text.size(), text) == 0
-                                      : text.compare(0, first.size(), first) == 0;
-  }
+// Only what publish_stats wrote is read or removed: the directory may be shared
+// (FRUGAL_STATS_DIR), and a file of another program's is not ours.
+// A temporary file, which a writer may have left part-written: the start of `pid`'s stats.
+bool begins_stats_of(const std::string& text, int64_t pid) {
+  const std::string first = "pid=" + std::to_string(pid) + "\n";
+  return text.size() < first.size() ? first.compare(0, text.size(), text) == 0
+                                    : text.compare(0, first.size(), first) == 0;
+}
+
+// A stats file: `pid`'s stats, or nothing.
+std::optional<PublishedStats> stats_of(const std::string& text, int64_t pid) {
   std::optional<PublishedStats> s = parse_published_stats(text);
-  return s && s->pid == pid;
+  if (s && s->pid != pid) s.reset();
+  return s;
 }
 
 }  // namespace
@@ -239,12 +242,14 @@ std::vector<PublishedStats> read_published_stats(const std::string& dir) {
     if (temporary) pid = pid_of(name, "tmp");  // left by a writer that died mid-write
     if (pid == 0) continue;
     const std::optional<std::string> text = small_file_text(path);
-    if (!text || !written_by_frugal(*text, pid, temporary)) continue;
+    if (!text) continue;
+    std::optional<PublishedStats> stats;  // parsed once: checked, then kept
+    if (temporary ? !begins_stats_of(*text, pid) : !(stats = stats_of(*text, pid))) continue;
     if (process_gone(pid)) {
       unlink(path.c_str());
       continue;
     }
-    if (!temporary) out.push_back(*parse_published_stats(*text));
+    if (stats) out.push_back(*stats);
   }
   closedir(d);
   std::sort(out.begin(), out.end(),
